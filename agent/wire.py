@@ -1,0 +1,412 @@
+"""The gpufleet wire protocol: versioned JSON lines from agent to collector.
+
+One module owns the format so the agent (which encodes) and the collector (which decodes and
+validates) can never drift apart. Standard library only: the agent ships as a zipapp.
+
+Frames are JSON objects, one per line, each with ``"type"`` and ``"proto"`` ("MAJOR.MINOR").
+- ``hello``: sent once first. Agent/driver/NVML/CUDA versions, hostname (informational only: the
+  collector identifies a host by the address it dialled), GPU inventory.
+- ``snapshot``: a sample of every GPU with its processes.
+- ``event``: something that happened between samples (Xid, GPU lost, driver errors).
+- ``heartbeat``: liveness when there is nothing else to say.
+
+Compatibility rules: unknown fields are ignored; missing optional fields become None; a frame with an
+unknown *major* version is a :class:`ProtocolVersionError`; a newer *minor* version is accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Final, Literal
+
+PROTO_MAJOR: Final = 1
+PROTO_MINOR: Final = 0
+PROTO_VERSION: Final = f"{PROTO_MAJOR}.{PROTO_MINOR}"
+
+#: Default bound on one line (bytes, newline included). Larger lines close the stream.
+MAX_LINE_BYTES: Final = 1 << 20
+
+FrameType = Literal["hello", "snapshot", "event", "heartbeat"]
+EventKind = Literal["xid", "gpu_lost", "driver_error", "nvml_error", "agent_error"]
+EVENT_KINDS: Final = ("xid", "gpu_lost", "driver_error", "nvml_error", "agent_error")
+
+#: Xid codes that mean the GPU or its context is broken (from the operators' tools; 94 is a warning).
+CRITICAL_XIDS: Final = frozenset({48, 62, 64, 74, 79, 95, 119, 120})
+WARNING_XIDS: Final = frozenset({94})
+
+
+class WireError(Exception):
+    """Base of every protocol error; ``str()`` says what was wrong and where."""
+
+
+class FrameTooLarge(WireError):
+    """A line exceeded the size bound."""
+
+
+class MalformedFrame(WireError):
+    """Not JSON, not an object, or a field of the wrong type."""
+
+
+class ProtocolVersionError(WireError):
+    """The frame speaks a major protocol version this side does not know."""
+
+
+# --------------------------------------------------------------------------------------------- model
+
+
+@dataclass(slots=True)
+class ProcessSample:
+    """One process holding a GPU, with what /proc says about it.
+
+    ``attributed`` is False when /proc could not be read (hidepid, other PID namespace, exited):
+    the process is then *unattributed*, never assumed dead.
+    """
+
+    pid: int
+    kind: str = "compute"  # "compute" | "graphics" | "compute+graphics"
+    gpu_memory: int | None = None  # bytes
+    sm_util: int | None = None  # percent, clamped 0..100
+    mem_util: int | None = None
+    user: str | None = None
+    uid: int | None = None
+    command: str | None = None
+    start_time: float | None = None  # unix seconds
+    state: str | None = None  # /proc state letter: R S D Z T ...
+    ppid: int | None = None
+    container: str | None = None
+    pod: str | None = None
+    job: str | None = None  # Slurm job id
+    attributed: bool = True
+
+
+@dataclass(slots=True)
+class MigInstance:
+    gi_id: int
+    ci_id: int | None = None
+    uuid: str | None = None
+    profile: str | None = None
+    memory_total: int | None = None
+    memory_used: int | None = None
+
+
+@dataclass(slots=True)
+class GpuSample:
+    """One GPU at one instant. Every reading may be None (not supported / no permission).
+
+    ``error`` is set when the GPU could not be read at all (lost, fell off the bus); the other GPUs in the
+    snapshot are unaffected.
+    """
+
+    index: int
+    uuid: str
+    name: str | None = None
+    serial: str | None = None
+    pci_bus_id: str | None = None
+    util_gpu: int | None = None  # percent
+    util_mem: int | None = None
+    memory_total: int | None = None  # bytes
+    memory_used: int | None = None
+    memory_reserved: int | None = None
+    temperature: int | None = None  # Celsius
+    temp_slowdown: int | None = None
+    temp_shutdown: int | None = None
+    power_draw: float | None = None  # watts
+    power_limit: float | None = None
+    clock_sm: int | None = None  # MHz
+    clock_mem: int | None = None
+    throttle_reasons: list[str] | None = None
+    fan_speed: int | None = None  # percent
+    ecc_corrected: int | None = None  # volatile counts since driver load
+    ecc_uncorrected: int | None = None
+    mig_mode: bool | None = None
+    mig_instances: list[MigInstance] = field(default_factory=list)
+    processes: list[ProcessSample] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class GpuInfo:
+    """Static facts about a GPU, sent in ``hello``."""
+
+    index: int
+    uuid: str
+    name: str | None = None
+    serial: str | None = None
+    pci_bus_id: str | None = None
+    memory_total: int | None = None
+    power_limit: float | None = None
+    temp_slowdown: int | None = None
+    temp_shutdown: int | None = None
+    mig_mode: bool | None = None
+
+
+@dataclass(slots=True)
+class Hello:
+    agent_version: str
+    hostname: str
+    ts: float
+    driver_version: str | None = None
+    nvml_version: str | None = None
+    cuda_version: int | None = None
+    backend: str = "nvml"  # "nvml" | "fake"
+    pid_namespace_ok: bool | None = None  # False: agent cannot see host PIDs (container without --pid=host)
+    gpus: list[GpuInfo] = field(default_factory=list)
+    type: Literal["hello"] = "hello"
+    proto: str = PROTO_VERSION
+
+
+@dataclass(slots=True)
+class Snapshot:
+    ts: float
+    seq: int
+    gpus: list[GpuSample] = field(default_factory=list)
+    type: Literal["snapshot"] = "snapshot"
+    proto: str = PROTO_VERSION
+
+
+@dataclass(slots=True)
+class Event:
+    ts: float
+    kind: str  # one of EVENT_KINDS; unknown kinds are kept (forward compatible)
+    message: str = ""
+    gpu_index: int | None = None
+    uuid: str | None = None
+    xid: int | None = None
+    type: Literal["event"] = "event"
+    proto: str = PROTO_VERSION
+
+
+@dataclass(slots=True)
+class Heartbeat:
+    ts: float
+    seq: int = 0
+    type: Literal["heartbeat"] = "heartbeat"
+    proto: str = PROTO_VERSION
+
+
+Frame = Hello | Snapshot | Event | Heartbeat
+
+
+# -------------------------------------------------------------------------------------------- encode
+
+
+def _prune(value: Any) -> Any:
+    """Drop None values and empty lists so frames stay small (decode restores the defaults)."""
+    if isinstance(value, dict):
+        return {k: _prune(v) for k, v in value.items() if v is not None and v != []}
+    if isinstance(value, list):
+        return [_prune(v) for v in value]
+    return value
+
+
+def encode(frame: Frame) -> bytes:
+    """One frame as one compact JSON line (newline included)."""
+    body = _prune(asdict(frame))
+    return json.dumps(body, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+
+
+# -------------------------------------------------------------------------------------------- decode
+
+
+def _check_proto(obj: dict[str, Any]) -> None:
+    proto = obj.get("proto")
+    if not isinstance(proto, str):
+        raise MalformedFrame("missing or non-string 'proto' field")
+    major_s, _, _minor = proto.partition(".")
+    try:
+        major = int(major_s)
+    except ValueError:
+        raise MalformedFrame(f"bad 'proto' value {proto!r}") from None
+    if major != PROTO_MAJOR:
+        raise ProtocolVersionError(
+            f"agent speaks protocol {proto}, this side speaks {PROTO_VERSION} (major versions differ)"
+        )
+
+
+def _typed(obj: dict[str, Any], key: str, kinds: tuple[type, ...], where: str, required: bool = False) -> Any:
+    value = obj.get(key)
+    if value is None:
+        if required:
+            raise MalformedFrame(f"{where}: missing required field {key!r}")
+        return None
+    # bool is an int subclass: never accept it where a number is wanted
+    if isinstance(value, bool) and bool not in kinds:
+        raise MalformedFrame(f"{where}: field {key!r} must be {_names(kinds)}, got bool")
+    if not isinstance(value, kinds):
+        raise MalformedFrame(f"{where}: field {key!r} must be {_names(kinds)}, got {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise MalformedFrame(f"{where}: field {key!r} is not finite")
+    return value
+
+
+def _names(kinds: tuple[type, ...]) -> str:
+    return " or ".join(k.__name__ for k in kinds)
+
+
+_INT = (int,)
+_NUM = (int, float)
+_STR = (str,)
+_BOOL = (bool,)
+
+
+def _list(obj: dict[str, Any], key: str, where: str) -> list[Any]:
+    value = obj.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise MalformedFrame(f"{where}: field {key!r} must be a list")
+    return value
+
+
+def _obj(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise MalformedFrame(f"{where}: must be an object")
+    return value
+
+
+def _process(raw: Any, where: str) -> ProcessSample:
+    o = _obj(raw, where)
+    sm = _typed(o, "sm_util", _INT, where)
+    mu = _typed(o, "mem_util", _INT, where)
+    attributed = _typed(o, "attributed", _BOOL, where)
+    return ProcessSample(
+        pid=_typed(o, "pid", _INT, where, required=True),
+        kind=_typed(o, "kind", _STR, where) or "compute",
+        gpu_memory=_typed(o, "gpu_memory", _INT, where),
+        sm_util=None if sm is None else max(0, min(100, sm)),
+        mem_util=None if mu is None else max(0, min(100, mu)),
+        user=_typed(o, "user", _STR, where),
+        uid=_typed(o, "uid", _INT, where),
+        command=_typed(o, "command", _STR, where),
+        start_time=_float(_typed(o, "start_time", _NUM, where)),
+        state=_typed(o, "state", _STR, where),
+        ppid=_typed(o, "ppid", _INT, where),
+        container=_typed(o, "container", _STR, where),
+        pod=_typed(o, "pod", _STR, where),
+        job=_typed(o, "job", _STR, where),
+        attributed=True if attributed is None else attributed,
+    )
+
+
+def _float(value: int | float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _mig(raw: Any, where: str) -> MigInstance:
+    o = _obj(raw, where)
+    return MigInstance(
+        gi_id=_typed(o, "gi_id", _INT, where, required=True),
+        ci_id=_typed(o, "ci_id", _INT, where),
+        uuid=_typed(o, "uuid", _STR, where),
+        profile=_typed(o, "profile", _STR, where),
+        memory_total=_typed(o, "memory_total", _INT, where),
+        memory_used=_typed(o, "memory_used", _INT, where),
+    )
+
+
+def _gpu_sample(raw: Any, where: str) -> GpuSample:
+    o = _obj(raw, where)
+    reasons = o.get("throttle_reasons")
+    if reasons is not None and not (isinstance(reasons, list) and all(isinstance(r, str) for r in reasons)):
+        raise MalformedFrame(f"{where}: field 'throttle_reasons' must be a list of strings")
+    return GpuSample(
+        index=_typed(o, "index", _INT, where, required=True),
+        uuid=_typed(o, "uuid", _STR, where, required=True),
+        name=_typed(o, "name", _STR, where),
+        serial=_typed(o, "serial", _STR, where),
+        pci_bus_id=_typed(o, "pci_bus_id", _STR, where),
+        util_gpu=_pct(_typed(o, "util_gpu", _INT, where)),
+        util_mem=_pct(_typed(o, "util_mem", _INT, where)),
+        memory_total=_typed(o, "memory_total", _INT, where),
+        memory_used=_typed(o, "memory_used", _INT, where),
+        memory_reserved=_typed(o, "memory_reserved", _INT, where),
+        temperature=_typed(o, "temperature", _INT, where),
+        temp_slowdown=_typed(o, "temp_slowdown", _INT, where),
+        temp_shutdown=_typed(o, "temp_shutdown", _INT, where),
+        power_draw=_float(_typed(o, "power_draw", _NUM, where)),
+        power_limit=_float(_typed(o, "power_limit", _NUM, where)),
+        clock_sm=_typed(o, "clock_sm", _INT, where),
+        clock_mem=_typed(o, "clock_mem", _INT, where),
+        throttle_reasons=reasons,
+        fan_speed=_typed(o, "fan_speed", _INT, where),
+        ecc_corrected=_typed(o, "ecc_corrected", _INT, where),
+        ecc_uncorrected=_typed(o, "ecc_uncorrected", _INT, where),
+        mig_mode=_typed(o, "mig_mode", _BOOL, where),
+        mig_instances=[_mig(m, f"{where}.mig_instances[{i}]") for i, m in enumerate(_list(o, "mig_instances", where))],
+        processes=[_process(p, f"{where}.processes[{i}]") for i, p in enumerate(_list(o, "processes", where))],
+        error=_typed(o, "error", _STR, where),
+    )
+
+
+def _pct(value: int | None) -> int | None:
+    return None if value is None else max(0, min(100, value))
+
+
+def _gpu_info(raw: Any, where: str) -> GpuInfo:
+    o = _obj(raw, where)
+    return GpuInfo(
+        index=_typed(o, "index", _INT, where, required=True),
+        uuid=_typed(o, "uuid", _STR, where, required=True),
+        name=_typed(o, "name", _STR, where),
+        serial=_typed(o, "serial", _STR, where),
+        pci_bus_id=_typed(o, "pci_bus_id", _STR, where),
+        memory_total=_typed(o, "memory_total", _INT, where),
+        power_limit=_float(_typed(o, "power_limit", _NUM, where)),
+        temp_slowdown=_typed(o, "temp_slowdown", _INT, where),
+        temp_shutdown=_typed(o, "temp_shutdown", _INT, where),
+        mig_mode=_typed(o, "mig_mode", _BOOL, where),
+    )
+
+
+def from_object(obj: Any) -> Frame:
+    """Validate a decoded JSON value and build the frame. Raises :class:`WireError` subclasses."""
+    o = _obj(obj, "frame")
+    _check_proto(o)
+    kind = o.get("type")
+    if kind == "snapshot":
+        return Snapshot(
+            ts=float(_typed(o, "ts", _NUM, "snapshot", required=True)),
+            seq=_typed(o, "seq", _INT, "snapshot") or 0,
+            gpus=[_gpu_sample(g, f"snapshot.gpus[{i}]") for i, g in enumerate(_list(o, "gpus", "snapshot"))],
+        )
+    if kind == "heartbeat":
+        return Heartbeat(
+            ts=float(_typed(o, "ts", _NUM, "heartbeat", required=True)),
+            seq=_typed(o, "seq", _INT, "heartbeat") or 0,
+        )
+    if kind == "event":
+        return Event(
+            ts=float(_typed(o, "ts", _NUM, "event", required=True)),
+            kind=_typed(o, "kind", _STR, "event", required=True),
+            message=_typed(o, "message", _STR, "event") or "",
+            gpu_index=_typed(o, "gpu_index", _INT, "event"),
+            uuid=_typed(o, "uuid", _STR, "event"),
+            xid=_typed(o, "xid", _INT, "event"),
+        )
+    if kind == "hello":
+        return Hello(
+            agent_version=_typed(o, "agent_version", _STR, "hello", required=True),
+            hostname=_typed(o, "hostname", _STR, "hello") or "",
+            ts=float(_typed(o, "ts", _NUM, "hello", required=True)),
+            driver_version=_typed(o, "driver_version", _STR, "hello"),
+            nvml_version=_typed(o, "nvml_version", _STR, "hello"),
+            cuda_version=_typed(o, "cuda_version", _INT, "hello"),
+            backend=_typed(o, "backend", _STR, "hello") or "nvml",
+            pid_namespace_ok=_typed(o, "pid_namespace_ok", _BOOL, "hello"),
+            gpus=[_gpu_info(g, f"hello.gpus[{i}]") for i, g in enumerate(_list(o, "gpus", "hello"))],
+        )
+    raise MalformedFrame(f"unknown frame type {kind!r}")
+
+
+def decode(line: bytes | str, max_bytes: int = MAX_LINE_BYTES) -> Frame:
+    """Parse and validate one line. Size is checked before parsing so a huge line costs nothing."""
+    size = len(line) if isinstance(line, bytes) else len(line.encode())
+    if size > max_bytes:
+        raise FrameTooLarge(f"line of {size} bytes exceeds the {max_bytes}-byte bound")
+    try:
+        obj = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MalformedFrame(f"not valid JSON: {exc}") from None
+    return from_object(obj)

@@ -1,0 +1,1 @@
+"""gpufleet collector: reaches every host over SSH, stores history, flags problems, notifies."""

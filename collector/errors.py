@@ -1,0 +1,55 @@
+"""One exception hierarchy for the collector, so callers catch by meaning, not by library.
+
+Library errors (asyncssh, sqlite3, aiohttp-ish, OSError) are wrapped at the module boundary that sees them,
+with the host / file / notifier they concern in the message.
+"""
+
+from __future__ import annotations
+
+
+class CollectorError(Exception):
+    """Base of every collector error."""
+
+
+class ConfigError(CollectorError):
+    """A config mistake. ``str()`` reads ``file:line: key: what is wrong``."""
+
+    def __init__(self, message: str, *, path: str | None = None, line: int | None = None,
+                 key: str | None = None) -> None:
+        self.path, self.line, self.key, self.reason = path, line, key, message
+        where = ""
+        if path:
+            where = f"{path}:{line}: " if line else f"{path}: "
+        super().__init__(f"{where}{key + ': ' if key else ''}{message}")
+
+
+class TransportError(CollectorError):
+    """Reaching a host or running its agent failed."""
+
+    def __init__(self, host: str, message: str) -> None:
+        self.host = host
+        super().__init__(f"{host}: {message}")
+
+
+class HostKeyError(TransportError):
+    """The host's key is unknown (and policy is strict) or differs from known_hosts."""
+
+
+class AgentError(TransportError):
+    """The agent could not be started, exited, or broke the protocol."""
+
+
+class StorageError(CollectorError):
+    """The SQLite store failed."""
+
+
+class StorageFull(StorageError):
+    """SQLITE_FULL / ENOSPC: the write was rolled back; reads keep working."""
+
+
+class NotifyError(CollectorError):
+    """A notifier could not deliver."""
+
+
+class QueryError(CollectorError):
+    """A query API request was invalid or could not be answered."""

@@ -1,0 +1,185 @@
+"""The collector's settings as typed dataclasses: what the rest of the collector reads.
+
+Loading and validation (YAML with file:line errors) live in :mod:`gpufleet.collector.config`; this module is
+only the shape and the defaults, so every other module can depend on it without touching YAML.
+Durations are seconds (float); the YAML accepts ``90s``, ``30m``, ``2h``, ``7d``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+HostKeyPolicy = Literal["strict", "accept-new"]
+TransportKind = Literal["ssh", "local"]
+AgentMode = Literal["installed", "upload"]
+NotifierKind = Literal["apprise", "webhook", "alertmanager", "command"]
+
+
+def default_data_dir() -> Path:
+    """$XDG_DATA_HOME/gpufleet (or ~/.local/share/gpufleet); $STATE_DIRECTORY under systemd."""
+    if os.environ.get("STATE_DIRECTORY"):
+        return Path(os.environ["STATE_DIRECTORY"].split(":")[0])
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "gpufleet"
+
+
+def default_runtime_dir() -> Path:
+    """Where the query socket lives: $RUNTIME_DIRECTORY, $XDG_RUNTIME_DIR/gpufleet, or the data dir."""
+    if os.environ.get("RUNTIME_DIRECTORY"):
+        return Path(os.environ["RUNTIME_DIRECTORY"].split(":")[0])
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return Path(os.environ["XDG_RUNTIME_DIR"]) / "gpufleet"
+    return default_data_dir()
+
+
+@dataclass(slots=True)
+class HostConfig:
+    """One GPU host. ``name`` is the identity used everywhere (never what the agent claims)."""
+
+    name: str
+    address: str = ""  # defaults to name
+    port: int = 22
+    user: str | None = None
+    key: str | None = None  # private key file
+    jump: str | None = None  # another host's name, or [user@]host[:port]
+    tags: list[str] = field(default_factory=list)
+    transport: TransportKind = "ssh"
+    agent: AgentMode = "installed"
+    agent_command: str = "gpufleet-agent"  # for agent: installed
+    agent_args: list[str] = field(default_factory=list)  # extra agent args, e.g. ["--fake", "x.yaml"]
+    python: str = "python3"  # interpreter for agent: upload
+    upload_dir: str = ".cache/gpufleet"  # remote cache dir for the zipapp, relative to home
+    interval: float = 1.0  # agent sampling interval
+    known_hosts: str | None = None  # None: ~/.ssh/known_hosts
+    host_key_policy: HostKeyPolicy = "strict"
+    connect_timeout: float = 10.0
+    keepalive_interval: float = 5.0
+    keepalive_count_max: int = 3
+    read_timeout: float | None = None  # None: 3 * interval + 5 s (no frame -> host down)
+    max_line_bytes: int = 1 << 20
+
+    @property
+    def effective_read_timeout(self) -> float:
+        return self.read_timeout if self.read_timeout is not None else 3 * self.interval + 5.0
+
+
+@dataclass(slots=True)
+class StorageConfig:
+    path: str = ""  # "" -> default_data_dir()/gpufleet.db
+    raw_retention: float = 24 * 3600.0
+    minute_retention: float = 30 * 86400.0
+    hour_retention: float = 365 * 86400.0
+    batch_max_rows: int = 5000
+    batch_max_delay: float = 0.5
+
+    def resolved_path(self) -> Path:
+        return Path(self.path).expanduser() if self.path else default_data_dir() / "gpufleet.db"
+
+
+@dataclass(slots=True)
+class Selector:
+    """Which hosts / GPUs / users a rule applies to. Empty lists match everything; globs allowed."""
+
+    hosts: list[str] = field(default_factory=list)
+    tags: list[str] = field(default_factory=list)
+    gpus: list[int] = field(default_factory=list)
+    users: list[str] = field(default_factory=list)
+    exclude_users: list[str] = field(default_factory=list)
+
+
+#: Every rule and its default parameters. The loader accepts exactly these names per rule, with values of
+#: the default's type (durations in seconds), so a typo is an error with file:line.
+DEFAULT_RULES: dict[str, dict[str, Any]] = {
+    "wasted": {"for": 1800.0, "severity": "warning", "util_below": 5, "min_memory_mib": 256,
+               "power_idle_ratio": 0.0},
+    "idle": {"for": 7200.0, "severity": "info"},
+    "stale": {"for": 0.0, "severity": "warning", "no_session_idle": 3600.0},
+    "orphaned_memory": {"for": 600.0, "severity": "warning", "min_memory_mib": 256},
+    "overheating": {"for": 120.0, "severity": "critical", "temp_at_least": 85},
+    "throttling": {"for": 300.0, "severity": "warning", "reasons": ["hw_slowdown", "sw_thermal",
+                                                                     "hw_thermal", "hw_power_brake"]},
+    "gpu_lost": {"for": 0.0, "severity": "critical"},
+    "xid": {"for": 0.0, "severity": "critical", "warning_xids": [94], "hold": 3600.0},
+    "ecc": {"for": 0.0, "severity": "critical"},
+    "host_down": {"for": 0.0, "severity": "critical", "missed_intervals": 3},
+    "storage": {"for": 0.0, "severity": "critical"},
+}
+
+
+@dataclass(slots=True)
+class RuleConfig:
+    name: str
+    enabled: bool = True
+    params: dict[str, Any] = field(default_factory=dict)  # DEFAULT_RULES[name] overlaid with the config
+    select: Selector = field(default_factory=Selector)
+
+    @property
+    def for_seconds(self) -> float:
+        return float(self.params.get("for", 0.0))
+
+    @property
+    def severity(self) -> str:
+        return str(self.params.get("severity", "warning"))
+
+
+@dataclass(slots=True)
+class NotifierConfig:
+    name: str
+    kind: NotifierKind
+    urls: list[str] = field(default_factory=list)  # apprise URLs, webhook URL, alertmanager base URL
+    command: list[str] = field(default_factory=list)  # for kind: command (argv, alert JSON on stdin)
+    headers: dict[str, str] = field(default_factory=dict)
+    timeout: float = 10.0
+    retries: int = 3
+    rules: list[str] = field(default_factory=list)  # only these rules (empty: all)
+    min_severity: str = "info"
+    send_resolved: bool = True
+
+
+@dataclass(slots=True)
+class AlertingConfig:
+    group_by: list[str] = field(default_factory=lambda: ["host", "rule"])
+    group_wait: float = 30.0
+    group_interval: float = 300.0
+    repeat_interval: float = 4 * 3600.0
+    queue_size: int = 1000
+    notify_users: bool = False  # also notify the wasting user directly
+    user_email_domain: str | None = None  # alice -> alice@domain
+    user_emails: dict[str, str] = field(default_factory=dict)
+    user_notifier: str | None = None  # apprise mailto:// base for user mail
+
+
+@dataclass(slots=True)
+class ApiConfig:
+    socket: str = ""  # "" -> default_runtime_dir()/gpufleet.sock
+    mode: int = 0o600
+
+    def resolved_socket(self) -> Path:
+        return Path(self.socket).expanduser() if self.socket else default_runtime_dir() / "gpufleet.sock"
+
+
+@dataclass(slots=True)
+class MetricsConfig:
+    listen: str | None = None  # "127.0.0.1:9835"; None: off
+
+
+@dataclass(slots=True)
+class Config:
+    hosts: list[HostConfig] = field(default_factory=list)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    rules: dict[str, RuleConfig] = field(default_factory=dict)
+    notifiers: list[NotifierConfig] = field(default_factory=list)
+    alerting: AlertingConfig = field(default_factory=AlertingConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    source: str | None = None  # the file it came from
+
+    def host(self, name: str) -> HostConfig | None:
+        return next((h for h in self.hosts if h.name == name), None)
+
+
+def default_rules() -> dict[str, RuleConfig]:
+    return {name: RuleConfig(name=name, params=dict(params)) for name, params in DEFAULT_RULES.items()}

@@ -36,8 +36,10 @@ class HostState:
     reported_hostname: str | None = None  # what hello claimed; informational only
     backend: str | None = None
     connects: int = 0  # successful connections so far
+    reconnects: int = 0  # connection attempts after the first
     frames: int = 0
     bad_frames: int = 0
+    lag: float | None = None  # received wall time minus the frame's ts, last frame
     hello: wire.Hello | None = None
     snapshot: wire.Snapshot | None = None  # the latest snapshot
 
@@ -66,7 +68,6 @@ class LiveView:
         if state is None:
             state = self.hosts[host] = HostState(name=host)
         state.last_seen = received
-        state.frames += 1
         if isinstance(frame, wire.Snapshot):
             state.snapshot = frame
         elif isinstance(frame, wire.Hello):

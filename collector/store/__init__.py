@@ -1,0 +1,1 @@
+"""Storage: SQLite history (aiosqlite), one writer task, rollups and retention."""

@@ -1,0 +1,150 @@
+"""Rows the store returns and accepts: the contract between storage, alerts, the query API and the CLI.
+
+Plain dataclasses (no sqlite types leak out). Times are unix seconds (float). Memory is bytes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+AlertState = Literal["pending", "firing", "resolved"]
+
+
+@dataclass(slots=True)
+class HostRow:
+    name: str
+    status: str  # connecting | up | down
+    reason: str | None
+    last_seen: float | None
+    agent_version: str | None
+    driver_version: str | None
+    tags: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ProcessRow:
+    pid: int
+    user: str | None
+    command: str | None
+    gpu_memory: int | None
+    sm_util: int | None
+    start_time: float | None
+    state: str | None
+    container: str | None = None
+    job: str | None = None
+
+
+@dataclass(slots=True)
+class GpuLatest:
+    """The last stored sample of one GPU (for `gpufleet status` when the collector is down)."""
+
+    host: str
+    index: int
+    uuid: str
+    name: str | None
+    ts: float
+    util_gpu: int | None
+    memory_used: int | None
+    memory_total: int | None
+    temperature: int | None
+    power_draw: float | None
+    power_limit: float | None
+    error: str | None
+    processes: list[ProcessRow] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class SeriesPoint:
+    """One point of a GPU's history. Raw samples have min == mean == max."""
+
+    ts: float  # bucket start (rollups) or sample time (raw)
+    util_mean: float | None
+    util_max: float | None
+    mem_used_mean: float | None
+    mem_used_max: float | None
+    temp_max: float | None
+    power_mean: float | None
+
+
+@dataclass(slots=True)
+class GpuSeries:
+    host: str
+    index: int
+    uuid: str
+    name: str | None
+    resolution: str  # "raw" | "1m" | "1h"
+    memory_total: int | None
+    points: list[SeriesPoint] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ProcessSpan:
+    """A process seen on a GPU from first to last sample."""
+
+    host: str
+    gpu_index: int
+    uuid: str
+    pid: int
+    user: str | None
+    command: str | None
+    first_seen: float
+    last_seen: float
+    max_gpu_memory: int | None
+    mean_sm_util: float | None
+    container: str | None = None
+    job: str | None = None
+
+
+@dataclass(slots=True)
+class UsageRow:
+    """GPU time per user (and host) in a range. held: the user's processes held GPU memory; used: held
+    weighted by GPU util; wasted: held while util stayed under the wasted threshold."""
+
+    user: str
+    host: str | None
+    gpu_hours_held: float
+    gpu_hours_used: float
+    gpu_hours_wasted: float
+
+
+@dataclass(slots=True)
+class EventRow:
+    host: str
+    ts: float
+    kind: str
+    message: str
+    gpu_index: int | None
+    uuid: str | None
+    xid: int | None
+
+
+@dataclass(slots=True)
+class AlertRecord:
+    """One alert instance, identified by its fingerprint (a hash of rule + labels)."""
+
+    fingerprint: str
+    rule: str
+    severity: str
+    state: AlertState
+    labels: dict[str, str] = field(default_factory=dict)  # host, gpu, user, rule, ...
+    annotations: dict[str, str] = field(default_factory=dict)  # summary, description, resolved message
+    started_at: float = 0.0  # condition first seen true
+    fired_at: float | None = None
+    resolved_at: float | None = None
+    last_notified_at: float | None = None
+    updated_at: float = 0.0
+    value: float | None = None
+
+
+@dataclass(slots=True)
+class SilenceRecord:
+    """Mutes alerts whose labels match every matcher (exact or shell glob) between starts_at and ends_at."""
+
+    matchers: dict[str, str]
+    starts_at: float
+    ends_at: float
+    created_by: str = ""
+    comment: str = ""
+    created_at: float = 0.0
+    id: int | None = None

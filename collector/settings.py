@@ -109,6 +109,13 @@ DEFAULT_RULES: dict[str, dict[str, Any]] = {
 }
 
 
+#: Rule parameters that are durations (seconds; the YAML also accepts ``30m``, ``1h30m``).
+RULE_DURATION_PARAMS: frozenset[str] = frozenset({"for", "no_session_idle", "hold"})
+
+#: Alert severities, lowest first (``min_severity`` compares by this order).
+SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
+
+
 @dataclass(slots=True)
 class RuleConfig:
     name: str

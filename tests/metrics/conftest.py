@@ -1,0 +1,27 @@
+"""Fixtures for the metrics tests. Helpers live in metrics_testkit.py, put on sys.path here because the
+suite runs with --import-mode=importlib (the module name is unique to avoid clashing with other dirs)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from metrics_testkit import StandIn  # noqa: E402
+
+
+@pytest.fixture
+def source() -> StandIn:
+    return StandIn()
+
+
+@pytest.fixture
+def promtool() -> str:
+    path = shutil.which("promtool") or shutil.which("promtool", path="/usr/bin")
+    if path is None:
+        pytest.skip("promtool not installed (Debian package prometheus)")
+    return path

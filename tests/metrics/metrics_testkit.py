@@ -1,0 +1,95 @@
+"""Helpers shared by the metrics tests: a stand-in MetricsSource over hand-built wire snapshots, and
+running promtool. (A plain module, not conftest: tests import it by name.)"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+
+from gpufleet.agent import wire
+from gpufleet.collector.live import HostState, LiveView
+from gpufleet.collector.metrics import FleetCollector, MetricsSource
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+
+GIB = 1 << 30
+
+
+def snapshot() -> wire.Snapshot:
+    """Two GPUs: gpu0 fully read and busy, gpu1 with most readings missing and held idle by bob."""
+    return wire.Snapshot(ts=1_700_000_000.0, seq=7, gpus=[
+        wire.GpuSample(
+            index=0, uuid="GPU-aaaa", name="NVIDIA A100-SXM4-80GB", serial="1320",
+            pci_bus_id="00000000:07:00.0",
+            util_gpu=87, util_mem=40, memory_total=80 * GIB, memory_used=30 * GIB, memory_reserved=512 << 20,
+            temperature=71, temp_slowdown=87, temp_shutdown=92, power_draw=312.5, power_limit=400.0,
+            clock_sm=1410, clock_mem=1593, throttle_reasons=["sw_power_cap"], fan_speed=None,
+            ecc_corrected=3, ecc_uncorrected=0, mig_mode=False,
+            processes=[
+                wire.ProcessSample(pid=100, user="alice", gpu_memory=20 * GIB, command="python train.py"),
+                wire.ProcessSample(pid=101, user="alice", gpu_memory=8 * GIB),
+                wire.ProcessSample(pid=102, user=None, gpu_memory=2 * GIB, attributed=False),
+            ]),
+        wire.GpuSample(
+            index=1, uuid="GPU-bbbb", name="NVIDIA A100-SXM4-80GB", util_gpu=0, memory_total=80 * GIB,
+            memory_used=10 * GIB, temperature=None, power_draw=None,
+            processes=[wire.ProcessSample(pid=200, user="bob", gpu_memory=None)]),
+    ])
+
+
+class StandIn:
+    """Implements MetricsSource over a real LiveView."""
+
+    def __init__(self) -> None:
+        self.live = LiveView()
+        up = HostState(name="gpu01", status="up", since=1_699_999_000.0, last_seen=1_700_000_000.5,
+                       tags=["a100", "lab"], agent_version="0.1.0", driver_version="550.54.15",
+                       nvml_version="12.550.54.15", cuda_version=12040, backend="fake", connects=2,
+                       reconnects=1, frames=120, bad_frames=1, lag=0.25, snapshot=snapshot())
+        down = HostState(name="gpu02", status="down", reason="ssh lost", since=1_699_999_500.0,
+                         last_seen=1_699_999_400.0, frames=30, lag=9.0, snapshot=snapshot())
+        self.live.hosts = {"gpu01": up, "gpu02": down, "gpu03": HostState(name="gpu03")}
+        self.flag_map: dict[tuple[str, int], set[str]] = {("gpu01", 1): {"wasted", "stale"},
+                                                          ("gpu02", 0): {"overheating"}}
+        self.counts = {("wasted", "warning", "firing"): 1, ("host_down", "critical", "firing"): 1,
+                       ("overheating", "critical", "pending"): 2}
+        self.fail_flags: set[tuple[str, int]] = set()
+        self.stat_values: dict[str, float] = {
+            "uptime_seconds": 42.0, "hosts_total": 3.0, "hosts_up": 1.0, "frames_total": 150.0,
+            "bad_frames_total": 1.0, "reconnects_total": 1.0, "lag_max_seconds": 0.25,
+            "store_queue_depth": 4.0, "store_dropped_total": 0.0, "store_healthy": 1.0,
+            "notify_queue_depth": 0.0, "notifications_sent_total": 5.0, "notifications_failed_total": 1.0,
+        }
+
+    def alert_counts(self) -> dict[tuple[str, str, str], int]:
+        return dict(self.counts)
+
+    def flags(self, host: str, gpu: int) -> set[str]:
+        if (host, gpu) in self.fail_flags:
+            raise RuntimeError(f"rule engine exploded on {host}/{gpu}")
+        return set(self.flag_map.get((host, gpu), set()))
+
+    def stats(self) -> dict[str, float]:
+        return dict(self.stat_values)
+
+
+def exposition(source: MetricsSource, *, openmetrics: bool = False) -> str:
+    """What a scrape of ``source`` returns (text format 0.0.4, or OpenMetrics)."""
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(source))
+    return (generate_openmetrics if openmetrics else generate_latest)(registry).decode()
+
+
+def run_promtool(promtool: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([promtool, *args], input=stdin, capture_output=True, text=True, timeout=60,
+                          cwd=REPO)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -1,0 +1,232 @@
+"""What a scrape contains, from a stand-in source with hand-built wire snapshots."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from gpufleet.agent import wire
+from gpufleet.collector.live import HostState, LiveView
+from gpufleet.collector.metrics import METRIC_NAMES, UNATTRIBUTED_USER, FleetCollector, MetricsSource
+from metrics_testkit import GIB, StandIn, exposition, run_promtool, snapshot
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+GPU0 = {"host": "gpu01", "gpu": "0", "uuid": "GPU-aaaa", "name": "NVIDIA A100-SXM4-80GB"}
+GPU1 = {"host": "gpu01", "gpu": "1", "uuid": "GPU-bbbb", "name": "NVIDIA A100-SXM4-80GB"}
+
+
+def samples(source: MetricsSource) -> Samples:
+    out: Samples = {}
+    for fam in text_string_to_metric_families(exposition(source)):
+        for s in fam.samples:
+            key = (s.name, frozenset(s.labels.items()))
+            assert key not in out, f"duplicate series {key}"
+            out[key] = s.value
+    return out
+
+
+def get(smp: Samples, metric: str, /, **labels: str) -> float | None:
+    return smp.get((metric, frozenset(labels.items())))
+
+
+def names_for(smp: Samples, name: str) -> list[dict[str, str]]:
+    return [dict(lab) for (n, lab) in smp if n == name]
+
+
+def test_gpu_readings_carry_host_gpu_uuid_name(source: StandIn) -> None:
+    s = samples(source)
+    assert get(s, "gpufleet_gpu_utilization_percent", **GPU0) == 87
+    assert get(s, "gpufleet_gpu_utilization_percent", **GPU1) == 0  # a real 0 is kept
+    assert get(s, "gpufleet_gpu_memory_utilization_percent", **GPU0) == 40
+    assert get(s, "gpufleet_gpu_memory_used_bytes", **GPU0) == 30 * GIB
+    assert get(s, "gpufleet_gpu_memory_total_bytes", **GPU0) == 80 * GIB
+    assert get(s, "gpufleet_gpu_memory_reserved_bytes", **GPU0) == 512 << 20
+    assert get(s, "gpufleet_gpu_temperature_celsius", **GPU0) == 71
+    assert get(s, "gpufleet_gpu_temperature_slowdown_celsius", **GPU0) == 87
+    assert get(s, "gpufleet_gpu_power_watts", **GPU0) == 312.5
+    assert get(s, "gpufleet_gpu_power_limit_watts", **GPU0) == 400
+    assert get(s, "gpufleet_gpu_sm_clock_hertz", **GPU0) == 1410e6  # MHz on the wire, base unit here
+    assert get(s, "gpufleet_gpu_memory_clock_hertz", **GPU0) == 1593e6
+    assert get(s, "gpufleet_gpu_throttled", **GPU0, reason="sw_power_cap") == 1
+    assert get(s, "gpufleet_gpu_ecc_errors_total", **GPU0, type="corrected") == 3
+    assert get(s, "gpufleet_gpu_ecc_errors_total", **GPU0, type="uncorrected") == 0
+    assert get(s, "gpufleet_gpu_mig_mode", **GPU0) == 0
+    assert get(s, "gpufleet_gpu_processes", **GPU0) == 3
+    assert get(s, "gpufleet_gpu_processes_unattributed", **GPU0) == 1
+    assert get(s, "gpufleet_gpu_info", **GPU0, pci_bus_id="00000000:07:00.0", serial="1320") == 1
+    assert get(s, "gpufleet_host_gpus", host="gpu01") == 2
+
+
+def test_missing_readings_give_no_sample_not_zero(source: StandIn) -> None:
+    s = samples(source)
+    for name in ("gpufleet_gpu_temperature_celsius", "gpufleet_gpu_power_watts",
+                 "gpufleet_gpu_memory_utilization_percent", "gpufleet_gpu_ecc_errors_total",
+                 "gpufleet_gpu_mig_mode", "gpufleet_gpu_sm_clock_hertz"):
+        assert not [lab for lab in names_for(s, name) if lab["gpu"] == "1"], name
+    assert names_for(s, "gpufleet_gpu_fan_speed_percent") == []  # None on both GPUs
+    # bob's process has no readable memory: counted, but no memory sample
+    assert get(s, "gpufleet_user_gpu_processes", host="gpu01", gpu="1", user="bob") == 1
+    assert get(s, "gpufleet_user_gpu_memory_bytes", host="gpu01", gpu="1", user="bob") is None
+
+
+def test_only_hosts_that_are_up_expose_gpu_series(source: StandIn) -> None:
+    s = samples(source)
+    assert get(s, "gpufleet_host_up", host="gpu01") == 1
+    assert get(s, "gpufleet_host_up", host="gpu02") == 0  # down, though its last snapshot is kept
+    assert get(s, "gpufleet_host_up", host="gpu03") == 0  # still connecting
+    assert get(s, "gpufleet_host_last_seen_timestamp_seconds", host="gpu02") == 1_699_999_400.0
+    assert get(s, "gpufleet_host_last_seen_timestamp_seconds", host="gpu03") is None
+    assert get(s, "gpufleet_host_status_since_timestamp_seconds", host="gpu02") == 1_699_999_500.0
+    gpu_hosts = {dict(lab).get("host") for (n, lab) in s if n.startswith(("gpufleet_gpu_", "gpufleet_user_"))}
+    assert gpu_hosts == {"gpu01", None}  # None: gpufleet_user_gpus has no host label
+    assert get(s, "gpufleet_host_lag_seconds", host="gpu02") is None
+    assert get(s, "gpufleet_host_frames_total", host="gpu02") == 30  # counters stay for down hosts
+
+
+def test_host_info_and_tags(source: StandIn) -> None:
+    s = samples(source)
+    assert names_for(s, "gpufleet_host_info") == [{
+        "host": "gpu01", "agent_version": "0.1.0", "driver_version": "550.54.15",
+        "nvml_version": "12.550.54.15", "cuda_version": "12.4", "backend": "fake"}]
+    assert sorted(lab["tag"] for lab in names_for(s, "gpufleet_host_tag")) == ["a100", "lab"]
+    assert get(s, "gpufleet_host_connects_total", host="gpu01") == 2
+    assert get(s, "gpufleet_host_reconnects_total", host="gpu01") == 1
+    assert get(s, "gpufleet_host_bad_frames_total", host="gpu01") == 1
+    assert get(s, "gpufleet_host_snapshot_timestamp_seconds", host="gpu01") == 1_700_000_000.0
+
+
+def test_flags_wasted_and_lost(source: StandIn) -> None:
+    source.live.hosts["gpu01"].snapshot = snap = snapshot()
+    snap.gpus.append(wire.GpuSample(index=2, uuid="GPU-cccc", error="GPU is lost"))
+    source.flag_map[("gpu01", 0)] = {"gpu_lost"}
+    s = samples(source)
+    assert get(s, "gpufleet_gpu_wasted", **GPU1) == 1
+    assert get(s, "gpufleet_gpu_wasted", **GPU0) == 0
+    assert sorted(lab["flag"] for lab in names_for(s, "gpufleet_gpu_flag") if lab["gpu"] == "1") == [
+        "stale", "wasted"]
+    assert get(s, "gpufleet_gpu_lost", **GPU0) == 1  # from the rule
+    assert get(s, "gpufleet_gpu_lost", host="gpu01", gpu="2", uuid="GPU-cccc", name="") == 1  # unreadable
+    assert get(s, "gpufleet_gpu_lost", **GPU1) == 0
+    assert get(s, "gpufleet_gpu_utilization_percent", host="gpu01", gpu="2", uuid="GPU-cccc", name="") is None
+
+
+def test_users_are_aggregated_never_per_pid(source: StandIn) -> None:
+    second = HostState(name="gpu04", status="up", snapshot=wire.Snapshot(ts=1.0, seq=1, gpus=[
+        wire.GpuSample(index=3, uuid="GPU-dddd", processes=[wire.ProcessSample(pid=9, user="alice",
+                                                                               gpu_memory=GIB)])]))
+    source.live.hosts["gpu04"] = second
+    text = exposition(source)
+    label_names = {k for f in text_string_to_metric_families(text) for smp in f.samples for k in smp.labels}
+    assert "pid" not in label_names
+    s = samples(source)
+    assert get(s, "gpufleet_user_gpu_memory_bytes", host="gpu01", gpu="0", user="alice") == 28 * GIB
+    assert get(s, "gpufleet_user_gpu_processes", host="gpu01", gpu="0", user="alice") == 2
+    assert get(s, "gpufleet_user_gpu_memory_bytes", host="gpu01", gpu="0", user=UNATTRIBUTED_USER) == 2 * GIB
+    assert get(s, "gpufleet_user_gpus", user="alice") == 2  # gpu01/0 and gpu04/3
+    assert get(s, "gpufleet_user_gpus", user="bob") == 1
+
+
+def test_alert_counts_and_collector_health(source: StandIn) -> None:
+    source.stat_values.update({"weird key": 1.0, "Caps": 2.0, "retries_total": 7.0, "nan_gauge": math.nan,
+                               "ssh_sessions": 3.0})
+    s = samples(source)
+    assert get(s, "gpufleet_alerts", rule="wasted", severity="warning", state="firing") == 1
+    assert get(s, "gpufleet_alerts", rule="overheating", severity="critical", state="pending") == 2
+    assert {lab["status"]: get(s, "gpufleet_collector_hosts", **lab)
+            for lab in names_for(s, "gpufleet_collector_hosts")} == {"up": 1, "down": 1, "connecting": 1}
+    assert get(s, "gpufleet_collector_lag_seconds") == 0.25  # the down host's 9 s lag is history
+    assert get(s, "gpufleet_collector_frames_total") == 150
+    assert get(s, "gpufleet_collector_store_queue_depth") == 4
+    assert get(s, "gpufleet_collector_notify_queue_depth") == 0
+    assert get(s, "gpufleet_collector_notifications_failed_total") == 1
+    assert get(s, "gpufleet_collector_store_healthy") == 1
+    assert get(s, "gpufleet_collector_uptime_seconds") == 42
+    # stats keys without a spec: exposed by suffix; unsafe names and non-finite values dropped
+    assert get(s, "gpufleet_collector_retries_total") == 7
+    assert get(s, "gpufleet_collector_ssh_sessions") == 3
+    names = {n for n, _ in s}
+    assert not {n for n in names if "weird" in n or "Caps" in n or "nan_gauge" in n}
+    # already shown another way: not repeated
+    assert not names & {"gpufleet_collector_hosts_total", "gpufleet_collector_hosts_up",
+                        "gpufleet_collector_lag_max_seconds"}
+    text = exposition(source)
+    assert "# TYPE gpufleet_collector_retries_total counter" in text
+    assert "# TYPE gpufleet_collector_ssh_sessions gauge" in text
+
+
+def test_collector_totals_fall_back_to_the_live_view(source: StandIn) -> None:
+    source.stat_values = {}
+    s = samples(source)
+    assert get(s, "gpufleet_collector_frames_total") == 150  # 120 + 30 + 0
+    assert get(s, "gpufleet_collector_bad_frames_total") == 1
+    assert get(s, "gpufleet_collector_reconnects_total") == 1
+    assert get(s, "gpufleet_collector_store_queue_depth") is None
+
+
+def broken() -> StandIn:
+    """A source whose rule engine raises for one GPU."""
+    source = StandIn()
+    source.fail_flags = {("gpu01", 1)}
+    return source
+
+
+def test_a_failing_section_is_dropped_whole_and_counted() -> None:
+    source = broken()
+    s = samples(source)
+    assert get(s, "gpufleet_host_up", host="gpu01") == 1  # other sections unaffected
+    assert get(s, "gpufleet_alerts", rule="wasted", severity="warning", state="firing") == 1
+    assert names_for(s, "gpufleet_gpu_utilization_percent") == []  # no half-built GPU section
+    assert names_for(s, "gpufleet_user_gpus") == []
+    assert get(s, "gpufleet_collector_metrics_errors_total", section="gpus") == 1
+
+
+def test_empty_fleet_is_valid() -> None:
+    source = StandIn()
+    source.live = LiveView()
+    source.counts, source.stat_values = {}, {}
+    s = samples(source)
+    assert get(s, "gpufleet_collector_hosts", status="up") == 0
+    assert get(s, "gpufleet_collector_lag_seconds") is None
+
+
+def full_source() -> StandIn:
+    """Every field set somewhere, so every spec'd family has a sample."""
+    source = StandIn()
+    snap = snapshot()
+    snap.gpus[0].fan_speed = 40
+    snap.gpus.append(wire.GpuSample(index=2, uuid="GPU-cccc", mig_mode=True, mig_instances=[
+        wire.MigInstance(gi_id=1, ci_id=0, profile="1g.10gb", memory_total=10 * GIB, memory_used=GIB)]))
+    source.live.hosts["gpu01"].snapshot = snap
+    return source
+
+
+def test_describe_lists_exactly_what_collect_can_emit() -> None:
+    collector = FleetCollector(full_source())
+    described = {s.name if s.type != "counter" else s.name + "_total" for s in collector.describe()}
+    assert described == METRIC_NAMES
+    emitted = {smp.name for fam in collector.collect() for smp in fam.samples}
+    assert emitted == METRIC_NAMES - {"gpufleet_collector_metrics_errors_total"}
+    registry = CollectorRegistry()
+    registry.register(collector)  # names are unique and the registry accepts them
+
+
+def test_promtool_check_metrics_passes(source: StandIn, promtool: str) -> None:
+    for src in (source, full_source(), broken()):
+        res = run_promtool(promtool, "check", "metrics", stdin=exposition(src))
+        assert res.returncode == 0 and not res.stdout.strip() and not res.stderr.strip(), res
+
+
+@pytest.mark.parametrize("name, user", [('A"B\\C\nD', "jürgen"), ("{weird}", "a b")])
+def test_odd_label_values_are_escaped(source: StandIn, promtool: str, name: str, user: str) -> None:
+    snap = snapshot()
+    snap.gpus[0].name = name
+    snap.gpus[0].processes[0].user = user
+    source.live.hosts["gpu01"].snapshot = snap
+    s = samples(source)
+    assert get(s, "gpufleet_gpu_utilization_percent", host="gpu01", gpu="0", uuid="GPU-aaaa", name=name) == 87
+    assert get(s, "gpufleet_user_gpu_processes", host="gpu01", gpu="0", user=user) == 1
+    res = run_promtool(promtool, "check", "metrics", stdin=exposition(source))
+    assert res.returncode == 0, res

@@ -192,10 +192,16 @@ Frame = Hello | Snapshot | Event | Heartbeat
 # -------------------------------------------------------------------------------------------- encode
 
 
+#: List fields whose empty value is their default, so they can be left out. Others (throttle_reasons)
+#: keep ``[]``, which means "none" where a missing field means "not supported".
+_EMPTY_BY_DEFAULT: Final = frozenset({"gpus", "processes", "mig_instances"})
+
+
 def _prune(value: Any) -> Any:
-    """Drop None values and empty lists so frames stay small (decode restores the defaults)."""
+    """Drop None values and default-empty lists so frames stay small (decode restores the defaults)."""
     if isinstance(value, dict):
-        return {k: _prune(v) for k, v in value.items() if v is not None and v != []}
+        return {k: _prune(v) for k, v in value.items()
+                if v is not None and not (v == [] and k in _EMPTY_BY_DEFAULT)}
     if isinstance(value, list):
         return [_prune(v) for v in value]
     return value
@@ -334,8 +340,10 @@ def _gpu_sample(raw: Any, where: str) -> GpuSample:
         ecc_corrected=_typed(o, "ecc_corrected", _INT, where),
         ecc_uncorrected=_typed(o, "ecc_uncorrected", _INT, where),
         mig_mode=_typed(o, "mig_mode", _BOOL, where),
-        mig_instances=[_mig(m, f"{where}.mig_instances[{i}]") for i, m in enumerate(_list(o, "mig_instances", where))],
-        processes=[_process(p, f"{where}.processes[{i}]") for i, p in enumerate(_list(o, "processes", where))],
+        mig_instances=[_mig(m, f"{where}.mig_instances[{i}]")
+                       for i, m in enumerate(_list(o, "mig_instances", where))],
+        processes=[_process(p, f"{where}.processes[{i}]")
+                   for i, p in enumerate(_list(o, "processes", where))],
         error=_typed(o, "error", _STR, where),
     )
 

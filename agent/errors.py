@@ -1,0 +1,46 @@
+"""The agent's own exception hierarchy.
+
+Three failure classes matter to the sampling loop, and each has its own recovery: a field that is missing
+is just None (never an exception here), a lost GPU is reported and the rest of the snapshot still goes out,
+and a driver/library failure means re-initialising NVML with backoff. Setup errors (no NVML at all, a bad
+scenario file) end the process with exit code 2 and one clear line on stderr.
+"""
+
+from __future__ import annotations
+
+
+class AgentError(Exception):
+    """Base of every agent error; ``str()`` is a complete one-line message."""
+
+
+class NvmlUnavailable(AgentError):
+    """NVML cannot be used at start-up (library missing, driver not loaded, no GPU)."""
+
+
+class DriverError(AgentError):
+    """The driver or library went away under us (UNINITIALIZED, DRIVER_NOT_LOADED, LIB_RM_VERSION_MISMATCH).
+
+    Every GPU is affected, so the whole NVML session is re-initialised.
+    """
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class GpuLostError(AgentError):
+    """One GPU stopped answering (GPU_IS_LOST, UNKNOWN, RESET_REQUIRED); the others are unaffected."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class ScenarioError(AgentError):
+    """A fake-backend scenario file is invalid; the message names the file and the key."""
+
+    def __init__(self, source: str, key: str, problem: str) -> None:
+        super().__init__(f"scenario {source}: {key}: {problem}" if key else f"scenario {source}: {problem}")
+        self.source = source
+        self.key = key
+        self.problem = problem

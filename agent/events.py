@@ -1,0 +1,112 @@
+"""Xid events in their own thread: nvmlEventSetWait with a short wait, pushing Event frames out.
+
+Xids arrive between samples and must not wait for (or delay) the sampling loop. Where event sets are not
+supported (some vGPU/WSL setups, the fake library without them) the watcher quietly does nothing. On a
+driver error it stops and sets :attr:`XidWatcher.failed`; the main loop restarts it after re-init.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from gpufleet.agent import nvml
+from gpufleet.agent.errors import DriverError, GpuLostError
+from gpufleet.agent.wire import CRITICAL_XIDS, WARNING_XIDS, Event
+
+log = logging.getLogger(__name__)
+
+
+def xid_event(ts: float, xid: int, gpu: tuple[int, str] | None) -> Event:
+    level = "critical" if xid in CRITICAL_XIDS else "warning" if xid in WARNING_XIDS else "info"
+    where = "unknown GPU" if gpu is None else f"GPU {gpu[0]} ({gpu[1]})"
+    return Event(
+        ts=ts,
+        kind="xid",
+        xid=xid,
+        gpu_index=None if gpu is None else gpu[0],
+        uuid=None if gpu is None else gpu[1],
+        message=f"Xid {xid} ({level}) on {where}",
+    )
+
+
+class XidWatcher:
+    """Waits on one NVML event set for Xid critical errors on every GPU."""
+
+    def __init__(
+        self,
+        gateway: nvml.Gateway,
+        handles: list[object],
+        gpus: dict[int, tuple[int, str]],
+        emit: Callable[[Event], None],
+        *,
+        wait_ms: int = 500,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.gw = gateway
+        self.handles = handles
+        self.gpus = gpus  # nvml.handle_key(handle) -> (index, uuid)
+        self.emit = emit
+        self.wait_ms = wait_ms
+        self.wall = wall
+        self.halt = threading.Event()
+        self.failed = False
+        self.active = False  # True once at least one GPU is registered
+        self._thread = threading.Thread(target=self._run, name="xid-watcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self.halt.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            event_set = self.gw.event_set()
+        except DriverError:
+            self.failed = True
+            return
+        if event_set is None:
+            log.debug("NVML event sets not supported; Xid events unavailable")
+            return
+        try:
+            self._watch(event_set)
+        finally:
+            try:
+                self.gw.free_event_set(event_set)
+            except (DriverError, GpuLostError):
+                pass
+
+    def _watch(self, event_set: object) -> None:
+        registered = 0
+        for h in self.handles:
+            try:
+                registered += self.gw.register_xid(h, event_set)
+            except GpuLostError:
+                continue
+            except DriverError:
+                self.failed = True
+                return
+        if not registered:
+            log.debug("no GPU supports Xid events; watcher idle")
+            return
+        self.active = True
+        while not self.halt.is_set():
+            try:
+                ev = self.gw.wait_event(event_set, self.wait_ms)
+            except GpuLostError:
+                self.halt.wait(self.wait_ms / 1000.0)  # the sampler reports the loss; avoid a hot loop
+                continue
+            except DriverError:
+                self.failed = True
+                return
+            if ev is None or not ev.event_type & nvml.EVENT_XID:
+                continue
+            gpu = self.gpus.get(nvml.handle_key(ev.handle))
+            event = xid_event(self.wall(), ev.data, gpu)
+            log.warning("%s", event.message)
+            self.emit(event)

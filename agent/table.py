@@ -1,0 +1,97 @@
+"""The human-readable table ``gpufleet-agent --once`` prints: one screen, no dependencies (no rich here)."""
+
+from __future__ import annotations
+
+import time
+
+from gpufleet.agent.wire import GpuSample, Hello, ProcessSample, Snapshot
+
+GIB = float(1 << 30)
+
+
+def _gib(value: int | None) -> str:
+    return "-" if value is None else f"{value / GIB:.1f}"
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours:02d}h"
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s"
+
+
+def _cuda(version: int | None) -> str:
+    return "-" if version is None else f"{version // 1000}.{version % 1000 // 10}"
+
+
+def _num(value: float | int | None, unit: str = "") -> str:
+    return "-" if value is None else f"{value:.0f}{unit}"
+
+
+def _flags(g: GpuSample) -> str:
+    flags = [r for r in g.throttle_reasons or [] if r != "gpu_idle"]
+    if g.ecc_uncorrected:
+        flags.append(f"ecc_uncorrected={g.ecc_uncorrected}")
+    if g.mig_mode:
+        flags.append(f"mig:{len(g.mig_instances)}")
+    return ",".join(flags)
+
+
+def _process_line(p: ProcessSample, now: float) -> str:
+    if not p.attributed:
+        who, age, state, cmd = "?", "-", "?", "(unattributed: /proc not readable)"
+    else:
+        who = p.user or "?"
+        age = "-" if p.start_time is None else _duration(now - p.start_time)
+        state = p.state or "?"
+        cmd = p.command or ""
+        if state == "Z":
+            cmd += " <defunct>"
+    where = f" job={p.job}" if p.job else ""
+    if p.container:
+        where += f" ctr={p.container[:12]}"
+    if p.pod:
+        where += f" pod={p.pod[:8]}"
+    sm = "-" if p.sm_util is None else f"{p.sm_util}%"
+    return (
+        f"     {p.pid:>8}  {who:<10.10} {_gib(p.gpu_memory):>6} GiB  sm {sm:>4}  {age:>7}  {state}  "
+        f"{cmd[:80]}{where}"
+    )
+
+
+def render(snapshot: Snapshot, hello: Hello | None = None, now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    lines = []
+    if hello is not None:
+        lines.append(
+            f"{hello.hostname}  driver {hello.driver_version or '-'}  CUDA {_cuda(hello.cuda_version)}  "
+            f"backend {hello.backend}  {len(snapshot.gpus)} GPU(s)"
+        )
+    lines.append(
+        f"{'GPU':>3}  {'NAME':<28} {'UTIL':>5}  {'MEMORY (GiB)':>13}  {'TEMP':>5}  {'POWER (W)':>10}  FLAGS"
+    )
+    for g in snapshot.gpus:
+        if g.error:
+            lines.append(f"{g.index:>3}  {(g.name or '?'):<28.28} {g.error}")
+            continue
+        mem = f"{_gib(g.memory_used)}/{_gib(g.memory_total)}"
+        power = f"{_num(g.power_draw)}/{_num(g.power_limit)}"
+        lines.append(
+            f"{g.index:>3}  {(g.name or '?'):<28.28} {_num(g.util_gpu, '%'):>5}  {mem:>13}  "
+            f"{_num(g.temperature, 'C'):>5}  {power:>10}  {_flags(g)}"
+        )
+        for m in g.mig_instances:
+            lines.append(
+                f"     MIG gi={m.gi_id} ci={m.ci_id if m.ci_id is not None else '-'}  "
+                f"{_gib(m.memory_used)}/{_gib(m.memory_total)} GiB  {m.uuid or ''}"
+            )
+        for p in sorted(g.processes, key=lambda p: -(p.gpu_memory or 0)):
+            lines.append(_process_line(p, now))
+        if not g.processes:
+            lines.append("     (no processes)")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,73 @@
+"""Fixtures for the agent tests: a controllable clock and the fake backend wired to the real gateway."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+from gpufleet.agent.fake import FakeNvml, FakeProcs, Scenario, parse_scenario
+from gpufleet.agent.nvml import Gateway
+from gpufleet.agent.sampler import Sampler
+
+
+class FakeClock:
+    """A clock tests move by hand, so timelines are deterministic."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@dataclass
+class Env:
+    clock: FakeClock
+    lib: FakeNvml
+    gateway: Gateway
+    sampler: Sampler
+
+
+def scenario_from(text: str, source: str = "test.yaml") -> Scenario:
+    return parse_scenario(yaml.safe_load(text), source)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def make_env(clock: FakeClock) -> Callable[..., Env]:
+    """Build the fake library + the real Gateway + Sampler from YAML text; the sampler is opened."""
+
+    def build(text: str, **sampler_kwargs: Any) -> Env:
+        lib = FakeNvml(scenario_from(text), clock=clock, wall=lambda: 1_700_000_000.0, sleep=lambda s: None)
+        gw = Gateway(lib, backend="fake")
+        sampler = Sampler(
+            gw, FakeProcs(lib), clock=clock, wall=lambda: 1_700_000_000.0 + clock(), **sampler_kwargs
+        )
+        sampler.open()
+        return Env(clock, lib, gw, sampler)
+
+    return build
+
+
+def agent_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "gpufleet.agent", *args]
+
+
+@pytest.fixture
+def agent_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("LD_LIBRARY_PATH", None)  # never pick up a fake libnvidia-ml from another test
+    env["PYTHONUNBUFFERED"] = "1"
+    return env

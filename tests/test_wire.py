@@ -1,0 +1,77 @@
+"""The wire protocol both sides share: round trips, bounds, version rules, hostile input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from gpufleet.agent import wire
+
+
+def _snapshot() -> wire.Snapshot:
+    proc = wire.ProcessSample(pid=42, gpu_memory=1 << 30, sm_util=3, user="alice", command="jupyter-lab",
+                              start_time=1700000000.0, state="S", job="81234")
+    gpu = wire.GpuSample(index=0, uuid="GPU-1", name="A100", util_gpu=2, memory_total=80 << 30,
+                         memory_used=40 << 30, temperature=55, power_draw=61.5, throttle_reasons=[],
+                         processes=[proc])
+    lost = wire.GpuSample(index=1, uuid="GPU-2", error="GPU is lost")
+    return wire.Snapshot(ts=1700000100.5, seq=7, gpus=[gpu, lost])
+
+
+def test_round_trip_keeps_every_field() -> None:
+    snap = _snapshot()
+    assert wire.decode(wire.encode(snap)) == snap
+
+
+def test_empty_throttle_list_means_none_not_unsupported() -> None:
+    decoded = wire.decode(wire.encode(_snapshot()))
+    assert isinstance(decoded, wire.Snapshot)
+    assert decoded.gpus[0].throttle_reasons == []  # "not throttling"
+    assert decoded.gpus[1].throttle_reasons is None  # "not reported"
+
+
+def test_unknown_fields_are_ignored_and_newer_minor_accepted() -> None:
+    obj = json.loads(wire.encode(_snapshot()))
+    obj["proto"] = "1.9"
+    obj["future_field"] = {"x": 1}
+    obj["gpus"][0]["future_gpu_field"] = 3
+    assert isinstance(wire.from_object(obj), wire.Snapshot)
+
+
+def test_unknown_major_version_is_a_clear_error() -> None:
+    obj = json.loads(wire.encode(wire.Heartbeat(ts=1.0)))
+    obj["proto"] = "2.0"
+    with pytest.raises(wire.ProtocolVersionError, match="protocol 2.0"):
+        wire.from_object(obj)
+
+
+def test_oversized_line_rejected_before_parsing() -> None:
+    line = b'{"pad":"' + b"x" * 2000 + b'"}'
+    with pytest.raises(wire.FrameTooLarge, match="exceeds the 1000-byte bound"):
+        wire.decode(line, max_bytes=1000)
+
+
+@pytest.mark.parametrize(("line", "message"), [
+    (b"not json", "not valid JSON"),
+    (b"[1, 2]", "must be an object"),
+    (b'{"type": "snapshot", "ts": 1}', "proto"),
+    (b'{"type": "bogus", "proto": "1.0"}', "unknown frame type"),
+    (b'{"type": "snapshot", "proto": "1.0", "ts": "soon"}', "'ts' must be"),
+    (b'{"type": "snapshot", "proto": "1.0", "ts": 1, "gpus": [{"index": true, "uuid": "u"}]}', "got bool"),
+    (b'{"type": "snapshot", "proto": "1.0", "ts": 1, "gpus": [{"index": 0}]}', "'uuid'"),
+    (b'{"type": "snapshot", "proto": "1.0", "ts": NaN}', "not finite"),
+    (b'{"type": "snapshot", "proto": "1.0", "ts": 1, "gpus": [{"index": 0, "uuid": "u",'
+     b' "processes": [{"pid": "42"}]}]}', "processes[0]"),
+])
+def test_malformed_frames_name_the_problem(line: bytes, message: str) -> None:
+    with pytest.raises(wire.MalformedFrame, match=message.replace("[", r"\[").replace("]", r"\]")):
+        wire.decode(line)
+
+
+def test_percentages_are_clamped() -> None:
+    obj = json.loads(wire.encode(_snapshot()))
+    obj["gpus"][0]["util_gpu"] = 140
+    obj["gpus"][0]["processes"][0]["sm_util"] = 250
+    snap = wire.from_object(obj)
+    assert isinstance(snap, wire.Snapshot)
+    assert snap.gpus[0].util_gpu == 100 and snap.gpus[0].processes[0].sm_util == 100

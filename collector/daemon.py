@@ -1,0 +1,239 @@
+"""The collector daemon: wires transport -> live view / store / alert engine, and serves queries and metrics.
+
+Lifecycle (modelled on uvicorn's server): ``start()`` brings the parts up in dependency order (store first,
+transport last, so no frame arrives before its consumers exist), ``serve_forever()`` waits for SIGTERM/SIGINT
+or :meth:`stop`, and ``stop()`` tears down in reverse with a timeout so a stuck host or notifier can never
+keep the process alive or lose committed history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from gpufleet.agent import wire
+from gpufleet.collector.live import FanOut, FleetSink, HostState, LiveView
+from gpufleet.collector.settings import Config
+
+if TYPE_CHECKING:
+    from gpufleet.collector.alerts.engine import AlertEngine
+    from gpufleet.collector.api import QueryServer
+    from gpufleet.collector.metrics import MetricsServer
+    from gpufleet.collector.notify import NotificationDispatcher
+    from gpufleet.collector.store.store import Store
+    from gpufleet.collector.transport.manager import FleetTransport
+
+log = logging.getLogger(__name__)
+
+MAINTENANCE_INTERVAL = 60.0
+NOTIFY_COUNTERS = ("submitted", "sent", "failed", "dropped", "retries")
+
+
+class StoreSink:
+    """Forwards frames and host states to the store's writer queue (non-blocking)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def host_state(self, state: HostState) -> None:
+        self.store.submit_host_state(state)
+
+    def frame(self, host: str, frame: wire.Frame, received: float) -> None:
+        if isinstance(frame, wire.Snapshot):
+            self.store.submit_snapshot(host, frame, received)
+        elif isinstance(frame, wire.Event):
+            self.store.submit_event(host, frame, received)
+        elif isinstance(frame, wire.Hello):
+            self.store.submit_hello(host, frame, received)
+
+
+class Collector:
+    """One collector process. Attributes are what the query API and metrics read."""
+
+    def __init__(self, config: Config, *, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.clock = clock
+        self.live = LiveView()
+        for host in config.hosts:
+            self.live.hosts[host.name] = HostState(name=host.name, tags=list(host.tags))
+        self.started_at = clock()
+        self._store: Store | None = None
+        self._alerts: AlertEngine | None = None
+        self._dispatcher: NotificationDispatcher | None = None
+        self._transport: FleetTransport | None = None
+        self._api: QueryServer | None = None
+        self._metrics: MetricsServer | None = None
+        self._maintenance: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
+        self._running = False
+
+    # ------------------------------------------------------------------ parts (valid after start)
+    @property
+    def store(self) -> Store:
+        if self._store is None:
+            raise RuntimeError("collector not started")
+        return self._store
+
+    @property
+    def alerts(self) -> AlertEngine:
+        if self._alerts is None:
+            raise RuntimeError("collector not started")
+        return self._alerts
+
+    @property
+    def transport(self) -> FleetTransport:
+        if self._transport is None:
+            raise RuntimeError("collector not started")
+        return self._transport
+
+    @property
+    def api_socket(self) -> str:
+        return str(self.config.api.resolved_socket())
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self._metrics.port if self._metrics is not None else None
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        from gpufleet.collector.alerts.engine import AlertEngine
+        from gpufleet.collector.api import QueryServer
+        from gpufleet.collector.notify import NotificationDispatcher, build_notifiers
+        from gpufleet.collector.store.store import Store
+        from gpufleet.collector.transport.manager import FleetTransport
+
+        cfg = self.config
+        self._store = await Store.open(cfg.storage)
+        try:
+            notifiers = build_notifiers(cfg.notifiers, cfg.alerting)
+            self._dispatcher = NotificationDispatcher(notifiers, queue_size=cfg.alerting.queue_size,
+                                                      clock=self.clock)
+            self._alerts = AlertEngine(cfg, self._store, clock=self.clock, dispatcher=self._dispatcher)
+            self._store.on_health_change = self._alerts.storage_health
+            await self._alerts.start()
+
+            self._api = QueryServer(self, cfg.api.resolved_socket(), cfg.api.mode)
+            await self._api.start()
+            if cfg.metrics.listen:
+                from gpufleet.collector.metrics import MetricsServer
+
+                self._metrics = MetricsServer(self, cfg.metrics.listen)
+                await self._metrics.start()
+
+            sink: FleetSink = FanOut(self.live, StoreSink(self._store), self._alerts)
+            self._transport = FleetTransport(cfg.hosts, sink, clock=self.clock)
+            await self._transport.start()
+        except BaseException:
+            await self.stop()
+            raise
+        self._maintenance = asyncio.create_task(self._maintenance_loop(), name="store-maintenance")
+        self._running = True
+        log.info("collector started: %d hosts, socket %s", len(cfg.hosts), self.api_socket)
+
+    async def stop(self, timeout: float = 10.0) -> None:
+        """Stop in reverse order. Each part gets a share of ``timeout``; the store is always closed last
+        so everything already received is committed."""
+        self._running = False
+        if self._maintenance is not None:
+            self._maintenance.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._maintenance
+            self._maintenance = None
+        share = max(timeout / 4, 1.0)
+        if self._transport is not None:
+            await self._guard("transport", self._transport.stop(timeout=share), share + 1)
+            self._transport = None
+        if self._metrics is not None:
+            await self._guard("metrics", self._metrics.stop(), share)
+            self._metrics = None
+        if self._api is not None:
+            await self._guard("query api", self._api.stop(), share)
+            self._api = None
+        if self._alerts is not None:
+            await self._guard("alert engine", self._alerts.stop(), share + 1)
+        if self._store is not None:
+            await self._guard("store", self._store.close(), share + 5)
+        self._stopped.set()
+
+    async def _guard(self, what: str, aw: object, timeout: float) -> None:
+        try:
+            await asyncio.wait_for(aw, timeout)  # type: ignore[arg-type]
+        except asyncio.TimeoutError:
+            log.error("stopping %s timed out after %.0f s", what, timeout)
+        except Exception:
+            log.exception("stopping %s failed", what)
+
+    def request_stop(self) -> None:
+        """Ask :meth:`serve_forever` to return (signal-safe)."""
+        self._stopped.set()
+
+    async def serve_forever(self) -> None:
+        """Run until SIGTERM/SIGINT or :meth:`request_stop`, then stop cleanly."""
+        loop = asyncio.get_running_loop()
+        installed: list[signal.Signals] = []
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self.request_stop)
+                installed.append(sig)
+        try:
+            if not self._running:
+                await self.start()
+            await self._stopped.wait()
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
+            await self.stop()
+
+    async def _maintenance_loop(self) -> None:
+        while True:
+            await asyncio.sleep(MAINTENANCE_INTERVAL)
+            try:
+                await self.store.run_maintenance(self.clock())
+            except Exception:
+                log.exception("store maintenance failed")
+
+    # ------------------------------------------------------------------ read side (API, metrics)
+    def alert_counts(self) -> dict[tuple[str, str, str], int]:
+        counts: dict[tuple[str, str, str], int] = {}
+        if self._alerts is None:
+            return counts
+        for alert in self._alerts.active():
+            key = (alert.rule, alert.severity, alert.state)
+            counts[key] = counts.get(key, 0) + 1
+        return counts
+
+    def flags(self, host: str, gpu: int | None = None) -> set[str]:
+        return self._alerts.flags(host, gpu) if self._alerts is not None else set()
+
+    def stats(self) -> dict[str, float]:
+        hosts = self.live.hosts.values()
+        lags = [h.lag for h in hosts if h.lag is not None and h.status == "up"]
+        out: dict[str, float] = {
+            "uptime_seconds": self.clock() - self.started_at,
+            "hosts_total": float(len(self.live.hosts)),
+            "hosts_up": float(sum(1 for h in hosts if h.status == "up")),
+            "frames_total": float(sum(h.frames for h in hosts)),
+            "bad_frames_total": float(sum(h.bad_frames for h in hosts)),
+            "reconnects_total": float(sum(h.reconnects for h in hosts)),
+            "lag_max_seconds": max(lags, default=0.0),
+        }
+        if self._store is not None:
+            out["store_queue_depth"] = float(self._store.queue_depth)
+            out["store_dropped_total"] = float(self._store.dropped)
+            out["store_healthy"] = 1.0 if self._store.healthy else 0.0
+        if self._alerts is not None:
+            out["notify_queue_depth"] = float(self._alerts.queue_depth)
+            notify = self._alerts.stats
+            for key in NOTIFY_COUNTERS:  # running totals only; alert levels have their own gauge
+                out[f"notifications_{key}_total"] = float(notify.get(key, 0))
+        return out
+
+
+async def run_collector(config: Config) -> None:
+    """Entry point for ``gpufleet collector run``."""
+    await Collector(config).serve_forever()

@@ -1,0 +1,190 @@
+"""Agent overhead on a busy host: CPU per minute, peak RSS and bytes per snapshot (run by hand).
+
+The real agent runs its real NVML code path against the fake libnvidia-ml.so.1 (tests/fakenvml), on 8 GPUs
+holding 64 processes. The processes are real ``sleep`` processes, so /proc attribution (user, command,
+start time, cgroup) does the work it does on a real host. Target: under 1 % of one core and under 40 MB.
+
+    .venv/bin/python tests/bench/agent_overhead.py [--seconds 60] [--gpus 8] [--procs 64] [--interval 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fakenvml"))
+import fakelib  # noqa: E402
+
+CPU_TARGET_PCT = 1.0
+RSS_TARGET_MB = 40.0
+GIB = 1 << 30
+
+
+@dataclass
+class Frames:
+    """What the agent wrote, per frame type (filled by the reader thread)."""
+
+    sizes: dict[str, list[int]] = field(default_factory=dict)
+    last_snapshot: dict[str, Any] | None = None
+    first_snapshot_at: float | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def read(self, stream: IO[bytes]) -> None:
+        for line in stream:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                kind = "invalid"
+                obj = None
+            else:
+                kind = str(obj.get("type", "unknown")) if isinstance(obj, dict) else "invalid"
+            with self.lock:
+                self.sizes.setdefault(kind, []).append(len(line))
+                if kind == "snapshot":
+                    self.last_snapshot = obj
+                    if self.first_snapshot_at is None:
+                        self.first_snapshot_at = time.monotonic()
+
+
+def agent_command(interval: float) -> list[str]:
+    exe = Path(sys.executable).with_name("gpufleet-agent")
+    cmd = [str(exe)] if exe.exists() else [shutil.which("gpufleet-agent") or "gpufleet-agent"]
+    return [*cmd, "--interval", str(interval)]
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of ``pid`` (fields 14 and 15 of /proc/PID/stat, after the command in parentheses)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def status_kb(pid: int, key: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+def fleet_state(gpus: int, pids: list[int]) -> dict[str, Any]:
+    state = fakelib.default_state(gpus)
+    for i, gpu in enumerate(state["gpus"]):
+        mine = pids[i::gpus]
+        gpu.update(
+            util=40 + i * 7 % 60,
+            util_mem=20 + i,
+            mem_used=len(mine) * 4 * GIB,
+            temp=60 + i,
+            power_mw=250_000 + i,
+            clock_graphics=1410,
+            clock_sm=1410,
+            throttle=0x4,
+            processes=[{"pid": pid, "mem": 4 * GIB, "sm": 5 + j, "memutil": 2} for j, pid in enumerate(mine)],
+        )
+    return state
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=60.0, help="measured window (after warm-up)")
+    ap.add_argument("--warmup", type=float, default=3.0, help="seconds after the first snapshot not measured")
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--procs", type=int, default=64)
+    ap.add_argument("--interval", type=float, default=1.0)
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="gpufleet-bench-"))
+    sleepers: list[subprocess.Popen[bytes]] = []
+    agent: subprocess.Popen[bytes] | None = None
+    try:
+        lib_dir = fakelib.build(work)
+        sleepers = [subprocess.Popen(["sleep", "3600"]) for _ in range(args.procs)]
+        state_path = fakelib.write_state(work / "state", fleet_state(args.gpus, [p.pid for p in sleepers]))
+        frames = Frames()
+        started = time.monotonic()
+        agent = subprocess.Popen(
+            agent_command(args.interval),
+            env=fakelib.env_for(lib_dir, state_path),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert agent.stdout is not None
+        reader = threading.Thread(target=frames.read, args=(agent.stdout,), daemon=True)
+        reader.start()
+        while frames.first_snapshot_at is None:
+            if agent.poll() is not None or time.monotonic() - started > 60:
+                print(f"agent produced no snapshot (exit {agent.poll()})", file=sys.stderr)
+                return 1
+            time.sleep(0.05)
+        startup_s = frames.first_snapshot_at - started
+        startup_cpu = cpu_seconds(agent.pid)
+        time.sleep(args.warmup)
+        cpu0, t0 = cpu_seconds(agent.pid), time.monotonic()
+        with frames.lock:
+            n0 = len(frames.sizes.get("snapshot", []))
+        time.sleep(args.seconds)
+        cpu1, t1 = cpu_seconds(agent.pid), time.monotonic()
+        hwm_kb, rss_kb = status_kb(agent.pid, "VmHWM"), status_kb(agent.pid, "VmRSS")
+        with frames.lock:
+            snaps = frames.sizes.get("snapshot", [])
+            measured = len(snaps) - n0
+            last = frames.last_snapshot or {}
+            sizes = dict(frames.sizes)
+    finally:
+        if agent is not None:
+            if agent.stdin:
+                agent.stdin.close()  # EOF on stdin: the agent exits
+            try:
+                agent.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+        for p in sleepers:
+            p.kill()
+            p.wait()
+        shutil.rmtree(work, ignore_errors=True)
+
+    cpu_per_min = (cpu1 - cpu0) / (t1 - t0) * 60
+    pct = cpu_per_min / 60 * 100
+    procs = [p for g in last.get("gpus", []) for p in g.get("processes", [])]
+    attributed = sum(1 for p in procs if p.get("attributed", True) and p.get("command"))
+    rows = [
+        (
+            "GPUs / processes",
+            f"{len(last.get('gpus', []))} / {len(procs)} ({attributed} attributed from /proc)",
+        ),
+        ("interval", f"{args.interval:g} s, measured {t1 - t0:.1f} s, {measured} snapshots"),
+        ("start-up", f"{startup_s:.2f} s to first snapshot, {startup_cpu:.2f} CPU s"),
+        ("CPU per minute", f"{cpu_per_min:.2f} s"),
+        ("share of one core", f"{pct:.2f} %  (target < {CPU_TARGET_PCT:g} %)"),
+        (
+            "peak RSS (VmHWM)",
+            f"{hwm_kb / 1024:.1f} MB, now {rss_kb / 1024:.1f} MB  (target < {RSS_TARGET_MB:g} MB)",
+        ),
+        ("bytes per snapshot", f"mean {sum(snaps) / max(1, len(snaps)):.0f}, max {max(snaps, default=0)}"),
+        (
+            "other frames",
+            ", ".join(f"{k}: {len(v)} x ~{sum(v) // len(v)} B" for k, v in sizes.items() if k != "snapshot")
+            or "none",
+        ),
+    ]
+    width = max(len(k) for k, _ in rows)
+    print(f"gpufleet-agent overhead, fake NVML, {args.gpus} GPUs, {args.procs} processes")
+    for key, value in rows:
+        print(f"  {key:<{width}}  {value}")
+    ok = pct < CPU_TARGET_PCT and hwm_kb / 1024 < RSS_TARGET_MB
+    print("  result" + " " * (width - 4) + ("within targets" if ok else "OVER TARGET"))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

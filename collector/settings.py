@@ -94,9 +94,9 @@ class Selector:
 #: the default's type (durations in seconds), so a typo is an error with file:line.
 DEFAULT_RULES: dict[str, dict[str, Any]] = {
     "wasted": {"for": 1800.0, "severity": "warning", "util_below": 5, "min_memory_mib": 256,
-               "power_idle_ratio": 0.0},
-    "idle": {"for": 7200.0, "severity": "info"},
-    "stale": {"for": 0.0, "severity": "warning", "no_session_idle": 3600.0},
+               "power_idle_ratio": 0.0, "spike_tolerance": 60.0},
+    "idle": {"for": 7200.0, "severity": "info", "max_memory_mib": 256},
+    "stale": {"for": 0.0, "severity": "warning", "no_session_idle": 3600.0, "util_below": 5},
     "orphaned_memory": {"for": 600.0, "severity": "warning", "min_memory_mib": 256},
     "overheating": {"for": 120.0, "severity": "critical", "temp_at_least": 85},
     "throttling": {"for": 300.0, "severity": "warning", "reasons": ["hw_slowdown", "sw_thermal",
@@ -110,7 +110,7 @@ DEFAULT_RULES: dict[str, dict[str, Any]] = {
 
 
 #: Rule parameters that are durations (seconds; the YAML also accepts ``30m``, ``1h30m``).
-RULE_DURATION_PARAMS: frozenset[str] = frozenset({"for", "no_session_idle", "hold"})
+RULE_DURATION_PARAMS: frozenset[str] = frozenset({"for", "no_session_idle", "hold", "spike_tolerance"})
 
 #: Alert severities, lowest first (``min_severity`` compares by this order).
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")

@@ -1,1 +1,1 @@
-"""gpufleet.collector.alerts"""
+"""gpufleet.collector.alerts: the alert lifecycle (pending -> firing -> resolved), grouping, silences."""

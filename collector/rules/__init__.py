@@ -1,1 +1,1 @@
-"""gpufleet.collector.rules"""
+"""gpufleet.collector.rules: the problems gpufleet flags, as rules that report conditions."""

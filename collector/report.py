@@ -1,0 +1,188 @@
+"""The waste report: GPU-hours held, used and wasted per user and per host over a range, top wasters first.
+
+Built from the store's hourly usage accounting (Store.usage_by_user, by_host=True), rendered as text (chat,
+terminal), markdown (issues, wikis, Matrix) or JSON, and delivered through the same notifiers as alerts
+(``gpufleet report --since 7d --send``). Note: a user is credited the whole GPU while holding memory on it,
+so two users sharing a GPU both count it; per-host sums can exceed the host's physical GPU-hours.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from gpufleet.collector.notify.base import Notification, Notifier
+from gpufleet.collector.notify.dispatcher import NotificationDispatcher
+from gpufleet.collector.rules.base import fmt_duration
+from gpufleet.collector.store.records import UsageRow
+
+ReportFormat = Literal["text", "markdown", "json"]
+FORMATS: tuple[str, ...] = ("text", "markdown", "json")
+
+
+class UsageSource(Protocol):
+    async def usage_by_user(self, *, since: float, until: float, host: str | None = None,
+                            by_host: bool = False) -> list[UsageRow]: ...
+
+
+@dataclass(slots=True)
+class UsageLine:
+    """GPU-hours of one user, one host, or everything."""
+
+    name: str
+    held: float = 0.0
+    used: float = 0.0
+    wasted: float = 0.0
+
+    @property
+    def used_pct(self) -> float:
+        return 100.0 * self.used / self.held if self.held > 0 else 0.0
+
+    @property
+    def wasted_pct(self) -> float:
+        return 100.0 * self.wasted / self.held if self.held > 0 else 0.0
+
+    def add(self, row: UsageRow) -> None:
+        self.held += row.gpu_hours_held
+        self.used += row.gpu_hours_used
+        self.wasted += row.gpu_hours_wasted
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "gpu_hours_held": round(self.held, 3),
+                "gpu_hours_used": round(self.used, 3), "gpu_hours_wasted": round(self.wasted, 3),
+                "used_pct": round(self.used_pct, 1), "wasted_pct": round(self.wasted_pct, 1)}
+
+
+@dataclass(slots=True)
+class WasteReport:
+    since: float
+    until: float
+    host: str | None
+    rows: list[UsageRow] = field(default_factory=list)  # per (user, host)
+    by_user: list[UsageLine] = field(default_factory=list)  # most wasted first
+    by_host: list[UsageLine] = field(default_factory=list)  # most wasted first
+    total: UsageLine = field(default_factory=lambda: UsageLine("total"))
+    top_wasters: list[UsageLine] = field(default_factory=list)
+    generated_at: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "since": self.since, "until": self.until, "host": self.host, "generated_at": self.generated_at,
+            "total": self.total.as_dict(),
+            "top_wasters": [u.as_dict() for u in self.top_wasters],
+            "by_user": [u.as_dict() for u in self.by_user],
+            "by_host": [h.as_dict() for h in self.by_host],
+            "rows": [dataclasses.asdict(r) for r in self.rows],
+        }
+
+
+def _sorted(lines: dict[str, UsageLine]) -> list[UsageLine]:
+    return sorted(lines.values(), key=lambda u: (-u.wasted, -u.held, u.name))
+
+
+async def build_report(store: UsageSource, *, since: float, until: float, host: str | None = None,
+                       top: int = 5, now: float | None = None) -> WasteReport:
+    """Aggregate the store's per (user, host) GPU-hours into per-user, per-host and total lines."""
+    rows = await store.usage_by_user(since=since, until=until, host=host, by_host=True)
+    users: dict[str, UsageLine] = {}
+    hosts: dict[str, UsageLine] = {}
+    total = UsageLine("total")
+    for row in rows:
+        users.setdefault(row.user, UsageLine(row.user)).add(row)
+        hosts.setdefault(row.host or "?", UsageLine(row.host or "?")).add(row)
+        total.add(row)
+    by_user = _sorted(users)
+    return WasteReport(since=since, until=until, host=host, rows=rows, by_user=by_user,
+                       by_host=_sorted(hosts), total=total,
+                       top_wasters=[u for u in by_user if u.wasted > 0][:top],
+                       generated_at=time.time() if now is None else now)
+
+
+# ------------------------------------------------------------------------------------------ render
+
+
+def _when(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def report_title(report: WasteReport) -> str:
+    scope = report.host or "all hosts"
+    return (f"gpufleet waste report, {scope}: {_when(report.since)} to {_when(report.until)} "
+            f"({fmt_duration(report.until - report.since)})")
+
+
+def _headline(report: WasteReport) -> str:
+    t = report.total
+    if t.held <= 0:
+        return "No GPU memory was held in this period."
+    return (f"{t.held:.1f} GPU-hours held, {t.used:.1f} used ({t.used_pct:.0f} %), "
+            f"{t.wasted:.1f} wasted ({t.wasted_pct:.0f} %)")
+
+
+_COLUMNS = ("HELD", "USED", "WASTED", "WASTED %")
+
+
+def _cells(u: UsageLine) -> list[str]:
+    return [f"{u.held:.1f}", f"{u.used:.1f}", f"{u.wasted:.1f}", f"{u.wasted_pct:.0f} %"]
+
+
+def _text_table(first: str, lines: list[UsageLine]) -> list[str]:
+    body = [[u.name, *_cells(u)] for u in lines]
+    head = [first, *_COLUMNS]
+    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+
+    def fmt(r: list[str]) -> str:
+        return "  ".join([r[0].ljust(widths[0]), *(c.rjust(widths[i + 1]) for i, c in enumerate(r[1:]))])
+
+    return [fmt(head), *(fmt(r) for r in body)]
+
+
+def _md_table(first: str, lines: list[UsageLine]) -> list[str]:
+    out = [f"| {first} | " + " | ".join(_COLUMNS) + " |", "|---|" + "---:|" * len(_COLUMNS)]
+    out += ["| " + " | ".join([u.name.replace("|", "\\|"), *_cells(u)]) + " |" for u in lines]
+    return out
+
+
+def render_report(report: WasteReport, fmt: ReportFormat = "text") -> str:
+    if fmt == "json":
+        return json.dumps(report.as_dict(), indent=2, sort_keys=True)
+    if fmt not in ("text", "markdown"):
+        raise ValueError(f"unknown report format {fmt!r} (use one of {', '.join(FORMATS)})")
+    md = fmt == "markdown"
+    out = [f"## {report_title(report)}" if md else report_title(report), "", _headline(report)]
+    if report.top_wasters:
+        out += ["", "### Top wasters" if md else "Top wasters:"]
+        for i, u in enumerate(report.top_wasters, 1):
+            out.append(f"{i}. {'**' + u.name + '**' if md else u.name}: {u.wasted:.1f} GPU-hours wasted of "
+                       f"{u.held:.1f} held ({u.wasted_pct:.0f} %)")
+    table = _md_table if md else _text_table
+    if report.by_user:
+        out += ["", "### By user" if md else "By user (GPU-hours):", *table("USER", report.by_user)]
+    if report.by_host:
+        out += ["", "### By host" if md else "By host (GPU-hours):", *table("HOST", report.by_host)]
+    return "\n".join(out) + "\n"
+
+
+# -------------------------------------------------------------------------------------------- send
+
+
+def report_notification(report: WasteReport, fmt: ReportFormat = "text") -> Notification:
+    return Notification(group_key="report", status="resolved", kind="report", title=report_title(report),
+                        body=render_report(report, "markdown" if fmt == "markdown" else "text"),
+                        data=report.as_dict(), created_at=report.generated_at)
+
+
+async def send_report(report: WasteReport, notifiers: Sequence[Notifier] | NotificationDispatcher, *,
+                      fmt: ReportFormat = "text") -> dict[str, str | None]:
+    """Deliver now (with the notifiers' retries); notifier name -> None when delivered, else the error.
+
+    Alertmanager notifiers take alerts only and are skipped; so is the per-user mailer.
+    """
+    dispatcher = notifiers if isinstance(notifiers, NotificationDispatcher) else NotificationDispatcher(
+        list(notifiers), backoff=1.0)
+    return await dispatcher.deliver_now(report_notification(report, fmt))

@@ -1,0 +1,194 @@
+"""What every rule shares: the Condition a rule reports, the host context it reads, selector matching.
+
+A rule turns observations (snapshots, events, host states) into *conditions*: "this is true right now".
+It knows nothing about pending/firing, notifications or silences; the alert engine does that. Keeping the
+two apart lets each rule be tested from hand-built snapshots, and the lifecycle from hand-built conditions.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from gpufleet.agent import wire
+from gpufleet.collector.live import HostState
+from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig, Selector
+from gpufleet.collector.store.records import AlertRecord
+
+#: Placeholder a rule may put in a summary/description; the engine replaces it with how long the condition
+#: has been true (from the alert's persisted start, so it survives a collector restart).
+DURATION = "{duration}"
+
+MIB = 1 << 20
+SEVERITIES = ("info", "warning", "critical")
+
+
+@dataclass(slots=True)
+class Condition:
+    """One thing a rule finds true now. ``labels`` identify it (the engine adds ``rule``)."""
+
+    rule: str
+    labels: dict[str, str]
+    summary: str
+    description: str = ""
+    value: float | None = None
+    severity: str | None = None  # None: the rule's configured severity
+    annotations: dict[str, str] = field(default_factory=dict)  # extra facts (pid, command, memory ...)
+
+
+@dataclass(slots=True)
+class HostContext:
+    """What the engine knows about one host, handed to rules."""
+
+    name: str
+    tags: list[str] = field(default_factory=list)
+    interval: float = 1.0  # the agent's sampling interval (from the host's config)
+    state: HostState | None = None
+    hello: wire.Hello | None = None  # the agent's last hello
+    snapshot: wire.Snapshot | None = None  # latest
+    snapshot_received: float | None = None
+    last_frame: float | None = None  # when any frame last arrived
+    uuids: dict[int, str] = field(default_factory=dict)  # index -> uuid, from hello and snapshots
+
+
+class Rule:
+    """Base of every rule. Subclasses override the observe hooks they need and :meth:`conditions`.
+
+    ``conditions`` returns the complete set of conditions of this rule for the host, or None when the rule
+    has no information about the host yet (so the engine keeps, rather than resolves, what it knew, e.g.
+    right after a restart before the first snapshot arrives).
+    """
+
+    name: ClassVar[str] = ""
+    #: evaluated on every engine tick, not only when a frame arrives (timeouts, hold times)
+    time_based: ClassVar[bool] = False
+    #: evaluated when a snapshot arrives
+    on_snapshot: ClassVar[bool] = True
+
+    def __init__(self, config: RuleConfig) -> None:
+        self.config = config
+        self.params: dict[str, Any] = {**DEFAULT_RULES.get(config.name, {}), **config.params}
+
+    @property
+    def for_seconds(self) -> float:
+        return float(self.params.get("for", 0.0))
+
+    @property
+    def severity(self) -> str:
+        return str(self.params.get("severity", "warning"))
+
+    def param_float(self, key: str, default: float) -> float:
+        value = self.params.get(key, default)
+        return float(value) if isinstance(value, (int, float)) else default
+
+    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+        """Update internal state from a new snapshot (``ctx.snapshot`` is already this one)."""
+
+    def observe_event(self, ctx: HostContext, event: wire.Event, now: float) -> bool:
+        """Update state from an event; True when the event concerns this rule (re-evaluate it)."""
+        return False
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        raise NotImplementedError
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        """One line saying why the alert cleared, read from the current state."""
+        host = alert.labels.get("host", "")
+        return f"{alert.rule} on {host} resolved after {fmt_duration(now - alert.started_at)}"
+
+    def restore(self, alert: AlertRecord) -> None:
+        """Seed internal state from an alert loaded at startup (so a restart does not forget)."""
+
+    def forget_host(self, host: str) -> None:
+        """Drop per-host state (host removed)."""
+
+
+# ------------------------------------------------------------------------------------------ selectors
+
+
+def _glob_any(value: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(value, p) for p in patterns)
+
+
+def selector_matches(select: Selector, labels: dict[str, str], tags: list[str]) -> bool:
+    """Does a condition with these labels, on a host with these tags, count for the rule?
+
+    Every non-empty list of the selector must match (AND across fields, OR within one). A field restricts
+    only conditions that carry the label: a host-level condition (no ``gpu``) is not excluded by ``gpus``.
+    """
+    host = labels.get("host")
+    if select.hosts and host is not None and not _glob_any(host, select.hosts):
+        return False
+    if select.tags and not any(_glob_any(t, select.tags) for t in tags):
+        return False
+    gpu = labels.get("gpu")
+    if select.gpus and gpu is not None and gpu.isdigit() and int(gpu) not in select.gpus:
+        return False
+    user = labels.get("user")
+    if user is not None:
+        if select.users and not _glob_any(user, select.users):
+            return False
+        if select.exclude_users and _glob_any(user, select.exclude_users):
+            return False
+    return True
+
+
+def matchers_match(matchers: dict[str, str], labels: dict[str, str]) -> bool:
+    """Silence matching: every matcher must match its label, exactly or as a shell glob.
+
+    A missing label reads as "" so ``user=*`` also matches alerts without a user; ``user=alice`` does not.
+    """
+    return all(fnmatch.fnmatchcase(labels.get(k, ""), v) for k, v in matchers.items())
+
+
+# ------------------------------------------------------------------------------------------ formatting
+
+
+def fmt_duration(seconds: float) -> str:
+    """3h12m, 31m, 45s, 2d3h: short and unambiguous in a chat line."""
+    s = max(0, int(seconds))
+    days, rest = divmod(s, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d{hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"
+    if minutes:
+        return f"{minutes}m"
+    return f"{secs}s"
+
+
+def fmt_bytes(n: int | float | None) -> str:
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit in ("B", "KiB") else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"  # pragma: no cover - loop always returns
+
+
+def safe(text: str | None, limit: int = 120) -> str:
+    """User-controlled text (commands) in a summary: bounded, one line, cannot inject the placeholder."""
+    if not text:
+        return "?"
+    one_line = " ".join(text.split())
+    one_line = one_line.replace(DURATION, "{ duration }")
+    return one_line if len(one_line) <= limit else one_line[: limit - 1] + "…"
+
+
+def gpu_labels(host: str, gpu: wire.GpuSample) -> dict[str, str]:
+    return {"host": host, "gpu": str(gpu.index), "uuid": gpu.uuid}
+
+
+def short_command(command: str | None) -> str:
+    """The program name of a command line: ``/opt/conda/bin/python train.py`` -> ``python train.py``."""
+    if not command:
+        return "?"
+    parts = command.split()
+    head = parts[0].rsplit("/", 1)[-1]
+    tail = " ".join(parts[1:2])
+    return safe(f"{head} {tail}".strip(), 60)

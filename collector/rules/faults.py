@@ -1,0 +1,245 @@
+"""Fault rules: GPU lost (or driver broken), Xid events, uncorrectable ECC errors.
+
+- gpu_lost: a GPU sample with ``error`` set, a ``gpu_lost`` event, a ``driver_error`` event (host-level, e.g.
+  a driver/library version mismatch after an unattended upgrade), or a GPU listed in ``hello`` that is missing
+  from the snapshot. Clears when that GPU reports normally again (driver error: when any GPU does).
+- xid: one alert per (GPU, Xid code). Critical Xids (wire.CRITICAL_XIDS) are critical, ``warning_xids``
+  warnings, others (usually the application's own fault, e.g. 13, 31, 43) info. Clears ``hold`` seconds after
+  the last occurrence.
+- ecc: volatile uncorrectable count > 0 (counted since the driver loaded, so it only clears on a driver
+  reload / GPU reset).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpufleet.agent import wire
+from gpufleet.collector.rules.base import Condition, HostContext, Rule, fmt_duration, gpu_labels, safe
+from gpufleet.collector.settings import RuleConfig
+from gpufleet.collector.store.records import AlertRecord
+
+XID_MEANING: dict[int, str] = {
+    13: "graphics engine exception", 31: "GPU memory page fault", 43: "GPU stopped processing",
+    45: "preemptive cleanup", 48: "double-bit ECC error", 61: "internal micro-controller breakpoint",
+    62: "internal micro-controller halt", 63: "ECC page retirement or row remapping",
+    64: "ECC page retirement or row remapping failure", 74: "NVLink error", 79: "GPU has fallen off the bus",
+    92: "high single-bit ECC error rate", 94: "contained ECC error", 95: "uncontained ECC error",
+    119: "GSP RPC timeout", 120: "GSP error",
+}
+DRIVER = "driver"
+
+
+@dataclass(slots=True)
+class _Lost:
+    since: float
+    message: str
+    index: int | None
+    uuid: str | None
+
+
+class GpuLostRule(Rule):
+    name = "gpu_lost"
+
+    def __init__(self, config: RuleConfig) -> None:
+        super().__init__(config)
+        self._lost: dict[str, dict[str, _Lost]] = {}  # host -> key (uuid or #index or "driver") -> fact
+
+    @staticmethod
+    def _key(uuid: str | None, index: int | None) -> str:
+        return uuid if uuid else f"#{index}"
+
+    def observe_event(self, ctx: HostContext, event: wire.Event, now: float) -> bool:
+        lost = self._lost.setdefault(ctx.name, {})
+        if event.kind == "gpu_lost":
+            uuid = event.uuid or (ctx.uuids.get(event.gpu_index) if event.gpu_index is not None else None)
+            lost.setdefault(self._key(uuid, event.gpu_index),
+                            _Lost(now, event.message or "GPU is lost", event.gpu_index, uuid))
+            return True
+        if event.kind == "driver_error":
+            if event.gpu_index is not None or event.uuid:
+                uuid = event.uuid or ctx.uuids.get(event.gpu_index or 0)
+                lost.setdefault(self._key(uuid, event.gpu_index),
+                                _Lost(now, event.message or "driver error", event.gpu_index, uuid))
+            else:
+                lost.setdefault(DRIVER, _Lost(now, event.message or "driver error", None, None))
+            return True
+        return False
+
+    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+        lost = self._lost.get(ctx.name)
+        if not lost:
+            return
+        healthy = [g for g in snapshot.gpus if not g.error]
+        for g in healthy:
+            lost.pop(g.uuid, None)
+            lost.pop(f"#{g.index}", None)
+        if healthy:
+            lost.pop(DRIVER, None)
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        lost = self._lost.get(ctx.name, {})
+        if ctx.snapshot is None and not lost:
+            return None
+        out: dict[str, Condition] = {}
+        reported: set[str] = set()
+        if ctx.snapshot is not None:
+            for g in ctx.snapshot.gpus:
+                reported.add(g.uuid)
+                if g.error:
+                    out[g.uuid] = self._gpu(ctx.name, g.index, g.uuid, g.error)
+            hello = ctx.hello
+            for info in hello.gpus if hello is not None else []:
+                if info.uuid not in reported and info.uuid not in out:
+                    out[info.uuid] = self._gpu(ctx.name, info.index, info.uuid, "missing from the snapshot")
+        for key, fact in lost.items():
+            if key == DRIVER:
+                out[key] = Condition(
+                    self.name, {"host": ctx.name}, f"{ctx.name} driver error: {safe(fact.message)}",
+                    "The NVIDIA driver or NVML failed on this host (a driver/library version mismatch after "
+                    "an upgrade needs a reboot or module reload).",
+                    annotations={"error": safe(fact.message, 300)})
+            elif key not in out and (fact.uuid is None or fact.uuid not in out):
+                uuid = fact.uuid or (ctx.uuids.get(fact.index) if fact.index is not None else None)
+                out[key] = self._gpu(ctx.name, fact.index, uuid, fact.message)
+        return list(out.values())
+
+    def _gpu(self, host: str, index: int | None, uuid: str | None, message: str) -> Condition:
+        labels = {"host": host, "gpu": "" if index is None else str(index)}
+        if uuid:
+            labels["uuid"] = uuid
+        where = "?" if index is None else index
+        return Condition(self.name, labels, f"{host} GPU {where} lost: {safe(message)}",
+                         "The GPU cannot be read (fallen off the bus, driver fault). Jobs on it are likely "
+                         "dead; it usually needs a reset or a reboot.",
+                         annotations={"error": safe(message, 300)})
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        host, gpu = alert.labels.get("host"), alert.labels.get("gpu")
+        if gpu is None:
+            return f"{host} driver answers again"
+        return f"{host} GPU {gpu} reports normally again after {fmt_duration(now - alert.started_at)}"
+
+    def restore(self, alert: AlertRecord) -> None:
+        host = alert.labels.get("host", "")
+        gpu = alert.labels.get("gpu")
+        uuid = alert.labels.get("uuid")
+        index = int(gpu) if gpu and gpu.isdigit() else None
+        key = DRIVER if gpu is None else self._key(uuid, index)
+        message = alert.annotations.get("error", "GPU is lost")
+        self._lost.setdefault(host, {}).setdefault(key, _Lost(alert.started_at, message, index, uuid))
+
+    def forget_host(self, host: str) -> None:
+        self._lost.pop(host, None)
+
+
+@dataclass(slots=True)
+class _Xid:
+    first: float
+    last: float
+    count: int
+    message: str
+    index: int | None
+    uuid: str | None
+
+
+class XidRule(Rule):
+    name = "xid"
+    time_based = True
+    on_snapshot = False
+
+    def __init__(self, config: RuleConfig) -> None:
+        super().__init__(config)
+        self._seen: dict[str, dict[tuple[str, int], _Xid]] = {}
+
+    def severity_for(self, xid: int) -> str:
+        if xid in wire.CRITICAL_XIDS:
+            return self.severity
+        if xid in {int(x) for x in self.params.get("warning_xids", [])}:
+            return "warning"
+        return "info"
+
+    def observe_event(self, ctx: HostContext, event: wire.Event, now: float) -> bool:
+        if event.kind != "xid" or event.xid is None:
+            return False
+        uuid = event.uuid or (ctx.uuids.get(event.gpu_index) if event.gpu_index is not None else None)
+        key = (uuid or f"#{event.gpu_index}", event.xid)
+        seen = self._seen.setdefault(ctx.name, {})
+        fact = seen.get(key)
+        if fact is None:
+            seen[key] = _Xid(now, now, 1, event.message, event.gpu_index, uuid)
+        else:
+            fact.last, fact.count, fact.message = now, fact.count + 1, event.message or fact.message
+        return True
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        seen = self._seen.get(ctx.name, {})
+        hold = self.param_float("hold", 3600.0)
+        out: list[Condition] = []
+        for key, fact in list(seen.items()):
+            if now - fact.last >= hold:
+                del seen[key]
+                continue
+            xid = key[1]
+            labels = {"host": ctx.name, "gpu": "" if fact.index is None else str(fact.index), "xid": str(xid)}
+            if fact.uuid:
+                labels["uuid"] = fact.uuid
+            meaning = XID_MEANING.get(xid, "see NVIDIA's Xid catalog")
+            times = f" ({fact.count} times)" if fact.count > 1 else ""
+            where = "?" if fact.index is None else fact.index
+            out.append(Condition(
+                self.name, labels,
+                f"{ctx.name} GPU {where} Xid {xid} ({meaning}){times}: {safe(fact.message)}",
+                f"Xid {xid}: {meaning}.",
+                value=float(fact.count), severity=self.severity_for(xid),
+                annotations={"last_at": f"{fact.last:.3f}", "message": safe(fact.message, 300)},
+            ))
+        return out
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        hold = fmt_duration(self.param_float("hold", 3600.0))
+        return (f"{alert.labels.get('host')} GPU {alert.labels.get('gpu')}: no Xid {alert.labels.get('xid')} "
+                f"for {hold}")
+
+    def restore(self, alert: AlertRecord) -> None:
+        try:
+            xid = int(alert.labels.get("xid", ""))
+            last = float(alert.annotations.get("last_at", alert.updated_at))
+        except ValueError:
+            return
+        gpu = alert.labels.get("gpu")
+        index = int(gpu) if gpu and gpu.isdigit() else None
+        uuid = alert.labels.get("uuid")
+        key = (uuid or f"#{index}", xid)
+        count = int(alert.value) if alert.value is not None else 1
+        self._seen.setdefault(alert.labels.get("host", ""), {}).setdefault(
+            key, _Xid(alert.started_at, last, count, alert.annotations.get("message", ""), index, uuid))
+
+    def forget_host(self, host: str) -> None:
+        self._seen.pop(host, None)
+
+
+class EccRule(Rule):
+    name = "ecc"
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        if ctx.snapshot is None:
+            return None
+        out: list[Condition] = []
+        for g in ctx.snapshot.gpus:
+            if g.error or not g.ecc_uncorrected:
+                continue
+            out.append(Condition(
+                self.name, gpu_labels(ctx.name, g),
+                f"{ctx.name} GPU {g.index} has {g.ecc_uncorrected} uncorrectable ECC error"
+                f"{'s' if g.ecc_uncorrected != 1 else ''} since the driver loaded",
+                "Uncorrectable memory errors corrupt results; drain the GPU and reset it (pages are "
+                "retired or rows remapped on reset). Repeated errors mean an RMA.",
+                value=float(g.ecc_uncorrected),
+                annotations={"ecc_corrected": "" if g.ecc_corrected is None else str(g.ecc_corrected)},
+            ))
+        return out
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        return (f"{alert.labels.get('host')} GPU {alert.labels.get('gpu')} ECC counters clear "
+                "(driver reloaded or GPU reset)")

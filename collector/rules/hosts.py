@@ -1,0 +1,113 @@
+"""Collector-side rules: host down (SSH lost, host key refused, agent silent) and storage failing.
+
+host_down is true while the transport says the host is ``down``, stays true through ``connecting`` retries
+(so a reconnect loop does not flap the alert), and is also true when a host that is ``up`` has sent no frame
+for ``missed_intervals`` x its sampling interval (plus STARTUP_GRACE before the first frame of a connection). A reason starting with "host key" (the transport's
+HostKeyError) is put first in the summary: that is the host-key alert.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpufleet.collector.rules.base import Condition, HostContext, Rule, fmt_duration, safe
+from gpufleet.collector.settings import RuleConfig
+from gpufleet.collector.store.records import AlertRecord
+
+COLLECTOR = ""  # the pseudo-host the storage rule is evaluated for
+#: extra time for the first frame after a (re)connect: the agent may be uploaded and NVML initialised first
+STARTUP_GRACE = 10.0
+
+
+@dataclass(slots=True)
+class _Down:
+    since: float
+    reason: str
+
+
+class HostDownRule(Rule):
+    name = "host_down"
+    time_based = True
+    on_snapshot = False
+
+    def __init__(self, config: RuleConfig) -> None:
+        super().__init__(config)
+        self._down: dict[str, _Down] = {}
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        state = ctx.state
+        if state is None:
+            return None  # nothing heard from the transport yet: keep what we knew
+        down = self._down.get(ctx.name)
+        if state.status == "down":
+            reason = state.reason or "connection lost"
+            if down is None:
+                down = self._down[ctx.name] = _Down(state.since, reason)
+            down.reason = reason
+        elif state.status == "up":
+            last = max(ctx.last_frame or 0.0, state.since)
+            limit = self.param_float("missed_intervals", 3) * max(ctx.interval, 0.001)
+            if ctx.last_frame is None or ctx.last_frame < state.since:
+                limit += STARTUP_GRACE  # nothing yet on this connection
+            if now - last > limit:
+                reason = f"no frame for {fmt_duration(now - last)} (expected every {ctx.interval:g} s)"
+                if down is None:
+                    down = self._down[ctx.name] = _Down(last, reason)
+                down.reason = reason
+            else:
+                self._down.pop(ctx.name, None)
+                down = None
+        if down is None:  # connecting and never down, or up and fresh
+            return []
+        if down.reason.lower().startswith("host key"):
+            summary = f"{ctx.name}: {safe(down.reason, 200)} (collector refuses to connect)"
+            kind = "host_key"
+        else:
+            summary = f"{ctx.name} is down: {safe(down.reason, 200)}"
+            kind = "down"
+        return [Condition(
+            self.name, {"host": ctx.name}, summary,
+            "The collector cannot read this host; its other alerts are held back until it is back."
+            if kind == "down" else
+            "The host's SSH key is unknown or changed. If the change is expected, update known_hosts.",
+            annotations={"reason": safe(down.reason, 300), "kind": kind},
+        )]
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        return f"{alert.labels.get('host')} is back up after {fmt_duration(now - alert.started_at)}"
+
+    def restore(self, alert: AlertRecord) -> None:
+        host = alert.labels.get("host", "")
+        reason = alert.annotations.get("reason", "connection lost")
+        self._down.setdefault(host, _Down(alert.started_at, reason))
+
+    def forget_host(self, host: str) -> None:
+        self._down.pop(host, None)
+
+
+class StorageRule(Rule):
+    """Fed by Store.on_health_change through AlertEngine.storage_health."""
+
+    name = "storage"
+    on_snapshot = False
+
+    def __init__(self, config: RuleConfig) -> None:
+        super().__init__(config)
+        self.ok: bool | None = None
+        self.message: str | None = None
+
+    def set_health(self, ok: bool, message: str | None) -> None:
+        self.ok, self.message = ok, message
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        if self.ok is None:
+            return None
+        if self.ok:
+            return []
+        return [Condition(self.name, {}, f"storage is failing: {safe(self.message, 200)}",
+                          "History is not being written (disk full, permissions, corruption). Live views and "
+                          "alerts keep working; free space or fix the database file.",
+                          annotations={"error": safe(self.message, 300)})]
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        return f"storage is healthy again after {fmt_duration(now - alert.started_at)}"

@@ -1,0 +1,33 @@
+"""Rule name -> implementation, and building the enabled rules from the config."""
+
+from __future__ import annotations
+
+from gpufleet.collector.errors import ConfigError
+from gpufleet.collector.rules.base import Rule
+from gpufleet.collector.rules.faults import EccRule, GpuLostRule, XidRule
+from gpufleet.collector.rules.hosts import HostDownRule, StorageRule
+from gpufleet.collector.rules.thermal import OverheatingRule, ThrottlingRule
+from gpufleet.collector.rules.usage import IdleRule, OrphanedMemoryRule, StaleRule, WastedRule
+from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig
+
+RULE_TYPES: dict[str, type[Rule]] = {
+    cls.name: cls
+    for cls in (WastedRule, IdleRule, StaleRule, OrphanedMemoryRule, OverheatingRule, ThrottlingRule,
+                GpuLostRule, XidRule, EccRule, HostDownRule, StorageRule)
+}
+
+assert set(RULE_TYPES) == set(DEFAULT_RULES), "every default rule needs an implementation"
+
+
+def build_rules(configs: dict[str, RuleConfig]) -> dict[str, Rule]:
+    """The enabled rules; a rule missing from ``configs`` runs with its defaults."""
+    unknown = set(configs) - set(RULE_TYPES)
+    if unknown:
+        raise ConfigError(f"unknown rule(s): {', '.join(sorted(unknown))}", key="rules")
+    rules: dict[str, Rule] = {}
+    for name, cls in RULE_TYPES.items():
+        cfg = configs.get(name) or RuleConfig(name=name, params=dict(DEFAULT_RULES[name]))
+        if cfg.enabled:
+            rules[name] = cls(RuleConfig(name=name, enabled=True,
+                                         params={**DEFAULT_RULES[name], **cfg.params}, select=cfg.select))
+    return rules

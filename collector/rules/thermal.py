@@ -1,0 +1,84 @@
+"""Thermal rules: overheating (a fixed threshold, or the GPU's slowdown threshold if lower), throttling."""
+
+from __future__ import annotations
+
+from gpufleet.agent import wire
+from gpufleet.collector.rules.base import DURATION, Condition, HostContext, Rule, gpu_labels
+from gpufleet.collector.store.records import AlertRecord
+
+
+def _current(ctx: HostContext | None, labels: dict[str, str]) -> wire.GpuSample | None:
+    if ctx is None or ctx.snapshot is None:
+        return None
+    return next((g for g in ctx.snapshot.gpus if g.uuid == labels.get("uuid")), None)
+
+
+def _slowdown(ctx: HostContext, g: wire.GpuSample) -> int | None:
+    if g.temp_slowdown is not None:
+        return g.temp_slowdown
+    hello = ctx.hello
+    if hello is not None:
+        info = next((i for i in hello.gpus if i.uuid == g.uuid), None)
+        if info is not None:
+            return info.temp_slowdown
+    return None
+
+
+class OverheatingRule(Rule):
+    name = "overheating"
+
+    def threshold(self, ctx: HostContext, g: wire.GpuSample) -> int:
+        limit = int(self.param_float("temp_at_least", 85))
+        slowdown = _slowdown(ctx, g)
+        return min(limit, slowdown) if slowdown is not None and slowdown > 0 else limit
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        if ctx.snapshot is None:
+            return None
+        out: list[Condition] = []
+        for g in ctx.snapshot.gpus:
+            if g.error or g.temperature is None:
+                continue
+            limit = self.threshold(ctx, g)
+            if g.temperature >= limit:
+                out.append(Condition(
+                    self.name, gpu_labels(ctx.name, g),
+                    f"{ctx.name} GPU {g.index} at {g.temperature} C (threshold {limit} C) for {DURATION}",
+                    "Check cooling (fans, airflow, ambient); the GPU slows itself down near its slowdown "
+                    "temperature and shuts down at its shutdown temperature.",
+                    value=float(g.temperature),
+                    annotations={"threshold": str(limit)},
+                ))
+        return out
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        g = _current(ctx, alert.labels)
+        temp = f"{g.temperature} C" if g is not None and g.temperature is not None else "normal"
+        return f"{alert.labels.get('host')} GPU {alert.labels.get('gpu')} back to {temp}"
+
+
+class ThrottlingRule(Rule):
+    name = "throttling"
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        if ctx.snapshot is None:
+            return None
+        watched = {str(r) for r in self.params.get("reasons", [])}
+        out: list[Condition] = []
+        for g in ctx.snapshot.gpus:
+            active = sorted(watched.intersection(g.throttle_reasons or []))
+            if g.error or not active:
+                continue
+            reasons = ", ".join(active)
+            out.append(Condition(
+                self.name, gpu_labels(ctx.name, g),
+                f"{ctx.name} GPU {g.index} throttled ({reasons}) for {DURATION}",
+                "Clocks are being held down by the GPU: thermal reasons mean cooling, power brake means the "
+                "board's power supply asked it to slow down.",
+                value=float(len(active)),
+                annotations={"reasons": reasons},
+            ))
+        return out
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        return f"{alert.labels.get('host')} GPU {alert.labels.get('gpu')} no longer throttled"

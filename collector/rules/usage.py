@@ -1,0 +1,334 @@
+"""Usage rules: wasted GPU, idle GPU, stale process, orphaned memory.
+
+What "wasted" means here (DESIGN.md: combine signals, ignore short-lived gaps):
+- A GPU sample is *idle* when util_gpu < ``util_below`` and, if ``power_idle_ratio`` > 0 and power is known,
+  power_draw / power_limit < ``power_idle_ratio`` (a stuck NCCL collective shows 100 % util but little power;
+  a tokenizer step shows a short util spike). When util_gpu is unknown the highest per-process SM util is
+  used; with neither, the sample is not judged (never flagged).
+- Busy spikes up to ``spike_tolerance`` seconds (default 60) inside an idle streak are ignored: the condition
+  only clears when the GPU stays busy longer than that.
+- One condition per (host, GPU, user) for the user's processes holding >= ``min_memory_mib`` each.
+  Labels: host, gpu, uuid, user. The pid is an annotation, not a label, so restarting the same notebook
+  continues the alert instead of opening a new one (and a new nag).
+Zombies are left to the stale rule.
+
+"stale": implemented are (1) a zombie (state Z) still listed on the GPU, and (2) a process re-parented to
+init (ppid 1: its session or launcher is gone) that has not used the GPU for ``no_session_idle`` seconds.
+"Outlived its job/container" needs the list of live jobs/containers, which the wire protocol does not carry,
+so it is not implemented. Stale labels include the pid: each stale process is its own thing to kill.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpufleet.agent import wire
+from gpufleet.collector.rules.base import (
+    DURATION,
+    MIB,
+    Condition,
+    HostContext,
+    Rule,
+    fmt_bytes,
+    fmt_duration,
+    gpu_labels,
+    safe,
+    short_command,
+)
+from gpufleet.collector.settings import RuleConfig
+from gpufleet.collector.store.records import AlertRecord
+
+DEFAULT_SPIKE_TOLERANCE = 60.0
+IDLE_MAX_MEMORY_MIB = 256  # "nothing allocated": below this, used memory is driver/context noise
+
+
+def user_of(p: wire.ProcessSample) -> str:
+    if p.user:
+        return p.user
+    return f"uid{p.uid}" if p.uid is not None else "unknown"
+
+
+def _find_gpu(ctx: HostContext | None, labels: dict[str, str]) -> wire.GpuSample | None:
+    if ctx is None or ctx.snapshot is None:
+        return None
+    uuid, index = labels.get("uuid"), labels.get("gpu")
+    for g in ctx.snapshot.gpus:
+        if (uuid and g.uuid == uuid) or (not uuid and str(g.index) == index):
+            return g
+    return None
+
+
+@dataclass(slots=True)
+class _Streak:
+    low_since: float | None = None  # start of the current idle streak
+    busy_since: float | None = None  # start of the current busy run (None: last sample idle)
+
+
+class WastedRule(Rule):
+    name = "wasted"
+
+    def __init__(self, config: RuleConfig) -> None:
+        super().__init__(config)
+        self._streaks: dict[tuple[str, str], _Streak] = {}
+
+    def _idle_sample(self, g: wire.GpuSample) -> bool | None:
+        util: int | None = g.util_gpu
+        if util is None:
+            sm = [p.sm_util for p in g.processes if p.sm_util is not None]
+            util = max(sm) if sm else None
+        if util is None:
+            return None
+        if util >= self.param_float("util_below", 5):
+            return False
+        ratio = self.param_float("power_idle_ratio", 0.0)
+        if ratio > 0 and g.power_draw is not None and g.power_limit:
+            return g.power_draw / g.power_limit < ratio
+        return True
+
+    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+        tolerance = self.param_float("spike_tolerance", DEFAULT_SPIKE_TOLERANCE)
+        seen: set[tuple[str, str]] = set()
+        for g in snapshot.gpus:
+            key = (ctx.name, g.uuid)
+            seen.add(key)
+            streak = self._streaks.setdefault(key, _Streak())
+            idle = None if g.error else self._idle_sample(g)
+            if idle is None:
+                streak.low_since = streak.busy_since = None
+            elif idle:
+                if streak.low_since is None:
+                    streak.low_since = now
+                streak.busy_since = None
+            else:
+                if streak.busy_since is None:
+                    streak.busy_since = now
+                if now - streak.busy_since > tolerance:
+                    streak.low_since = None
+        for key in [k for k in self._streaks if k[0] == ctx.name and k not in seen]:
+            del self._streaks[key]
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        if ctx.snapshot is None:
+            return None
+        min_bytes = self.param_float("min_memory_mib", 256) * MIB
+        out: list[Condition] = []
+        for g in ctx.snapshot.gpus:
+            streak = self._streaks.get((ctx.name, g.uuid))
+            if streak is None or streak.low_since is None:
+                continue
+            by_user: dict[str, list[wire.ProcessSample]] = {}
+            for p in g.processes:
+                if p.gpu_memory is None or p.gpu_memory < min_bytes or (p.state or "").startswith("Z"):
+                    continue
+                by_user.setdefault(user_of(p), []).append(p)
+            for user, procs in sorted(by_user.items()):
+                out.append(self._condition(ctx.name, g, user, procs))
+        return out
+
+    def _condition(self, host: str, g: wire.GpuSample, user: str,
+                   procs: list[wire.ProcessSample]) -> Condition:
+        held = sum(p.gpu_memory or 0 for p in procs)
+        util = "?" if g.util_gpu is None else f"{g.util_gpu} %"
+        if len(procs) == 1:
+            p = procs[0]
+            who = f"{user}'s {short_command(p.command)} (pid {p.pid}) holds"
+        else:
+            listed = ", ".join(f"{short_command(p.command)} pid {p.pid}" for p in procs[:3])
+            more = f" and {len(procs) - 3} more" if len(procs) > 3 else ""
+            who = f"{user}'s {len(procs)} processes ({listed}{more}) hold"
+        summary = f"{who} {fmt_bytes(held)} on {host} GPU {g.index} at {util} util for {DURATION}"
+        power = ""
+        if g.power_draw is not None and g.power_limit:
+            power = f", drawing {g.power_draw:.0f} of {g.power_limit:.0f} W"
+        description = (
+            f"GPU util has stayed under {self.params.get('util_below')} %{power} while the memory is held. "
+            f"Free it (exit the notebook or kill the process) so others can use the GPU, or keep it with "
+            f"`gpufleet silence add --host {host} --gpu {g.index} --rule wasted --for 2h --comment keep`."
+        )
+        labels = {**gpu_labels(host, g), "user": user}
+        annotations = {
+            "pid": ",".join(str(p.pid) for p in procs),
+            "command": safe(procs[0].command, 200),
+            "memory_bytes": str(held),
+            "util": "" if g.util_gpu is None else str(g.util_gpu),
+        }
+        jobs = sorted({p.job for p in procs if p.job} | {p.container for p in procs if p.container})
+        if jobs:
+            annotations["job"] = ",".join(jobs)
+        return Condition(self.name, labels, summary, description, value=float(held), annotations=annotations)
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        host, gpu, user = alert.labels.get("host"), alert.labels.get("gpu"), alert.labels.get("user")
+        took = fmt_duration(now - alert.started_at)
+        g = _find_gpu(ctx, alert.labels)
+        min_bytes = self.param_float("min_memory_mib", 256) * MIB
+        still = g is not None and any(
+            user_of(p) == user and (p.gpu_memory or 0) >= min_bytes for p in g.processes
+        )
+        if not still:
+            return f"{user} released GPU {gpu} on {host} after {took}"
+        util = "?" if g is None or g.util_gpu is None else f"{g.util_gpu} %"
+        return f"{user}'s work on {host} GPU {gpu} is busy again ({util} util) after {took} idle"
+
+    def forget_host(self, host: str) -> None:
+        for key in [k for k in self._streaks if k[0] == host]:
+            del self._streaks[key]
+
+
+class IdleRule(Rule):
+    """A GPU with no processes, (almost) no memory used and 0 % util: capacity nobody is using."""
+
+    name = "idle"
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        if ctx.snapshot is None:
+            return None
+        limit = self.param_float("max_memory_mib", IDLE_MAX_MEMORY_MIB) * MIB
+        out: list[Condition] = []
+        for g in ctx.snapshot.gpus:
+            if g.error or g.processes or g.util_gpu is None or g.util_gpu > 0:
+                continue
+            if g.memory_used is None or g.memory_used >= limit:
+                continue
+            name = f" ({g.name})" if g.name else ""
+            out.append(Condition(
+                self.name, gpu_labels(ctx.name, g),
+                f"{ctx.name} GPU {g.index}{name} idle for {DURATION}: no processes, 0 % util",
+                "Nothing has been allocated on this GPU; it is free capacity.",
+                value=0.0,
+            ))
+        return out
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        g = _find_gpu(ctx, alert.labels)
+        host, gpu = alert.labels.get("host"), alert.labels.get("gpu")
+        users = sorted({user_of(p) for p in g.processes}) if g is not None else []
+        by = f" by {', '.join(users)}" if users else ""
+        return f"{host} GPU {gpu} in use again{by} after {fmt_duration(now - alert.started_at)} idle"
+
+
+class StaleRule(Rule):
+    name = "stale"
+
+    def __init__(self, config: RuleConfig) -> None:
+        super().__init__(config)
+        # (host, uuid, pid, start_time) -> when the orphaned process was last seen using the GPU
+        self._unused_since: dict[tuple[str, str, int, float | None], float] = {}
+
+    def _used(self, g: wire.GpuSample, p: wire.ProcessSample) -> bool:
+        if p.sm_util is not None:
+            return p.sm_util > 0
+        if g.util_gpu is None:
+            return True  # cannot tell: never call it unused
+        return g.util_gpu >= self.param_float("util_below", 5)
+
+    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+        seen: set[tuple[str, str, int, float | None]] = set()
+        for g in snapshot.gpus:
+            for p in g.processes:
+                if p.ppid != 1:
+                    continue
+                key = (ctx.name, g.uuid, p.pid, p.start_time)
+                seen.add(key)
+                if self._used(g, p):
+                    self._unused_since[key] = now
+                else:
+                    self._unused_since.setdefault(key, now)
+        for key in [k for k in self._unused_since if k[0] == ctx.name and k not in seen]:
+            del self._unused_since[key]
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        if ctx.snapshot is None:
+            return None
+        idle_needed = self.param_float("no_session_idle", 3600.0)
+        out: list[Condition] = []
+        for g in ctx.snapshot.gpus:
+            for p in g.processes:
+                mem = f"holding {fmt_bytes(p.gpu_memory)}" if p.gpu_memory else "holding a GPU context"
+                who = f"{user_of(p)}'s {short_command(p.command)} (pid {p.pid}) on {ctx.name} GPU {g.index}"
+                if (p.state or "").startswith("Z") and (p.gpu_memory is None or p.gpu_memory > 0):
+                    out.append(self._cond(ctx.name, g, p, "zombie", f"{who} is a zombie {mem}",
+                                          "The process exited but was not reaped; the GPU memory stays "
+                                          "allocated until its parent reaps it or is killed."))
+                    continue
+                since = self._unused_since.get((ctx.name, g.uuid, p.pid, p.start_time))
+                if p.ppid == 1 and since is not None and now - since >= idle_needed:
+                    out.append(self._cond(
+                        ctx.name, g, p, "orphaned",
+                        f"{who} lost its session (parent is init) and has not used the GPU for "
+                        f"{fmt_duration(now - since)}, {mem}",
+                        "Its launching shell or job step is gone; it is most likely forgotten.",
+                    ))
+        return out
+
+    def _cond(self, host: str, g: wire.GpuSample, p: wire.ProcessSample, reason: str, summary: str,
+              description: str) -> Condition:
+        labels = {**gpu_labels(host, g), "user": user_of(p), "pid": str(p.pid)}
+        annotations = {"reason": reason, "command": safe(p.command, 200),
+                       "memory_bytes": "" if p.gpu_memory is None else str(p.gpu_memory)}
+        if p.start_time is not None:
+            annotations["process_start"] = f"{p.start_time:.0f}"
+        return Condition(self.name, labels, summary, description,
+                         value=None if p.gpu_memory is None else float(p.gpu_memory), annotations=annotations)
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        host, gpu, pid = alert.labels.get("host"), alert.labels.get("gpu"), alert.labels.get("pid")
+        g = _find_gpu(ctx, alert.labels)
+        gone = g is None or all(str(p.pid) != pid for p in g.processes)
+        what = "is gone" if gone else "is no longer stale"
+        return f"pid {pid} of {alert.labels.get('user')} on {host} GPU {gpu} {what}"
+
+    def restore(self, alert: AlertRecord) -> None:
+        if alert.annotations.get("reason") != "orphaned":
+            return
+        try:
+            pid = int(alert.labels.get("pid", ""))
+            start = alert.annotations.get("process_start")
+            start_time = float(start) if start else None
+        except ValueError:
+            return
+        key = (alert.labels.get("host", ""), alert.labels.get("uuid", ""), pid, start_time)
+        self._unused_since.setdefault(key, alert.started_at - self.param_float("no_session_idle", 3600.0))
+
+    def forget_host(self, host: str) -> None:
+        for key in [k for k in self._unused_since if k[0] == host]:
+            del self._unused_since[key]
+
+
+class OrphanedMemoryRule(Rule):
+    """Memory in use with no process visible: a leaked context, or processes in a PID namespace we cannot see.
+
+    MIG GPUs are skipped (their memory is accounted per instance and processes may not be listed per GPU).
+    """
+
+    name = "orphaned_memory"
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        if ctx.snapshot is None:
+            return None
+        min_bytes = self.param_float("min_memory_mib", 256) * MIB
+        out: list[Condition] = []
+        for g in ctx.snapshot.gpus:
+            if g.error or g.mig_mode or g.processes or g.memory_used is None:
+                continue
+            accounted = sum(p.gpu_memory or 0 for p in g.processes)
+            orphan = g.memory_used - accounted
+            if orphan < min_bytes:
+                continue
+            out.append(Condition(
+                self.name, gpu_labels(ctx.name, g),
+                f"{ctx.name} GPU {g.index} has {fmt_bytes(orphan)} in use with no process visible "
+                f"for {DURATION}",
+                "Memory is held by a process the agent cannot see (another PID namespace: run the agent "
+                "with the host PID namespace) or by a context leaked after a crash (a GPU reset frees it).",
+                value=float(orphan), annotations={"memory_bytes": str(orphan)},
+            ))
+        return out
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        g = _find_gpu(ctx, alert.labels)
+        host, gpu = alert.labels.get("host"), alert.labels.get("gpu")
+        if g is not None and g.processes:
+            return f"{host} GPU {gpu}: processes visible again"
+        used = fmt_bytes(g.memory_used) if g is not None else "?"
+        return f"{host} GPU {gpu} memory released (now {used} used)"

@@ -1,0 +1,174 @@
+"""A real HTTP receiver on 127.0.0.1 (scripted status codes and delays), sample alerts and notifications,
+and a real Alertmanager process when the Debian binary is installed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpufleet.collector.notify.base import Notification
+from gpufleet.collector.settings import NotifierConfig
+from gpufleet.collector.store.records import AlertRecord
+
+T0 = 1_700_000_000.0
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class Receiver:
+    url: str
+    requests: list[Received] = field(default_factory=list)
+    statuses: list[int] = field(default_factory=list)  # answered in order; 200 once exhausted
+    delay: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def next_status(self) -> int:
+        with self.lock:
+            return self.statuses.pop(0) if self.statuses else 200
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    state = Receiver(url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            length = int(self.headers.get("Content-Length", "0"))
+            raw = self.rfile.read(length)
+            state.requests.append(Received(self.path, dict(self.headers.items()), json.loads(raw)))
+            if state.delay:
+                time.sleep(state.delay)
+            status = state.next_status()
+            body = b'{"ok":true}' if status < 400 else b'{"error":"scripted"}'
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:
+                pass  # the client gave up (timeout test)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    state.url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def alert(rule: str = "wasted", state: str = "firing", *, severity: str = "warning",
+          **labels: str) -> AlertRecord:
+    lab = {"host": "n3", "gpu": "2", "uuid": "GPU-0002", "user": "alice", **labels, "rule": rule}
+    a = AlertRecord(fingerprint=f"fp-{rule}-{lab.get('gpu')}", rule=rule, severity=severity,
+                    state=state,  # type: ignore[arg-type]
+                    labels=lab, started_at=T0, fired_at=T0 + 1800, updated_at=T0 + 1800,
+                    annotations={"summary": f"{rule} summary", "description": f"{rule} description"})
+    if state == "resolved":
+        a.resolved_at = T0 + 3600
+        a.annotations["resolved"] = "alice released GPU 2 on n3 after 1h"
+    return a
+
+
+def notification(*alerts: AlertRecord, kind: str = "alert") -> Notification:
+    alerts_l = list(alerts) or [alert()]
+    status = "firing" if any(a.state == "firing" for a in alerts_l) else "resolved"
+    return Notification(group_key='{host="n3",rule="wasted"}', status=status,  # type: ignore[arg-type]
+                        alerts=alerts_l, group_labels={"host": "n3", "rule": "wasted"},
+                        kind=kind, created_at=T0 + 1830)  # type: ignore[arg-type]
+
+
+def nconfig(name: str = "hook", kind: str = "webhook", **kw: Any) -> NotifierConfig:
+    return NotifierConfig(name=name, kind=kind, **kw)  # type: ignore[arg-type]
+
+
+class Builders:
+    alert = staticmethod(alert)
+    notification = staticmethod(notification)
+    config = staticmethod(nconfig)
+    T0 = T0
+
+
+@pytest.fixture
+def w() -> type[Builders]:
+    return Builders
+
+
+# ---------------------------------------------------------------------------------------- alertmanager
+
+AM_BIN = "/usr/bin/prometheus-alertmanager"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def alertmanager(tmp_path: Path) -> Iterator[str]:
+    """A real Alertmanager on loopback (cluster disabled); yields its base URL."""
+    if not Path(AM_BIN).exists():
+        pytest.skip(f"{AM_BIN} is not installed (Debian package prometheus-alertmanager)")
+    config = tmp_path / "am.yml"
+    config.write_text(
+        "route:\n  receiver: blackhole\n  group_wait: 1h\n  group_interval: 1h\n  repeat_interval: 4h\n"
+        "receivers:\n  - name: blackhole\n"
+    )
+    amtool = shutil.which("amtool")
+    if amtool:
+        subprocess.run([amtool, "check-config", str(config)], check=True, capture_output=True, timeout=30)
+    port = _free_port()
+    log = (tmp_path / "am.log").open("wb")
+    proc = subprocess.Popen(
+        [AM_BIN, f"--config.file={config}", f"--storage.path={tmp_path / 'data'}",
+         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=", "--log.level=warn"],
+        stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+                with opener.open(f"{base}/-/ready", timeout=1) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log.close()
+                pytest.fail(f"alertmanager did not become ready: {(tmp_path / 'am.log').read_text()[-2000:]}")
+            time.sleep(0.1)
+        yield base
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()

@@ -1,0 +1,124 @@
+"""The waste report: aggregation, text / markdown / JSON rendering, delivery through notifiers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from gpufleet.agent import wire
+from gpufleet.collector.notify.build import build_notifiers
+from gpufleet.collector.report import build_report, render_report, send_report
+from gpufleet.collector.settings import AlertingConfig, StorageConfig
+from gpufleet.collector.store.records import UsageRow
+
+SINCE, UNTIL = 1_700_000_000.0 - 7 * 86400, 1_700_000_000.0
+
+
+class Usage:
+    def __init__(self, rows: list[UsageRow]) -> None:
+        self.rows = rows
+        self.calls: list[dict[str, object]] = []
+
+    async def usage_by_user(self, *, since: float, until: float, host: str | None = None,
+                            by_host: bool = False) -> list[UsageRow]:
+        self.calls.append({"since": since, "until": until, "host": host, "by_host": by_host})
+        return [r for r in self.rows if host is None or r.host == host]
+
+
+ROWS = [
+    UsageRow("alice", "n3", 100.0, 20.0, 70.0),
+    UsageRow("alice", "n4", 20.0, 15.0, 0.0),
+    UsageRow("bob", "n3", 50.0, 45.0, 2.0),
+    UsageRow("carol", "n4", 10.0, 9.0, 0.0),
+]
+
+
+async def test_aggregates_per_user_and_host():
+    source = Usage(ROWS)
+    report = await build_report(source, since=SINCE, until=UNTIL, now=UNTIL)
+    assert source.calls == [{"since": SINCE, "until": UNTIL, "host": None, "by_host": True}]
+    assert [(u.name, u.held, u.wasted) for u in report.by_user] == [
+        ("alice", 120.0, 70.0), ("bob", 50.0, 2.0), ("carol", 10.0, 0.0)]
+    assert [(h.name, h.held) for h in report.by_host] == [("n3", 150.0), ("n4", 30.0)]
+    assert report.total.held == 180.0 and report.total.used == 89.0 and report.total.wasted == 72.0
+    assert [u.name for u in report.top_wasters] == ["alice", "bob"], "nobody who wasted nothing"
+    only_n4 = await build_report(source, since=SINCE, until=UNTIL, host="n4")
+    assert only_n4.total.held == 30.0 and only_n4.top_wasters == []
+
+
+async def test_renders_text_markdown_json():
+    report = await build_report(Usage(ROWS), since=SINCE, until=UNTIL, now=UNTIL)
+    text = render_report(report, "text")
+    assert text.startswith(
+        "gpufleet waste report, all hosts: 2023-11-07 22:13 UTC to 2023-11-14 22:13 UTC (7d)")
+    assert "180.0 GPU-hours held, 89.0 used (49 %), 72.0 wasted (40 %)" in text
+    assert "1. alice: 70.0 GPU-hours wasted of 120.0 held (58 %)" in text
+    lines = text.splitlines()
+    header = lines.index("By user (GPU-hours):") + 1
+    assert lines[header].split() == ["USER", "HELD", "USED", "WASTED", "WASTED", "%"]
+    assert lines[header + 1].split() == ["alice", "120.0", "35.0", "70.0", "58", "%"]
+    md = render_report(report, "markdown")
+    assert "| USER | HELD | USED | WASTED | WASTED % |" in md
+    assert "| alice | 120.0 | 35.0 | 70.0 | 58 % |" in md and "1. **alice**" in md
+    data = json.loads(render_report(report, "json"))
+    assert data["total"]["gpu_hours_wasted"] == 72.0
+    assert data["by_host"][0] == {"name": "n3", "gpu_hours_held": 150.0, "gpu_hours_used": 65.0,
+                                  "gpu_hours_wasted": 72.0, "used_pct": 43.3, "wasted_pct": 48.0}
+    assert len(data["rows"]) == 4
+    with pytest.raises(ValueError):
+        render_report(report, "html")  # type: ignore[arg-type]
+
+
+async def test_empty_period():
+    report = await build_report(Usage([]), since=SINCE, until=UNTIL)
+    assert "No GPU memory was held in this period." in render_report(report)
+
+
+async def test_sent_through_webhook_not_alertmanager(receiver, w):
+    report = await build_report(Usage(ROWS), since=SINCE, until=UNTIL, now=UNTIL)
+    notifiers = build_notifiers([w.config("hook", urls=[receiver.url + "/r"]),
+                                 w.config("am", "alertmanager", urls=["http://127.0.0.1:9/"])],
+                                AlertingConfig())
+    result = await send_report(report, notifiers, fmt="markdown")
+    assert result == {"hook": None}, "Alertmanager takes alerts only"
+    [req] = receiver.requests
+    assert req.body["kind"] == "report" and req.body["alerts"] == []
+    assert req.body["title"].startswith("gpufleet waste report, all hosts")
+    assert "| alice | 120.0 |" in req.body["message"]
+    assert req.body["report"]["total"]["gpu_hours_held"] == 180.0
+
+
+async def test_report_failure_is_reported(w, receiver):
+    receiver.statuses = [400]
+    report = await build_report(Usage(ROWS), since=SINCE, until=UNTIL)
+    notifiers = build_notifiers([w.config("hook", urls=[receiver.url + "/r"])], AlertingConfig())
+    result = await send_report(report, notifiers)
+    assert result["hook"] is not None and "HTTP 400" in result["hook"]
+
+
+async def test_report_from_the_real_store(tmp_path: Path):
+    try:
+        from gpufleet.collector.store import Store
+    except ImportError as exc:
+        pytest.skip(f"gpufleet.collector.store.Store is not importable yet: {exc}")
+    store = await Store.open(StorageConfig(path=str(tmp_path / "g.db")))
+    try:
+        t0 = 1_700_000_000.0 - 3600  # within one hour bucket
+        gib = 1 << 30
+        for i in range(61):  # 60 intervals of 5 s = 300 s
+            ts = t0 + 5 * i
+            gpus = [wire.GpuSample(index=0, uuid="GPU-0", util_gpu=0, memory_used=20 * gib, processes=[
+                        wire.ProcessSample(pid=1, user="alice", gpu_memory=20 * gib)]),
+                    wire.GpuSample(index=1, uuid="GPU-1", util_gpu=100, memory_used=20 * gib, processes=[
+                        wire.ProcessSample(pid=2, user="bob", gpu_memory=20 * gib)])]
+            store.submit_snapshot("n3", wire.Snapshot(ts=ts, seq=i, gpus=gpus), ts)
+        await store.flush()
+        report = await build_report(store, since=t0 - 3600, until=t0 + 7200)
+    finally:
+        await store.close()
+    users = {u.name: u for u in report.by_user}
+    assert users["alice"].held == pytest.approx(300 / 3600)
+    assert users["alice"].wasted == pytest.approx(300 / 3600)
+    assert users["bob"].used == pytest.approx(300 / 3600) and users["bob"].wasted == 0
+    assert [u.name for u in report.top_wasters] == ["alice"]

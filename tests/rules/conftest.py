@@ -1,0 +1,75 @@
+"""Builders for hand-made wire snapshots, and a helper that runs one rule over a sequence of them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from gpufleet.agent import wire
+from gpufleet.collector.rules.base import Condition, HostContext, Rule
+from gpufleet.collector.rules.registry import RULE_TYPES
+from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig, Selector
+
+GIB = 1 << 30
+
+
+def proc(pid: int = 4242, *, user: str = "alice", mem_gib: float = 40.0, command: str = "jupyter-lab",
+         **kw: Any) -> wire.ProcessSample:
+    return wire.ProcessSample(pid=pid, user=user, gpu_memory=int(mem_gib * GIB), command=command, **kw)
+
+
+def gpu(index: int = 0, *, util: int | None = 2, procs: list[wire.ProcessSample] | None = None,
+        mem_used_gib: float | None = None, **kw: Any) -> wire.GpuSample:
+    procs = procs or []
+    used = mem_used_gib if mem_used_gib is not None else sum((p.gpu_memory or 0) for p in procs) / GIB + 0.1
+    return wire.GpuSample(index=index, uuid=f"GPU-{index:04d}", name="A100", util_gpu=util,
+                          memory_total=80 * GIB, memory_used=int(used * GIB), processes=procs, **kw)
+
+
+def snap(*gpus: wire.GpuSample, ts: float = 0.0) -> wire.Snapshot:
+    return wire.Snapshot(ts=ts, seq=int(ts), gpus=list(gpus))
+
+
+def make_rule(name: str, select: Selector | None = None, **params: Any) -> Rule:
+    cfg = RuleConfig(name=name, params={**DEFAULT_RULES[name], **params}, select=select or Selector())
+    return RULE_TYPES[name](cfg)
+
+
+class Runner:
+    """Feeds snapshots to one rule for one host like the engine does and returns its conditions."""
+
+    def __init__(self, rule: Rule, host: str = "n3") -> None:
+        self.rule = rule
+        self.ctx = HostContext(name=host)
+
+    def feed(self, snapshot: wire.Snapshot, now: float) -> list[Condition] | None:
+        self.ctx.snapshot = snapshot
+        self.ctx.snapshot_received = now
+        self.rule.observe_snapshot(self.ctx, snapshot, now)
+        return self.rule.conditions(self.ctx, now)
+
+    def event(self, event: wire.Event, now: float) -> list[Condition] | None:
+        self.rule.observe_event(self.ctx, event, now)
+        return self.rule.conditions(self.ctx, now)
+
+
+@pytest.fixture
+def runner() -> Callable[..., Runner]:
+    def make(name: str, select: Selector | None = None, host: str = "n3", **params: Any) -> Runner:
+        return Runner(make_rule(name, select, **params), host)
+
+    return make
+
+
+class Builders:
+    GIB = GIB
+    proc = staticmethod(proc)
+    gpu = staticmethod(gpu)
+    snap = staticmethod(snap)
+
+
+@pytest.fixture
+def w() -> type[Builders]:
+    """Snapshot builders: w.gpu(...), w.proc(...), w.snap(...)."""
+    return Builders

@@ -202,14 +202,16 @@ class Sampler:
         pu = self.gw.process_util(g.handle, g.proc_ts)
         if pu is not None:
             g.proc_ts = pu.last_ts
-            for pid, (sm, mu) in pu.by_pid.items():
-                g.proc_util[pid] = (sm, mu, now)
+            for pid, (pid_sm, pid_mu) in pu.by_pid.items():
+                g.proc_util[pid] = (pid_sm, pid_mu, now)
         live = {p.pid for p in raw}
         for pid in [p for p in g.proc_util if p not in live]:
             del g.proc_util[pid]
         out: list[ProcessSample] = []
         for p in raw:
             seen = g.proc_util.get(p.pid)
+            sm: int | None
+            mu: int | None
             if seen is not None and now - seen[2] <= self.util_hold:
                 sm, mu = seen[0], seen[1]
             elif pu is not None:

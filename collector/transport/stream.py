@@ -1,0 +1,218 @@
+"""From an agent's raw stdout bytes to validated frames, shared by the SSH and local transports.
+
+The transports only move bytes; this module alone decides what a valid stream is, so SSH and local hosts
+fail the same way. Rules: lines are bounded (a line that grows past the bound is refused as soon as the
+bound is crossed, without buffering the rest), every line must decode as a wire frame of a known major
+version, and the first frame must be ``hello``. Any violation ends the stream with a reason; the host is
+the one the collector dialled, whatever the frames claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterator
+
+from gpufleet.agent import wire
+from gpufleet.collector.live import FleetSink, HostState
+
+log = logging.getLogger(__name__)
+
+STDERR_TAIL_BYTES = 2048
+
+
+class LineFramer:
+    """Splits a byte stream into lines, never holding more than ``max_line_bytes`` of one line."""
+
+    def __init__(self, max_line_bytes: int = wire.MAX_LINE_BYTES) -> None:
+        self.max_line_bytes = max_line_bytes
+        self._pending = bytearray()
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        """Yield each complete line (newline included). Raises FrameTooLarge when a line crosses the bound."""
+        start = 0
+        limit = self.max_line_bytes
+        while True:
+            end = data.find(b"\n", start)
+            if end < 0:
+                break
+            if self._pending:
+                self._pending += data[start:end + 1]
+                line = bytes(self._pending)
+                self._pending.clear()
+            else:
+                line = data[start:end + 1]
+            start = end + 1
+            if len(line) > limit:
+                raise wire.FrameTooLarge(f"line of {len(line)} bytes exceeds the {limit}-byte bound")
+            yield line
+        rest = len(data) - start
+        if rest:
+            if len(self._pending) + rest >= limit:
+                # even if the newline came next, the line would be over the bound: refuse now
+                size = len(self._pending) + rest
+                self._pending.clear()
+                raise wire.FrameTooLarge(
+                    f"line of at least {size + 1} bytes exceeds the {limit}-byte bound")
+            self._pending += data[start:]
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+
+class AgentStream:
+    """One connection's agent output: validates frames, updates the host's state, feeds the sink.
+
+    ``done`` resolves with the reason the stream ended (first reason wins). ``on_up`` is called once, on the
+    first valid hello: that is when a host counts as up.
+    """
+
+    def __init__(self, state: HostState, sink: FleetSink, *, max_line_bytes: int = wire.MAX_LINE_BYTES,
+                 clock: Callable[[], float] = time.time, on_up: Callable[[wire.Hello], None] | None = None,
+                 on_protocol_error: Callable[[str], None] | None = None) -> None:
+        self.state = state
+        self.sink = sink
+        self.clock = clock
+        self.on_up = on_up
+        self.on_protocol_error = on_protocol_error
+        self.framer = LineFramer(max_line_bytes)
+        self.loop = asyncio.get_running_loop()
+        self.done: asyncio.Future[str] = self.loop.create_future()
+        self.last_rx = self.loop.time()  # monotonic time of the last complete line
+        self.hello: wire.Hello | None = None
+        self.protocol_error: str | None = None
+        self.graceful = False  # ended by the collector (stop/restart): close politely with EOF
+        self.grace = 2.0  # seconds a graceful close may wait for the agent to exit
+        self.timed_out = False  # ended by the read deadline: the agent may be stopped or hung
+        self._stderr = bytearray()
+        self._timer: asyncio.TimerHandle | None = None
+
+    # ------------------------------------------------------------------------------------------- input
+
+    def feed(self, data: bytes) -> None:
+        """Agent stdout bytes. After the stream ended, further data is ignored."""
+        if self.done.done():
+            return
+        try:
+            for line in self.framer.feed(data):
+                self._line(line)
+                if self.done.done():
+                    return
+        except wire.WireError as exc:
+            self._bad(str(exc))
+
+    def feed_stderr(self, data: bytes) -> None:
+        """Agent stderr: kept (the tail only) to explain an exit, and logged at debug level."""
+        self._stderr += data
+        if len(self._stderr) > STDERR_TAIL_BYTES:
+            del self._stderr[:-STDERR_TAIL_BYTES]
+        log.debug("%s: agent stderr: %s", self.state.name, data.decode(errors="replace").rstrip())
+
+    def stderr_tail(self, limit: int = 300) -> str:
+        """The last non-empty stderr line, for exit reasons ("gpufleet-agent: not found")."""
+        lines = [ln.strip() for ln in self._stderr.decode(errors="replace").splitlines() if ln.strip()]
+        return lines[-1][:limit] if lines else ""
+
+    def started(self) -> None:
+        """The agent is running now: the read deadline counts from here (not from the dial)."""
+        self.last_rx = self.loop.time()
+
+    def request_stop(self, reason: str, grace: float = 2.0) -> None:
+        """The collector ends this stream on purpose (stop, restart): EOF, not an error."""
+        if not self.done.done():
+            self.graceful = True
+            self.grace = grace
+        self.finish(reason)
+
+    def finish(self, reason: str) -> None:
+        """End the stream (idempotent: the first reason is kept)."""
+        if not self.done.done():
+            self.done.set_result(reason)
+
+    def exited(self, status: int | None, signal: str | None = None, exc: BaseException | None = None) -> None:
+        """The agent or its connection ended; build the reason from what is known."""
+        if exc is not None:
+            text = str(exc).strip() or type(exc).__name__
+            reason = "connection lost" if text.lower() == "connection lost" else f"connection lost: {text}"
+        elif signal:
+            reason = f"agent killed by signal {signal}"
+        elif status is not None:
+            reason = f"agent exited with status {status}"
+        else:
+            # asyncssh reports a dropped connection this way too: no exit status, no exception
+            reason = "connection closed without an exit status"
+        tail = self.stderr_tail()
+        if tail and exc is None:
+            reason += f": {tail}"
+        self.finish(reason)
+
+    # ------------------------------------------------------------------------------------------- wait
+
+    async def wait(self, read_timeout: float) -> str:
+        """Wait until the stream ends, or until no complete line arrived for ``read_timeout`` seconds."""
+        loop = self.loop
+
+        def check() -> None:
+            deadline = self.last_rx + read_timeout
+            if loop.time() >= deadline:
+                if not self.done.done():
+                    self.timed_out = True
+                self.finish(f"no frame for {_secs(read_timeout)} s")
+            else:
+                self._timer = loop.call_at(deadline, check)
+
+        self._timer = loop.call_at(self.last_rx + read_timeout, check)
+        try:
+            return await asyncio.shield(self.done)
+        finally:
+            self._timer.cancel()
+
+    # ------------------------------------------------------------------------------------------- frames
+
+    def _line(self, line: bytes) -> None:
+        self.last_rx = self.loop.time()
+        if not line.strip():
+            return  # blank lines carry nothing; tolerate them
+        frame = wire.decode(line, self.framer.max_line_bytes)
+        if self.hello is None and not isinstance(frame, wire.Hello):
+            raise wire.MalformedFrame(f"first frame is {frame.type!r}, expected 'hello'")
+        received = self.clock()
+        state = self.state
+        state.last_seen = received
+        state.frames += 1
+        state.lag = received - frame.ts
+        if isinstance(frame, wire.Snapshot):
+            state.snapshot = frame
+        elif isinstance(frame, wire.Hello):
+            if self.hello is not None:
+                raise wire.MalformedFrame("second 'hello' on one stream")
+            self.hello = frame
+            state.hello = frame
+            state.agent_version = frame.agent_version
+            state.driver_version = frame.driver_version
+            state.nvml_version = frame.nvml_version
+            state.cuda_version = frame.cuda_version
+            state.reported_hostname = frame.hostname
+            state.backend = frame.backend
+            if self.on_up is not None:
+                self.on_up(frame)
+        try:
+            self.sink.frame(state.name, frame, received)
+        except Exception:  # noqa: BLE001 - a broken consumer must not take the host down
+            log.exception("%s: sink failed on a %s frame", state.name, frame.type)
+
+    def _bad(self, message: str) -> None:
+        self.state.bad_frames += 1
+        reason = f"protocol error: {message}"
+        self.protocol_error = reason
+        log.warning("%s: closing the agent stream: %s", self.state.name, reason)
+        if self.on_protocol_error is not None:
+            self.on_protocol_error(reason)
+        self.finish(reason)
+
+
+def _secs(t: float) -> str:
+    """8.0 -> "8.0", 0.05 -> "0.05": one decimal unless that would hide the value."""
+    return f"{t:.1f}" if round(t, 1) == t else f"{t:g}"

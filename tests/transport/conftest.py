@@ -1,0 +1,49 @@
+"""Fixtures for transport tests: a collecting sink, the agent command, simulated fleets on loopback."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+if str(HERE) not in sys.path:  # importlib mode: make the helper module importable as `sshtestlib`
+    sys.path.insert(0, str(HERE))
+
+from gpufleet.collector.settings import HostConfig  # noqa: E402
+from gpufleet.collector.simfleet import SimFleet  # noqa: E402
+from gpufleet.collector.transport.manager import FleetTransport  # noqa: E402
+from sshtestlib import FAST, REAL, STANDIN, CollectingSink, real_agent_works  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def agent_argv() -> list[str]:
+    return REAL if real_agent_works() else STANDIN
+
+
+@pytest.fixture
+def sink() -> CollectingSink:
+    return CollectingSink()
+
+
+@pytest.fixture
+async def fleet(agent_argv: list[str]) -> AsyncIterator[SimFleet]:
+    async with SimFleet(3, interval=0.1, agent_argv=agent_argv) as f:
+        yield f
+
+
+@pytest.fixture
+async def transport_for() -> AsyncIterator[Callable[..., FleetTransport]]:
+    """Builds FleetTransports with fast backoff and stops them all at the end of the test."""
+    made: list[FleetTransport] = []
+
+    def make(hosts: list[HostConfig], sink: CollectingSink, **kw: object) -> FleetTransport:
+        t = FleetTransport(hosts, sink, **{**FAST, **kw})  # type: ignore[arg-type]
+        made.append(t)
+        return t
+
+    yield make
+    for t in made:
+        await t.stop(timeout=3)

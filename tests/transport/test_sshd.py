@@ -1,0 +1,214 @@
+"""Against OpenSSH's own sshd: streaming from the installed agent, and the forced-command deploy line."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncssh
+import pytest
+from gpufleet.agent import wire
+from gpufleet.collector.settings import HostConfig
+from sshtestlib import STANDIN, CollectingSink, MakeTransport, real_agent_works
+
+SSHD = "/usr/sbin/sshd"
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = [pytest.mark.sshd,
+              pytest.mark.skipif(not os.path.exists(SSHD), reason="OpenSSH sshd not installed")]
+
+
+def _agent_command(*args: str) -> str:
+    """The installed agent next to this interpreter (the stand-in until the real one streams)."""
+    if real_agent_works():
+        return shlex.join([os.path.join(os.path.dirname(sys.executable), "gpufleet-agent"), *args])
+    return shlex.join([*STANDIN, *args])
+
+
+@dataclass
+class Sshd:
+    port: int
+    dir: Path
+    client_key: Path
+    known_hosts: Path
+    authorized_keys: Path
+    client_pub: str
+    pid: int
+
+    def host(self, name: str = "real", **kw: object) -> HostConfig:
+        return HostConfig(name=name, address="127.0.0.1", port=self.port, user=_user(),
+                          key=str(self.client_key), known_hosts=str(self.known_hosts), interval=0.2,
+                          connect_timeout=10.0, **kw)  # type: ignore[arg-type]
+
+
+def _user() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def sshd(tmp_path: Path) -> Iterator[Sshd]:
+    if os.geteuid() == 0:
+        try:  # sshd running as root insists on its privilege separation directory
+            os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        except OSError as exc:
+            pytest.skip(f"cannot create /run/sshd: {exc}")
+    hostkey = tmp_path / "host_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey)], check=True)
+    client = asyncssh.generate_private_key("ssh-ed25519", comment="gpufleet-test")
+    client_key = tmp_path / "client_key"
+    client.write_private_key(str(client_key))
+    client_key.chmod(0o600)
+    client_pub = client.export_public_key().decode().strip()
+    authorized = tmp_path / "authorized_keys"
+    authorized.write_text(client_pub + "\n")
+    port = _free_port()
+    config = tmp_path / "sshd_config"
+    config.write_text("\n".join([
+        f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {hostkey}", f"AuthorizedKeysFile {authorized}",
+        f"PidFile {tmp_path / 'sshd.pid'}", "StrictModes no", "UsePAM no", "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no", "PubkeyAuthentication yes", "PermitRootLogin prohibit-password",
+        "LogLevel ERROR", "MaxStartups 50", f"SetEnv PATH={os.path.dirname(sys.executable)}:/usr/bin:/bin",
+    ]) + "\n")
+    known = tmp_path / "known_hosts"
+    pub = " ".join(Path(f"{hostkey}.pub").read_text().split()[:2])
+    known.write_text(f"[127.0.0.1]:{port} {pub}\n")
+    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE)
+    try:
+        for _ in range(200):
+            if proc.poll() is not None:
+                pytest.skip(f"sshd did not start: {proc.stderr.read().decode() if proc.stderr else ''}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield Sshd(port, tmp_path, client_key, known, authorized, client_pub, proc.pid)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def test_streams_from_the_installed_agent(sshd: Sshd, sink: CollectingSink,
+                                                transport_for: MakeTransport) -> None:
+    hosts = [sshd.host("real-a", agent_command=_agent_command(), agent_args=["--fake", "busy"]),
+             sshd.host("real-b", agent_command=_agent_command(), agent_args=["--fake", "hot"])]
+    t = transport_for(hosts, sink)
+    await t.start()
+    await sink.wait_for(lambda: all(sink.count(h.name, "snapshot") >= 2 for h in hosts),
+                        what="snapshots via sshd")
+    assert all(s.status == "up" and s.agent_version for s in t.states().values())
+    await t.stop(timeout=5)
+    assert all(s.reason == "collector stopping" for s in t.states().values())
+
+
+async def test_missing_agent_is_a_clear_reason(sshd: Sshd, sink: CollectingSink,
+                                               transport_for: MakeTransport) -> None:
+    t = transport_for([sshd.host(agent_command="/nonexistent/gpufleet-agent")], sink)
+    await t.start()
+    await sink.wait_for(lambda: bool(sink.reasons("real")))
+    reason = sink.reasons("real")[0]
+    assert reason.startswith("agent exited with status 127: ") and "/nonexistent/gpufleet-agent" in reason
+
+
+async def test_agent_killed_under_sshd(sshd: Sshd, sink: CollectingSink,
+                                       transport_for: MakeTransport) -> None:
+    t = transport_for([sshd.host(agent_command=_agent_command(), agent_args=["--fake", "idle"])], sink)
+    await t.start()
+    await sink.wait_for(lambda: t.states()["real"].status == "up")
+    pids = _agent_pids(sshd.pid)
+    assert pids
+    for pid in pids:
+        os.kill(pid, 9)
+    await sink.wait_for(lambda: t.states()["real"].connects == 2, what="reconnect after kill under sshd")
+    assert sink.reasons("real")[0].startswith(("agent killed by signal KILL", "agent exited with status"))
+
+
+def _agent_pids(sshd_pid: int) -> list[int]:
+    """Agent processes descended from *our* sshd (other work on this machine is left alone)."""
+    parent: dict[int, int] = {}
+    cmdline: dict[int, list[bytes]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                cmdline[int(entry)] = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            parent[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+
+    def under_sshd(pid: int) -> bool:
+        while pid > 1:
+            pid = parent.get(pid, 0)
+            if pid == sshd_pid:
+                return True
+        return False
+
+    return [p for p, cmd in cmdline.items() if b"--fake" in cmd and under_sshd(p)]
+
+
+def _example_line() -> str:
+    text = (REPO / "deploy" / "authorized_keys.example").read_text()
+    [line] = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    return line
+
+
+def test_example_line_format() -> None:
+    m = re.fullmatch(r'restrict,command="([^"]+)" (ssh-ed25519) (\S+) (\S+)', _example_line())
+    assert m, _example_line()
+    assert shlex.split(m.group(1))[0].endswith("gpufleet-agent")
+
+
+@pytest.fixture
+async def forced(sshd: Sshd) -> AsyncIterator[Sshd]:
+    """The deploy example line, with this test's key and agent substituted."""
+    m = re.fullmatch(r'(restrict,command=")([^"]+)(") (ssh-ed25519) (\S+) (\S+)', _example_line())
+    assert m
+    command = _agent_command("--fake", "busy", "--interval", "0.2")
+    line = f'{m.group(1)}{command}{m.group(3)} {sshd.client_pub.split()[0]} {sshd.client_pub.split()[1]} ' \
+           f'{m.group(6)}'
+    sshd.authorized_keys.write_text(line + "\n")
+    yield sshd
+
+
+async def test_forced_command_works_with_the_collector(forced: Sshd, sink: CollectingSink,
+                                                       transport_for: MakeTransport) -> None:
+    # whatever the collector asks to run, sshd runs the forced agent
+    t = transport_for([forced.host(agent_command="this-command-is-ignored")], sink)
+    await t.start()
+    await sink.wait_for(lambda: sink.count("real", "snapshot") >= 2, what="snapshots under a forced command")
+    assert t.states()["real"].status == "up"
+
+
+async def test_forced_command_refuses_other_commands(forced: Sshd) -> None:
+    async with asyncssh.connect("127.0.0.1", forced.port, username=_user(),
+                                client_keys=[str(forced.client_key)], known_hosts=str(forced.known_hosts),
+                                config=None, agent_path=None) as conn:
+        proc = await conn.create_process("cat /etc/passwd", encoding=None)
+        first = await asyncio.wait_for(proc.stdout.readline(), 20)
+        assert isinstance(wire.decode(first), wire.Hello)  # the agent, not the password file
+        proc.stdin.write_eof()
+        await asyncio.wait_for(proc.wait(check=False), 20)
+        # no shell either: restrict also refuses a pty, and a subsystem still gets only the agent
+        with pytest.raises((asyncssh.Error, OSError, asyncio.TimeoutError, AssertionError)):
+            async with conn.start_sftp_client() as sftp:
+                await asyncio.wait_for(sftp.listdir("/"), 5)

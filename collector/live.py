@@ -43,6 +43,20 @@ class HostState:
     hello: wire.Hello | None = None
     snapshot: wire.Snapshot | None = None  # the latest snapshot
 
+    def observe(self, frame: wire.Frame, received: float) -> None:
+        """Record a valid frame: liveness, the latest snapshot, and the versions a hello announces."""
+        self.last_seen = received
+        if isinstance(frame, wire.Snapshot):
+            self.snapshot = frame
+        elif isinstance(frame, wire.Hello):
+            self.hello = frame
+            self.agent_version = frame.agent_version
+            self.driver_version = frame.driver_version
+            self.nvml_version = frame.nvml_version
+            self.cuda_version = frame.cuda_version
+            self.reported_hostname = frame.hostname
+            self.backend = frame.backend
+
 
 class FleetSink(Protocol):
     """Receives everything the transport learns. Must return quickly and never raise."""
@@ -67,17 +81,7 @@ class LiveView:
         state = self.hosts.get(host)
         if state is None:
             state = self.hosts[host] = HostState(name=host)
-        state.last_seen = received
-        if isinstance(frame, wire.Snapshot):
-            state.snapshot = frame
-        elif isinstance(frame, wire.Hello):
-            state.hello = frame
-            state.agent_version = frame.agent_version
-            state.driver_version = frame.driver_version
-            state.nvml_version = frame.nvml_version
-            state.cuda_version = frame.cuda_version
-            state.reported_hostname = frame.hostname
-            state.backend = frame.backend
+        state.observe(frame, received)  # idempotent: the transport may have recorded it on this object
 
 
 class FanOut:

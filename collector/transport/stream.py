@@ -180,24 +180,15 @@ class AgentStream:
             raise wire.MalformedFrame(f"first frame is {frame.type!r}, expected 'hello'")
         received = self.clock()
         state = self.state
-        state.last_seen = received
         state.frames += 1
         state.lag = received - frame.ts
-        if isinstance(frame, wire.Snapshot):
-            state.snapshot = frame
-        elif isinstance(frame, wire.Hello):
+        if isinstance(frame, wire.Hello):
             if self.hello is not None:
                 raise wire.MalformedFrame("second 'hello' on one stream")
             self.hello = frame
-            state.hello = frame
-            state.agent_version = frame.agent_version
-            state.driver_version = frame.driver_version
-            state.nvml_version = frame.nvml_version
-            state.cuda_version = frame.cuda_version
-            state.reported_hostname = frame.hostname
-            state.backend = frame.backend
-            if self.on_up is not None:
-                self.on_up(frame)
+        state.observe(frame, received)
+        if isinstance(frame, wire.Hello) and self.on_up is not None:
+            self.on_up(frame)
         try:
             self.sink.frame(state.name, frame, received)
         except Exception:  # noqa: BLE001 - a broken consumer must not take the host down

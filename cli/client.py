@@ -1,0 +1,274 @@
+"""How the CLI gets its answers: the collector's query socket, or the SQLite file read-only when it is down.
+
+Both backends take the same ops and return the same JSON-shaped results, so commands never care which one
+answered (the fallback says so once on stderr). The socket client is plain blocking ``socket``: no asyncio
+import on the fast path, which keeps ``gpufleet status`` quick to start.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import socket
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+API_VERSION = 1
+CONNECT_TIMEOUT = 2.0
+DEFAULT_TIMEOUT = 30.0
+
+EXIT_RUNTIME = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+
+
+class CliError(Exception):
+    """An error to show as one line ``gpufleet: ...`` and exit with ``code``."""
+
+    def __init__(self, message: str, code: int = EXIT_RUNTIME) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+class CollectorUnavailable(CliError):
+    """Nothing answers on the socket (absent, refused)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_UNREACHABLE)
+
+
+class ApiError(CliError):
+    """The collector answered ``ok: false``; the message is its one-line error."""
+
+
+class Backend(Protocol):
+    source: str  # "live" | "store"
+    where: str  # socket or database path, for messages
+
+    def call(self, op: str, **args: Any) -> Any: ...
+
+
+# ----------------------------------------------------------------------------------------- the socket
+
+
+class ApiClient:
+    """One request per call over the collector's Unix socket (JSON line each way)."""
+
+    source = "live"
+
+    def __init__(self, path: str | Path, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.path = Path(path)
+        self.where = str(self.path)
+        self.timeout = timeout
+        self._sock: socket.socket | None = None
+
+    def connect(self) -> None:
+        """Open the connection now; :class:`CollectorUnavailable` when nothing listens."""
+        if self._sock is not None:
+            return
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.settimeout(CONNECT_TIMEOUT)
+        try:
+            s.connect(str(self.path))
+        except (FileNotFoundError, ConnectionRefusedError, NotADirectoryError):
+            s.close()
+            raise CollectorUnavailable(f"collector not running (no socket at {self.path})") from None
+        except PermissionError:
+            s.close()
+            raise CollectorUnavailable(
+                f"permission denied on the collector socket {self.path} (it is "
+                "readable by the collector's user only; run as that user or set "
+                "api.mode)"
+            ) from None
+        except OSError as exc:
+            s.close()
+            raise CollectorUnavailable(
+                f"cannot reach the collector at {self.path}: {exc.strerror or exc}"
+            ) from None
+        s.settimeout(self.timeout)
+        self._sock = s
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def call(self, op: str, **args: Any) -> Any:
+        self.connect()
+        assert self._sock is not None
+        line = (
+            json.dumps(
+                {"op": op, "args": {k: v for k, v in args.items() if v is not None}, "v": API_VERSION},
+                separators=(",", ":"),
+            ).encode()
+            + b"\n"
+        )
+        try:
+            self._sock.sendall(line)
+            data = self._read_line(self._sock)
+        except TimeoutError:
+            self.close()
+            raise CliError(
+                f"the collector at {self.path} did not answer {op!r} within {self.timeout:.0f} s"
+            ) from None
+        except OSError as exc:
+            self.close()
+            raise CliError(
+                f"lost the connection to the collector at {self.path}: {exc.strerror or exc}"
+            ) from None
+        try:
+            response = json.loads(data)
+        except ValueError:
+            raise CliError(f"the collector at {self.path} sent a malformed answer") from None
+        if not isinstance(response, dict) or "ok" not in response:
+            raise CliError(f"the collector at {self.path} sent a malformed answer")
+        if not response["ok"]:
+            raise ApiError(str(response.get("error", "unknown error")))
+        return response.get("result")
+
+    @staticmethod
+    def _read_line(sock: socket.socket) -> bytes:
+        chunks: list[bytes] = []
+        while True:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                raise ConnectionResetError(errno.ECONNRESET, "connection closed before the answer ended")
+            if chunk.endswith(b"\n"):  # the server writes one whole line; a newline only ever ends it
+                chunks.append(chunk)
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+
+# ---------------------------------------------------------------------------------- the SQLite file
+
+
+class StoreFallback:
+    """Answers ops from the SQLite file, opened read-only, with the collector's own handler code."""
+
+    source = "store"
+
+    def __init__(self, db: str | Path, *, notice: Callable[[str], None] | None = None) -> None:
+        self.db = Path(db)
+        self.where = str(self.db)
+        self._notice = notice
+        self._noticed = False
+
+    def call(self, op: str, **args: Any) -> Any:
+        import asyncio
+
+        return asyncio.run(self._call(op, {k: v for k, v in args.items() if v is not None}))
+
+    async def _call(self, op: str, args: dict[str, Any]) -> Any:
+        from gpufleet.collector.api import StoreOps, dispatch, encode
+        from gpufleet.collector.errors import StorageError
+        from gpufleet.collector.settings import StorageConfig
+        from gpufleet.collector.store.store import Store
+
+        try:
+            store = await Store.open(StorageConfig(path=str(self.db)), readonly=True)
+        except StorageError as exc:
+            raise CliError(f"cannot read history at {self.db}: {exc}") from None
+        try:
+            if not self._noticed:
+                self._noticed = True
+                if self._notice is not None:
+                    latest = await store.latest()
+                    last = max((g.ts for g in latest), default=None)
+                    from gpufleet.cli.timeparse import fmt_ago
+
+                    self._notice(
+                        f"collector not running; showing stored data from {self.db} "
+                        f"(last sample {fmt_ago(last)})"
+                    )
+            response = await dispatch(StoreOps(store).table(), {"op": op, "args": args, "v": API_VERSION})
+        finally:
+            await store.close()
+        if not response["ok"]:
+            raise ApiError(str(response["error"]))
+        return json.loads(encode(response["result"]))  # the same JSON shapes the socket gives
+
+
+# ------------------------------------------------------------------------------------------- choosing
+
+
+@dataclass(slots=True)
+class Endpoints:
+    """Where to look: the socket, and the database for the fallback (resolved lazily from the config)."""
+
+    config_path: str | None = None
+    socket: str | None = None
+    db: str | None = None
+    _loaded: bool = False
+
+    def _load(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        from gpufleet.collector.settings import ApiConfig, StorageConfig
+
+        path: Path | None
+        if self.config_path:
+            path = Path(self.config_path)
+        else:
+            from gpufleet.collector.config import find_config
+
+            path = find_config()
+        if path is not None:
+            from gpufleet.collector.config import load_config
+            from gpufleet.collector.errors import ConfigError
+
+            try:
+                cfg = load_config(path, resolve_secrets=False)
+            except ConfigError as exc:
+                raise CliError(str(exc).splitlines()[0], EXIT_USAGE) from None
+            api, storage = cfg.api, cfg.storage
+        else:
+            api, storage = ApiConfig(), StorageConfig()
+        if self.socket is None:
+            self.socket = str(api.resolved_socket())
+        if self.db is None:
+            self.db = str(storage.resolved_path())
+
+    def socket_path(self) -> str:
+        if self.socket is None:
+            self._load()
+        assert self.socket is not None
+        return self.socket
+
+    def db_path(self) -> str:
+        if self.db is None:
+            self._load()
+        assert self.db is not None
+        return self.db
+
+
+def connect(
+    ends: Endpoints,
+    *,
+    fallback: bool = True,
+    timeout: float = DEFAULT_TIMEOUT,
+    notice: Callable[[str], None] | None = None,
+) -> Backend:
+    """The live collector if it answers, else (``fallback``) the database read-only, else exit 3."""
+    client = ApiClient(ends.socket_path(), timeout=timeout)
+    try:
+        client.connect()
+        return client
+    except CollectorUnavailable as exc:
+        if not fallback or "permission denied" in str(exc):
+            raise
+        reason = str(exc)
+    db = ends.db_path()
+    if not os.path.isfile(db):
+        raise CollectorUnavailable(
+            f"{reason} and no history at {db} — start it with `gpufleet collector run`"
+        )
+    return StoreFallback(db, notice=notice if notice is not None else _stderr)
+
+
+def _stderr(message: str) -> None:
+    print(f"gpufleet: {message}", file=sys.stderr)

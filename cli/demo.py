@@ -1,0 +1,203 @@
+"""``gpufleet demo``: a whole simulated fleet on one machine with no GPU, shown live.
+
+Six virtual hosts run the real agent on fake NVML scenarios behind real SSH servers on 127.0.0.1; the real
+collector (started in-process on the bundled demo.yaml, with short rule durations) reaches them, stores
+history in a temp directory and serves its query socket there, so `gpufleet --socket ... alerts` works from
+another terminal while the demo runs. Ctrl-C (or ``--seconds``) stops everything cleanly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import signal
+import tempfile
+import time
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from gpufleet.cli.client import CliError
+from rich.console import Console, Group, RenderableType
+from rich.text import Text
+
+if TYPE_CHECKING:
+    from gpufleet.collector.daemon import Collector
+    from gpufleet.collector.settings import Config
+
+#: host name -> agent scenario (the names match the scenarios' own hostnames)
+DEMO_HOSTS: dict[str, str] = {
+    "gpu-node-01": "busy",
+    "gpu-node-03": "wasting",
+    "gpu-node-05": "zombie",
+    "gpu-node-07": "hot",
+    "gpu-node-09": "lost",
+    "gpu-node-11": "idle",
+}
+MAX_ALERT_LINES = 8
+
+
+def demo_config(workdir: Path) -> Config:
+    """The bundled demo.yaml, with storage and the socket in ``workdir`` (hosts are added by the caller)."""
+    from gpufleet.collector.config import parse_config
+    from gpufleet.collector.errors import ConfigError
+
+    text = resources.files("gpufleet.cli").joinpath("demo.yaml").read_text(encoding="utf-8")
+    try:
+        cfg = parse_config(text, "demo.yaml (bundled)", base_dir=workdir)
+    except ConfigError as exc:  # a packaging mistake, not a user one: say exactly what
+        raise CliError(f"bundled demo config is invalid: {exc}") from None
+    cfg.storage.path = str(workdir / "gpufleet.db")
+    cfg.api.socket = str(workdir / "gpufleet.sock")
+    return cfg
+
+
+def _descriptions() -> dict[str, str]:
+    """Each scenario's one-line description, from the scenario files themselves (so the banner never
+    drifts from what the fake agents do)."""
+    import yaml
+    from gpufleet.agent import scenarios
+
+    out = {}
+    for host, name in DEMO_HOSTS.items():
+        try:
+            doc: Any = yaml.safe_load(scenarios.read(name))
+            out[host] = str(doc.get("description") or name)
+        except (KeyError, OSError, yaml.YAMLError, AttributeError):
+            out[host] = name
+    return out
+
+
+def banner(socket: str, log_path: str, width: int) -> list[Text]:
+    lines = [
+        Text.assemble(
+            ("gpufleet demo", "bold cyan"),
+            ": six simulated GPU hosts, fake NVML behind real SSH on 127.0.0.1 (no GPU needed)",
+        )
+    ]
+    for host, text in _descriptions().items():
+        lines.append(Text.assemble("  ", (f"{host:<12}", "bold"), f"{DEMO_HOSTS[host]:<8}", (text, "dim")))
+    lines.append(
+        Text("  Alerts appear within 5-60 s. From another terminal, ask the running collector:", "dim")
+    )
+    lines.append(Text.assemble("    ", (f"gpufleet --socket {socket} alerts", "bold")))
+    lines.append(Text(f"  Collector log: {log_path}   Ctrl-C quits.", style="dim"))
+    for t in lines:
+        t.truncate(width)
+    return lines
+
+
+def alert_lines(collector: Collector, width: int) -> list[Text]:
+    from gpufleet.cli.render_alerts import SEVERITY_STYLES
+    from gpufleet.collector.query import flag_name, natural_key
+
+    active = [a for a in collector.alerts.active() if a.state == "firing"]
+    active.sort(key=lambda a: (natural_key(a.labels.get("host", "")), a.labels.get("gpu", ""), a.rule))
+    head = Text.assemble(("Firing alerts: ", "bold"), (str(len(active)), "bold red" if active else "green"))
+    lines = [head]
+    for a in active[:MAX_ALERT_LINES]:
+        summary = a.annotations.get("summary") or " ".join(f"{k}={v}" for k, v in sorted(a.labels.items()))
+        line = Text.assemble("  ", (f"{flag_name(a.rule):<9}", SEVERITY_STYLES.get(a.severity, "")), summary)
+        line.truncate(width)
+        lines.append(line)
+    if len(active) > MAX_ALERT_LINES:
+        lines.append(Text(f"  ... {len(active) - MAX_ALERT_LINES} more (gpufleet alerts)", style="dim"))
+    return lines
+
+
+def frame(collector: Collector, head: list[Text], width: int) -> RenderableType:
+    from gpufleet.cli.render_status import render_status
+    from gpufleet.collector.query import build_fleet_view, flags_from_alerts
+
+    view = build_fleet_view(
+        collector.live.hosts.values(), flags_from_alerts(collector.alerts.active()), now=time.time()
+    )
+    return Group(
+        *head, Text(), render_status(view, width, title="status"), Text(), *alert_lines(collector, width)
+    )
+
+
+async def _run(
+    console: Console, *, seconds: float | None, interval: float, refresh: float, screen: bool
+) -> None:
+    from gpufleet.collector.daemon import Collector
+    from gpufleet.collector.simfleet import SimFleet
+
+    workdir = Path(tempfile.mkdtemp(prefix="gpufleet-demo-"))
+    log_path = workdir / "collector.log"
+    handler = logging.FileHandler(log_path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+    collector: Collector | None = None
+    last: RenderableType | None = None
+    live_screen = screen and console.is_terminal
+    try:
+        cfg = demo_config(workdir)
+        head = banner(str(cfg.api.socket), str(log_path), console.width)
+        if not live_screen:
+            for line in head:
+                console.print(line, no_wrap=True, overflow="crop")
+        async with SimFleet(DEMO_HOSTS, interval=interval, workdir=workdir / "fleet") as fleet:
+            cfg.hosts = [h for h in fleet.host_configs()]
+            for h in cfg.hosts:
+                h.tags = ["demo", DEMO_HOSTS[h.name]]
+            collector = Collector(cfg)
+            await collector.start()
+            deadline = None if seconds is None else loop.time() + seconds
+            live_ctx = _live(console) if live_screen else contextlib.nullcontext(None)
+            with live_ctx as live:
+                while not stop.is_set() and (deadline is None or loop.time() < deadline):
+                    last = frame(collector, head, console.width)
+                    if live is not None:
+                        live.update(last, refresh=True)
+                    wait = refresh if deadline is None else max(0.0, min(refresh, deadline - loop.time()))
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(stop.wait(), wait)
+            last = frame(collector, [] if not live_screen else head, console.width)
+            await collector.stop()
+            collector = None
+    finally:
+        if collector is not None:
+            await collector.stop()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        root.removeHandler(handler)
+        handler.close()
+        shutil.rmtree(workdir, ignore_errors=True)
+    if last is not None:
+        console.print(last, no_wrap=True, overflow="crop")
+    console.print(Text("demo stopped; the simulated fleet and its temp data are gone.", style="dim"))
+
+
+def _live(console: Console) -> Any:
+    from rich.live import Live
+
+    return Live(
+        console=console, screen=True, auto_refresh=False, redirect_stderr=False, redirect_stdout=False
+    )
+
+
+def run_demo(
+    console: Console,
+    *,
+    seconds: float | None = None,
+    interval: float = 1.0,
+    refresh: float = 1.0,
+    screen: bool = True,
+) -> None:
+    """Run the demo until Ctrl-C or ``seconds``; returns normally either way (exit 0)."""
+    try:
+        asyncio.run(_run(console, seconds=seconds, interval=interval, refresh=refresh, screen=screen))
+    except KeyboardInterrupt:  # Ctrl-C before the handlers were installed
+        pass

@@ -1,0 +1,601 @@
+"""The ``gpufleet`` command: status, history, alerts, hosts, report, silences, demo, collector, config.
+
+Only click and the socket client load at import; each command imports rich, the store or the collector when
+it runs, so ``gpufleet status`` starts fast. Every error a user can cause ends as one line
+``gpufleet: ...`` on stderr. Exit codes: 0 ok, 1 runtime error, 2 usage error, 3 collector not reachable and
+no stored data.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+from gpufleet.cli.client import (
+    EXIT_USAGE,
+    Backend,
+    CliError,
+    Endpoints,
+    connect,
+)
+
+if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class State:
+    """Per-invocation settings shared by the group and its commands."""
+
+    def __init__(self) -> None:
+        self.ends = Endpoints(
+            socket=os.environ.get("GPUFLEET_SOCKET") or None, db=os.environ.get("GPUFLEET_DB") or None
+        )
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(highlight=False)
+        return self._console
+
+    def backend(self, *, fallback: bool = True) -> Backend:
+        return connect(self.ends, fallback=fallback)
+
+
+pass_state = click.make_pass_decorator(State, ensure=True)
+
+
+def _set_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        ctx.ensure_object(State).ends.config_path = value
+    return value
+
+
+def _set_socket(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        ctx.ensure_object(State).ends.socket = value
+    return value
+
+
+def _set_db(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        ctx.ensure_object(State).ends.db = value
+    return value
+
+
+def where_options(f: F) -> F:
+    """``-c/--config``, ``--socket``, ``--db`` on the group *and* every command (either position works)."""
+    f = click.option(
+        "--db",
+        metavar="PATH",
+        expose_value=False,
+        callback=_set_db,
+        is_eager=True,
+        help="SQLite history to read when the collector is down [env GPUFLEET_DB].",
+    )(f)
+    f = click.option(
+        "--socket",
+        metavar="PATH",
+        expose_value=False,
+        callback=_set_socket,
+        is_eager=True,
+        help="The collector's query socket [env GPUFLEET_SOCKET].",
+    )(f)
+    f = click.option(
+        "-c",
+        "--config",
+        metavar="FILE",
+        expose_value=False,
+        callback=_set_config,
+        is_eager=True,
+        help="gpufleet.yaml (default: $GPUFLEET_CONFIG, ./gpufleet.yaml, ~/.config/gpufleet/, "
+        "/etc/gpufleet/).",
+    )(f)
+    return f
+
+
+def _split(values: Sequence[str]) -> list[str]:
+    """``--host n1,n2 --host n3`` -> [n1, n2, n3]."""
+    return [v for item in values for v in item.split(",") if v]
+
+
+def _print_json(obj: Any) -> None:
+    """Indented for a person at a terminal; compact into a pipe (indenting forces json's slow encoder)."""
+    if sys.stdout.isatty():
+        click.echo(json.dumps(obj, indent=2))
+    else:
+        click.echo(json.dumps(obj, separators=(",", ":")))
+
+
+def _range(since: str | None, until: str | None, default: str) -> tuple[float, float]:
+    from gpufleet.cli.timeparse import TimeParseError, parse_range
+
+    try:
+        return parse_range(since, until, default_since=default)
+    except TimeParseError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+    except ValueError as exc:
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@where_options
+@click.version_option(package_name="gpufleet", prog_name="gpufleet")
+def cli() -> None:
+    """Watch a fleet of shared NVIDIA GPU hosts: who holds which GPU, waste, heat, faults, history.
+
+    Start with `gpufleet demo` (a simulated fleet, no GPU needed).
+    """
+
+
+# ------------------------------------------------------------------------------------------- status
+
+
+@cli.command()
+@where_options
+@click.option(
+    "--host",
+    "hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Only these hosts (repeat or comma-separate; globs like 'n*' work).",
+)
+@click.option("--tag", "tags", multiple=True, metavar="TAG", help="Only hosts with one of these tags.")
+@click.option("--user", "users", multiple=True, metavar="USER", help="Only GPUs these users hold.")
+@click.option("--by", type=click.Choice(["user"]), default=None, help="Group by user instead of by host.")
+@click.option(
+    "--watch",
+    type=float,
+    is_flag=False,
+    flag_value=2.0,
+    default=None,
+    metavar="[SECONDS]",
+    help="Refresh every SECONDS (default 2) until Ctrl-C.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the view model as JSON.")
+@pass_state
+def status(
+    state: State,
+    hosts: tuple[str, ...],
+    tags: tuple[str, ...],
+    users: tuple[str, ...],
+    by: str | None,
+    watch: float | None,
+    as_json: bool,
+) -> None:
+    """One screen for the fleet: every GPU's util, memory, temperature, holders and flags."""
+    backend = state.backend()
+    args = {"host": _split(hosts) or None, "tag": _split(tags) or None, "user": _split(users) or None}
+    if as_json:
+        _print_json(backend.call("status", **args))
+        return
+
+    if watch is None and by is None:  # the fast path: plain lines to stdout, no rich at all
+        from gpufleet.cli.lines import term_width, use_color, write_lines
+        from gpufleet.cli.render_status import status_lines
+        from gpufleet.collector.query import fleet_view_from_dict
+
+        view = fleet_view_from_dict(backend.call("status", **args))
+        write_lines(status_lines(view, term_width()), sys.stdout, color=use_color(sys.stdout))
+        return
+
+    def frame(width: int) -> RenderableType:
+        from gpufleet.cli.render_status import render_by_user, render_status
+        from gpufleet.collector.query import by_user, fleet_view_from_dict
+
+        view = fleet_view_from_dict(backend.call("status", **args))
+        if by == "user":
+            return render_by_user(view, by_user(view), width)
+        return render_status(view, width, height=state.console.height)
+
+    if watch is not None:
+        if watch <= 0:
+            raise CliError("--watch needs a positive number of seconds", EXIT_USAGE)
+        watch_loop(state.console, frame, watch)
+        return
+    state.console.print(frame(state.console.width), overflow="crop", no_wrap=True)
+
+
+def watch_loop(
+    console: Console, frame: Callable[[int], RenderableType], interval: float, *, seconds: float | None = None
+) -> None:
+    """Redraw ``frame`` every ``interval`` on the alternate screen until Ctrl-C (or ``seconds``)."""
+    from rich.live import Live
+    from rich.text import Text
+
+    deadline = None if seconds is None else time.monotonic() + seconds
+    try:
+        with Live(console=console, screen=True, auto_refresh=False, redirect_stderr=False) as live:
+            while deadline is None or time.monotonic() < deadline:
+                try:
+                    renderable: RenderableType = frame(console.width)
+                except CliError as exc:  # collector restarting: keep watching
+                    renderable = Text(f"gpufleet: {exc} (retrying every {interval:g} s)", style="yellow")
+                live.update(renderable, refresh=True)
+                time.sleep(
+                    interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
+                )
+    except KeyboardInterrupt:
+        pass
+
+
+# ------------------------------------------------------------------------------------------- hosts
+
+
+@cli.command()
+@where_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_state
+def hosts(state: State, as_json: bool) -> None:
+    """Every host: connection status, since when, agent and driver versions, tags."""
+    rows = state.backend().call("hosts")
+    if as_json:
+        _print_json(rows)
+        return
+    from gpufleet.cli.render_status import render_hosts
+    from gpufleet.collector.query import host_info_from_dict
+
+    state.console.print(
+        render_hosts([host_info_from_dict(r) for r in rows], state.console.width, time.time())
+    )
+
+
+# ------------------------------------------------------------------------------------------- history
+
+
+@cli.command()
+@where_options
+@click.option("--host", required=True, metavar="NAME", help="The host.")
+@click.option("--gpu", type=int, default=None, metavar="INDEX", help="Only this GPU.")
+@click.option("--since", default=None, metavar="WHEN", help="Start: 24h, 7d, 90m or a date (default 24h).")
+@click.option("--until", default=None, metavar="WHEN", help="End (default now).")
+@click.option("--user", default=None, help="Only this user's processes (and the GPUs they used).")
+@click.option(
+    "--max-points", type=click.IntRange(1, 10_000), default=500, show_default=True, help="Points per GPU."
+)
+@click.option("--csv", "as_csv", is_flag=True, help="Print the series as CSV.")
+@click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
+@pass_state
+def history(
+    state: State,
+    host: str,
+    gpu: int | None,
+    since: str | None,
+    until: str | None,
+    user: str | None,
+    max_points: int,
+    as_csv: bool,
+    as_json: bool,
+) -> None:
+    """Usage over time per GPU: util and memory sparklines, summary, the processes that ran."""
+    start, end = _range(since, until, "24h")
+    result = state.backend().call(
+        "history", host=host, gpu=gpu, since=start, until=end, user=user, max_points=max_points
+    )
+    if as_json:
+        _print_json(result)
+        return
+    if as_csv:
+        from gpufleet.cli.render_history import history_csv
+
+        click.echo(history_csv(result), nl=False)
+        return
+    from gpufleet.cli.render_history import render_history
+
+    state.console.print(render_history(result, state.console.width))
+
+
+# ------------------------------------------------------------------------------------------- alerts
+
+
+@cli.command()
+@where_options
+@click.option("--since", default=None, metavar="WHEN", help="Show alerts resolved since (default 24h).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_state
+def alerts(state: State, since: str | None, as_json: bool) -> None:
+    """Active alerts, recently resolved ones, and silences."""
+    start, _end = _range(since, None, "24h")
+    result = state.backend().call("alerts", since=start)
+    if as_json:
+        _print_json(result)
+        return
+    from gpufleet.cli.render_alerts import render_alerts
+
+    state.console.print(render_alerts(result, state.console.width, time.time(), start))
+
+
+# ------------------------------------------------------------------------------------------- report
+
+
+@cli.command()
+@where_options
+@click.option("--since", default=None, metavar="WHEN", help="Start (default 7d).")
+@click.option("--until", default=None, metavar="WHEN", help="End (default now).")
+@click.option("--host", default=None, metavar="NAME", help="Only this host.")
+@click.option(
+    "--format", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text", show_default=True
+)
+@click.option("--send", is_flag=True, help="Also send it through the configured notifiers.")
+@pass_state
+def report(
+    state: State, since: str | None, until: str | None, host: str | None, fmt: str, send: bool
+) -> None:
+    """Usage report: GPU-hours held, used and wasted per user, alerts, faults."""
+    start, end = _range(since, until, "7d")
+    backend = state.backend(fallback=not send)
+    result = backend.call("report", since=start, until=end, host=host, format=fmt, send=send or None)
+    click.echo(str(result.get("text", "")).rstrip("\n"))
+    sent: dict[str, str | None] | None = result.get("sent")
+    if send and sent is not None:
+        failed = {name: err for name, err in sent.items() if err}
+        ok = [name for name, err in sent.items() if not err]
+        if ok:
+            click.echo(f"gpufleet: report sent via {', '.join(ok)}", err=True)
+        if failed:
+            raise CliError("report not delivered via " + "; ".join(f"{n}: {e}" for n, e in failed.items()))
+
+
+# ------------------------------------------------------------------------------------------- silences
+
+
+@cli.group()
+def silence() -> None:
+    """Mute alerts that match labels for a while (`silence add --host n3 --rule wasted --for 2h`)."""
+
+
+@silence.command("add")
+@where_options
+@click.option("--host", default=None, metavar="NAME", help="Host (glob ok).")
+@click.option("--gpu", default=None, metavar="INDEX", help="GPU index.")
+@click.option("--user", default=None, help="User whose alerts to mute.")
+@click.option("--rule", default=None, help="Rule name (wasted, idle, stale, hot/overheating, ...).")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Any other label matcher.")
+@click.option("--for", "duration", required=True, metavar="DURATION", help="How long: 2h, 30m, 1d.")
+@click.option("--comment", default="", help="Why (shown in `silence list`).")
+@click.option("--by", "created_by", default=None, help="Who (default: $USER).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_state
+def silence_add(
+    state: State,
+    host: str | None,
+    gpu: str | None,
+    user: str | None,
+    rule: str | None,
+    labels: tuple[str, ...],
+    duration: str,
+    comment: str,
+    created_by: str | None,
+    as_json: bool,
+) -> None:
+    """Add a silence."""
+    from gpufleet.cli.timeparse import fmt_duration, fmt_ts, parse_duration
+
+    seconds = parse_duration(duration)
+    if seconds is None or seconds <= 0:
+        raise CliError(f"bad --for {duration!r}: expected a duration like 2h, 30m, 1d", EXIT_USAGE)
+    matchers = {k: v for k, v in (("host", host), ("gpu", gpu), ("user", user), ("rule", rule)) if v}
+    for item in labels:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value:
+            raise CliError(f"bad --label {item!r}: expected KEY=VALUE", EXIT_USAGE)
+        matchers[key] = value
+    if not matchers:
+        raise CliError("a silence needs at least one of --host, --gpu, --user, --rule, --label", EXIT_USAGE)
+    who = created_by or os.environ.get("USER") or os.environ.get("LOGNAME") or ""
+    rec = state.backend(fallback=False).call(
+        "silence_add", matchers=matchers, duration=seconds, comment=comment, created_by=who
+    )
+    if as_json:
+        _print_json(rec)
+        return
+    what = " ".join(f"{k}={v}" for k, v in sorted(rec["matchers"].items()))
+    click.echo(f"silence {rec['id']}: {what} for {fmt_duration(seconds)} (until {fmt_ts(rec['ends_at'])})")
+
+
+@silence.command("list")
+@where_options
+@click.option("--all", "include_expired", is_flag=True, help="Include expired silences.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_state
+def silence_list(state: State, include_expired: bool, as_json: bool) -> None:
+    """List silences."""
+    rows = state.backend().call("silence_list", include_expired=include_expired or None)
+    if as_json:
+        _print_json(rows)
+        return
+    from gpufleet.cli.render_alerts import render_silences
+
+    state.console.print(render_silences(rows, state.console.width, time.time()))
+
+
+@silence.command("expire")
+@where_options
+@click.argument("silence_id", metavar="ID", type=int)
+@pass_state
+def silence_expire(state: State, silence_id: int) -> None:
+    """End a silence now."""
+    state.backend(fallback=False).call("silence_expire", id=silence_id)
+    click.echo(f"silence {silence_id} expired")
+
+
+# ------------------------------------------------------------------------------------------- demo
+
+
+@cli.command()
+@click.option(
+    "--seconds", type=click.FloatRange(min=1), default=None, help="Stop after this long (for tests)."
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=1.0,
+    show_default=True,
+    help="Agent sampling interval.",
+)
+@click.option(
+    "--refresh",
+    type=click.FloatRange(min=0.1),
+    default=1.0,
+    show_default=True,
+    help="Screen refresh interval.",
+)
+@click.option(
+    "--no-screen", is_flag=True, help="Print a status snapshot now and then instead of a live screen."
+)
+@pass_state
+def demo(state: State, seconds: float | None, interval: float, refresh: float, no_screen: bool) -> None:
+    """Run a simulated fleet (fake GPUs behind real SSH on loopback) and show it live. Ctrl-C quits."""
+    from gpufleet.cli.demo import run_demo
+
+    run_demo(state.console, seconds=seconds, interval=interval, refresh=refresh, screen=not no_screen)
+
+
+# ------------------------------------------------------------------------------------------- collector
+
+
+@cli.group()
+def collector() -> None:
+    """Run the collector service."""
+
+
+@collector.command("run")
+@where_options
+@click.option(
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
+)
+@pass_state
+def collector_run(state: State, log_level: str) -> None:
+    """Run the collector in the foreground until SIGTERM / Ctrl-C."""
+    import asyncio
+    import logging
+
+    config = _load_config(state)
+    logging.basicConfig(
+        level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    from gpufleet.collector.daemon import run_collector
+    from gpufleet.collector.errors import CollectorError
+
+    try:
+        asyncio.run(run_collector(config))
+    except KeyboardInterrupt:
+        pass
+    except CollectorError as exc:
+        raise CliError(str(exc)) from None
+
+
+def _load_config(state: State) -> Any:
+    from pathlib import Path
+
+    from gpufleet.collector.config import default_config, find_config, load_config
+    from gpufleet.collector.errors import ConfigError
+
+    path = Path(state.ends.config_path) if state.ends.config_path else find_config()
+    if path is None:
+        click.echo(
+            "gpufleet: no config file found; watching this machine only (see `gpufleet config check`)",
+            err=True,
+        )
+        return default_config()
+    try:
+        return load_config(path)
+    except ConfigError as exc:
+        for line in str(exc).splitlines():
+            click.echo(line, err=True)
+        raise CliError(f"{path}: invalid config", EXIT_USAGE) from None
+
+
+# ------------------------------------------------------------------------------------------- config
+
+
+@cli.group()
+def config() -> None:
+    """Check the configuration."""
+
+
+@config.command("check")
+@where_options
+@pass_state
+def config_check(state: State) -> None:
+    """Validate gpufleet.yaml; print every mistake as file:line: key: message."""
+    from pathlib import Path
+
+    from gpufleet.collector.config import find_config, load_config
+    from gpufleet.collector.errors import ConfigError
+
+    path = Path(state.ends.config_path) if state.ends.config_path else find_config()
+    if path is None:
+        click.echo(
+            "no config file found ($GPUFLEET_CONFIG, ./gpufleet.yaml, ~/.config/gpufleet/gpufleet.yaml, "
+            "/etc/gpufleet/gpufleet.yaml); the collector would watch this machine only"
+        )
+        return
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        lines = str(exc).splitlines()
+        for line in lines:
+            click.echo(line, err=True)
+        raise CliError(f"{path}: {len(lines)} error{'s' if len(lines) != 1 else ''}") from None
+    enabled = sum(1 for r in cfg.rules.values() if r.enabled)
+    click.echo(
+        f"{path}: ok: {len(cfg.hosts)} hosts, {enabled} rules enabled, {len(cfg.notifiers)} notifiers; "
+        f"socket {cfg.api.resolved_socket()}, database {cfg.storage.resolved_path()}"
+    )
+
+
+# ------------------------------------------------------------------------------------------- entry
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console entry point: run the group, turn every user-facing error into one line and an exit code."""
+    code = 0
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="gpufleet", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.ClickException as exc:
+        exc.show()
+        code = exc.exit_code
+    except click.exceptions.Abort:
+        code = 130
+    except KeyboardInterrupt:
+        code = 130
+    except CliError as exc:
+        _stderr_line(f"gpufleet: {exc}")
+        code = exc.code
+    except BrokenPipeError:
+        _quiet_stdout()
+        code = 0
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_stdout()
+    sys.exit(code)
+
+
+def _stderr_line(text: str) -> None:
+    try:
+        print(text, file=sys.stderr)
+    except OSError:
+        pass
+
+
+def _quiet_stdout() -> None:
+    """After `gpufleet status | head`: point stdout at /dev/null so the exit flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,263 @@
+"""``gpufleet history``: per-GPU sparklines of util and memory, a summary, the processes that ran; CSV export.
+
+Points are bucketed by *time* across the requested range (not by index), so a gap where the host was down
+shows as a gap in the sparkline instead of being squeezed away.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from gpufleet.cli import convert
+from gpufleet.cli.render_status import fmt_bytes
+from gpufleet.cli.timeparse import fmt_duration, fmt_ts
+from gpufleet.collector.store.records import EventRow, GpuSeries, ProcessSpan, SeriesPoint, UsageRow
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+SPARKS = "▁▂▃▄▅▆▇█"
+MAX_PROCESS_ROWS = 40
+MAX_EVENT_ROWS = 20
+
+
+def sparkline(values: Sequence[float | None], lo: float, hi: float) -> str:
+    """One block character per value, scaled to lo..hi; missing values are blanks."""
+    span = hi - lo if hi > lo else 1.0
+    out = []
+    for v in values:
+        if v is None:
+            out.append(" ")
+        else:
+            i = int((max(lo, min(hi, v)) - lo) / span * (len(SPARKS) - 1) + 0.5)
+            out.append(SPARKS[i])
+    return "".join(out)
+
+
+def bucket(
+    points: Sequence[SeriesPoint],
+    since: float,
+    until: float,
+    width: int,
+    value: Callable[[SeriesPoint], float | None],
+    how: str = "mean",
+) -> list[float | None]:
+    """``width`` time buckets over since..until, each the mean (or max) of the points that fall in it."""
+    width = max(width, 1)
+    span = (until - since) or 1.0
+    sums = [0.0] * width
+    counts = [0] * width
+    maxes: list[float | None] = [None] * width
+    for p in points:
+        v = value(p)
+        if v is None:
+            continue
+        i = int((p.ts - since) / span * width)
+        if i < 0 or i >= width:
+            i = min(max(i, 0), width - 1)
+        sums[i] += v
+        counts[i] += 1
+        m = maxes[i]
+        maxes[i] = v if m is None or v > m else m
+    if how == "max":
+        return maxes
+    return [sums[i] / counts[i] if counts[i] else None for i in range(width)]
+
+
+def _vals(points: Iterable[SeriesPoint], value: Callable[[SeriesPoint], float | None]) -> list[float]:
+    return [v for v in (value(p) for p in points) if v is not None]
+
+
+def _series_block(s: GpuSeries, since: float, until: float, width: int) -> list[Text]:
+    label_w = 6
+    spark_w = max(min(width - label_w - 30, 120), 10)
+    head = Text()
+    head.append(f"GPU {s.index}", "bold")
+    if s.name:
+        head.append(f"  {s.name}", "dim")
+    head.append(f"  ({len(s.points)} points, {s.resolution})", "dim")
+    lines = [head]
+
+    util = bucket(s.points, since, until, spark_w, lambda p: p.util_mean)
+    umeans = _vals(s.points, lambda p: p.util_mean)
+    umax = _vals(s.points, lambda p: p.util_max if p.util_max is not None else p.util_mean)
+    line = Text("  util ", "dim")
+    line.append(sparkline(util, 0, 100), "green")
+    if umeans:
+        line.append(f"  mean {sum(umeans) / len(umeans):.0f}%  max {max(umax):.0f}%")
+    else:
+        line.append("  no samples", "dim")
+    lines.append(line)
+
+    total = float(s.memory_total) if s.memory_total else None
+    mems = bucket(
+        s.points,
+        since,
+        until,
+        spark_w,
+        lambda p: p.mem_used_max if p.mem_used_max is not None else p.mem_used_mean,
+        "max",
+    )
+    mpeak = _vals(s.points, lambda p: p.mem_used_max if p.mem_used_max is not None else p.mem_used_mean)
+    hi = total or (max(mpeak) if mpeak else 1.0)
+    line = Text("  mem  ", "dim")
+    line.append(sparkline(mems, 0, hi), "magenta")
+    if mpeak:
+        line.append(f"  peak {fmt_bytes(max(mpeak))}" + (f" of {fmt_bytes(total)}" if total else ""))
+    lines.append(line)
+
+    temps = _vals(s.points, lambda p: p.temp_max)
+    power = _vals(s.points, lambda p: p.power_mean)
+    if temps or power:
+        bits = []
+        if temps:
+            bits.append(f"temp max {max(temps):.0f}°C")
+        if power:
+            bits.append(f"power mean {sum(power) / len(power):.0f} W")
+        lines.append(Text("       " + "  ".join(bits), "dim"))
+    for t in lines:
+        t.truncate(width)
+    return lines
+
+
+def _axis(since: float, until: float, width: int) -> Text:
+    spark_w = max(min(width - 6 - 30, 120), 10)
+    left, right = fmt_ts(since)[5:16], fmt_ts(until)[5:16]
+    gap = max(spark_w - len(left) - len(right), 1)
+    return Text("       " + left + " " * gap + right, "dim")
+
+
+def summary_line(series: Sequence[GpuSeries], usage: Sequence[UsageRow]) -> Text:
+    utils = [v for s in series for v in _vals(s.points, lambda p: p.util_mean)]
+    peak: tuple[float, int] | None = None
+    for s in series:
+        for v in _vals(s.points, lambda p: p.mem_used_max if p.mem_used_max is not None else p.mem_used_mean):
+            if peak is None or v > peak[0]:
+                peak = (v, s.index)
+    t = Text("Summary: ", "bold")
+    t.append(f"mean util {sum(utils) / len(utils):.0f}%" if utils else "no samples")
+    if peak:
+        t.append(f" · peak memory {fmt_bytes(peak[0])} (GPU {peak[1]})")
+    held = sum(u.gpu_hours_held for u in usage)
+    used = sum(u.gpu_hours_used for u in usage)
+    wasted = sum(u.gpu_hours_wasted for u in usage)
+    t.append(f" · GPU-hours {held:.1f} held, {used:.1f} used, ")
+    t.append(f"{wasted:.1f} wasted", "bold yellow" if wasted >= 0.05 else "")
+    return t
+
+
+def process_table(procs: Sequence[ProcessSpan], width: int) -> RenderableType:
+    table = Table(box=None, pad_edge=False, header_style="bold dim", width=min(width, 140))
+    for name, justify in (
+        ("USER", "left"),
+        ("PID", "right"),
+        ("GPU", "right"),
+        ("COMMAND", "left"),
+        ("STARTED", "left"),
+        ("RAN", "right"),
+        ("MAX MEM", "right"),
+        ("SM", "right"),
+    ):
+        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis")  # type: ignore[arg-type]
+    rows = sorted(procs, key=lambda p: p.first_seen)
+    for p in rows[-MAX_PROCESS_ROWS:]:
+        table.add_row(
+            p.user or "?",
+            str(p.pid),
+            str(p.gpu_index),
+            p.command or "-",
+            fmt_ts(p.first_seen)[5:16],
+            fmt_duration(p.last_seen - p.first_seen),
+            fmt_bytes(p.max_gpu_memory),
+            "-" if p.mean_sm_util is None else f"{p.mean_sm_util:.0f}%",
+        )
+    return table
+
+
+def render_history(result: dict[str, Any], width: int) -> RenderableType:
+    since, until = float(result["since"]), float(result["until"])
+    series = sorted((convert.series(s) for s in result.get("series", [])), key=lambda s: s.index)
+    procs = convert.many(ProcessSpan, result.get("processes"))
+    usage = convert.many(UsageRow, result.get("usage"))
+    events = convert.many(EventRow, result.get("events"))
+    title = Text(f"gpufleet history {result['host']}", "bold cyan")
+    if result.get("gpu") is not None:
+        title.append(f" GPU {result['gpu']}", "bold cyan")
+    if result.get("user"):
+        title.append(f" · user {result['user']}")
+    title.append(f"  {fmt_ts(since)[:16]} → {fmt_ts(until)[:16]} ({fmt_duration(until - since)})", "dim")
+    parts: list[RenderableType] = [title, Text()]
+    if not series:
+        parts.append(Text("no samples in this range", "dim"))
+    for s in series:
+        parts.extend(_series_block(s, since, until, width))
+    if series:
+        parts.append(_axis(since, until, width))
+    parts += [Text(), summary_line(series, usage)]
+    if procs:
+        extra = f" (latest {MAX_PROCESS_ROWS} of {len(procs)})" if len(procs) > MAX_PROCESS_ROWS else ""
+        parts += [Text(), Text(f"Processes{extra}", "bold"), process_table(procs, width)]
+    if events:
+        parts += [Text(), Text("Events", "bold")]
+        for e in events[-MAX_EVENT_ROWS:]:
+            gpu = f"GPU {e.gpu_index} " if e.gpu_index is not None else ""
+            xid = f"Xid {e.xid} " if e.xid is not None else ""
+            line = Text(f"  {fmt_ts(e.ts)}  {gpu}{e.kind} {xid}{e.message}")
+            line.truncate(width)
+            parts.append(line)
+    return Group(*parts)
+
+
+CSV_FIELDS = (
+    "host",
+    "gpu",
+    "uuid",
+    "resolution",
+    "ts",
+    "time",
+    "util_mean",
+    "util_max",
+    "mem_used_mean",
+    "mem_used_max",
+    "memory_total",
+    "temp_max",
+    "power_mean",
+)
+
+
+def history_csv(result: dict[str, Any]) -> str:
+    """One row per point per GPU, for spreadsheets."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_FIELDS)
+    for s in sorted((convert.series(s) for s in result.get("series", [])), key=lambda s: s.index):
+        for p in s.points:
+            w.writerow(
+                [
+                    s.host,
+                    s.index,
+                    s.uuid,
+                    s.resolution,
+                    f"{p.ts:.3f}",
+                    fmt_ts(p.ts),
+                    _n(p.util_mean),
+                    _n(p.util_max),
+                    _n(p.mem_used_mean),
+                    _n(p.mem_used_max),
+                    _n(s.memory_total),
+                    _n(p.temp_max),
+                    _n(p.power_mean),
+                ]
+            )
+    return buf.getvalue()
+
+
+def _n(v: float | int | None) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return f"{v:.2f}" if isinstance(v, float) else str(v)

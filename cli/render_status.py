@@ -1,0 +1,477 @@
+"""``gpufleet status`` on a terminal: one line per GPU with bars, holders and flags; totals on top.
+
+Lines are laid out by hand into fixed columns sized to the console width, not with ``rich.table.Table``:
+a 1,000-host fleet is 8,000+ rows and a Table measures every cell, which alone would blow the 300 ms
+budget. Every line is cut to the width, so nothing wraps at 80 columns.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
+from gpufleet.cli.lines import Line, cells, cut, to_text
+from gpufleet.cli.timeparse import fmt_ago, fmt_duration
+from gpufleet.collector.query import FleetView, GpuView, HostInfo, HostView, ProcView, UserUsage
+
+if TYPE_CHECKING:
+    from rich.console import RenderableType
+    from rich.text import Text
+
+GIB = 1 << 30
+MIB = 1 << 20
+MAX_PROCS_SHOWN = 3
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+
+FLAG_STYLES = {
+    "wasted": "bold black on yellow",
+    "hot": "bold white on red",
+    "lost": "bold white on red",
+    "stale": "bold white on magenta",
+    "orphaned": "magenta",
+    "idle": "dim",
+    "throttled": "yellow",
+    "xid": "bold red",
+    "ecc": "bold red",
+    "down": "bold red",
+    "storage": "bold red",
+}
+STATUS_STYLES = {"up": "green", "down": "bold red", "connecting": "yellow", "unknown": "dim"}
+
+
+# ------------------------------------------------------------------------------------------ formatting
+
+
+def bar(fraction: float | None, width: int) -> str:
+    """A horizontal bar of ``width`` cells in eighth-blocks (``████▌    ``)."""
+    if fraction is None:
+        return " " * width
+    eighths = int(round(max(0.0, min(1.0, fraction)) * width * 8))
+    full, part = divmod(eighths, 8)
+    s = "█" * full + (_EIGHTHS[part] if part else "")
+    return s + " " * (width - len(s))
+
+
+def fmt_bytes(n: float | None) -> str:
+    """``512M``, ``1.5G``, ``31G``."""
+    if n is None:
+        return "-"
+    if n < GIB:
+        return f"{n / MIB:.0f}M"
+    g = n / GIB
+    return f"{g:.1f}G" if g < 10 else f"{g:.0f}G"
+
+
+def fmt_mem_pair(used: int | None, total: int | None) -> str:
+    """``31/80G`` (used/total GiB; one decimal on small cards)."""
+    if used is None and total is None:
+        return "-"
+    if total is not None and total < 10 * GIB:
+        return f"{(used or 0) / GIB:.1f}/{total / GIB:.0f}G"
+    u = "?" if used is None else f"{used / GIB:.0f}"
+    t = "?" if total is None else f"{total / GIB:.0f}"
+    return f"{u}/{t}G"
+
+
+def util_style(util: int | None) -> str:
+    if util is None:
+        return "dim"
+    if util < 5:
+        return "dim"
+    return "green" if util >= 50 else "yellow"
+
+
+def mem_style(used: int | None, total: int | None) -> str:
+    if used is None or not total:
+        return "dim"
+    f = used / total
+    return "red" if f >= 0.95 else "magenta" if f >= 0.5 else "cyan"
+
+
+def temp_style(temp: int | None) -> str:
+    if temp is None:
+        return "dim"
+    return "bold red" if temp >= 85 else "yellow" if temp >= 75 else "green"
+
+
+def _fit(text: str, width: int, align: str = "left") -> str:
+    """Pad or cut ``text`` to exactly ``width`` cells."""
+    if width <= 0:
+        return ""
+    n = cells(text)
+    if n > width:
+        if width == 1:
+            return cut(text, 1)
+        cut_text = cut(text, width - 1) + "…"
+        return cut_text + " " * (width - cells(cut_text))
+    pad = " " * (width - n)
+    return pad + text if align == "right" else text + pad
+
+
+# -------------------------------------------------------------------------------------------- layout
+
+
+class Layout:
+    """Column widths for one console width. Narrow consoles drop the power column, shrink the bars and
+    print running times with one unit, so the command keeps some room at 80 columns."""
+
+    def __init__(self, width: int, host_names: Iterable[str]) -> None:
+        self.width = max(width, 40)
+        self.host = max(min(max((len(n) for n in host_names), default=4), 16), 4)
+        self.wide = wide = self.width >= 110
+        self.bar = (10 if self.width >= 140 else 6) if wide else 4  # util bar
+        self.mbar = (10 if self.width >= 140 else 6) if wide else 3  # memory bar
+        self.gpu = 3 if wide else 2
+        self.util = self.bar + 5  # bar + " 100%"
+        self.mtext = 8  # "141/141G"
+        self.mem = self.mbar + 1 + self.mtext
+        self.temp = 4 if wide else 3
+        self.power = 9 if wide else 0  # "210/400W"
+        self.user = 10 if wide else 7
+        self.pmem = 5 if wide else 4
+        self.run = 5 if wide else 3
+        left = [self.host, self.gpu, self.util, self.mem, self.temp] + ([self.power] if self.power else [])
+        self.left = sum(w + 1 for w in left)  # cells before the user column
+        fixed = self.left + sum(w + 1 for w in (self.user, self.pmem, self.run))
+        self.flags = 14 if wide else 7
+        self.cmd = max(self.width - fixed - self.flags - 1, 6)
+        if wide and self.cmd > 40:
+            self.flags += self.cmd - 40
+            self.cmd = 40
+        #: every column fits: GPU lines need no truncation (their cells are padded or cut to the columns)
+        self.fits = fixed + self.cmd + 1 + self.flags <= self.width
+
+    def duration(self, seconds: float | None) -> str:
+        if seconds is None:
+            return "-"
+        if self.wide:
+            return fmt_duration(seconds)
+        s = int(max(0.0, seconds))
+        for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+            if s >= size:
+                return f"{s // size}{unit}"
+        return f"{s}s"
+
+    def header(self) -> Line:
+        parts = [
+            _fit("HOST", self.host),
+            _fit("GPU" if self.gpu >= 3 else "#", self.gpu, "right"),
+            _fit("UTIL", self.util),
+            _fit("MEMORY", self.mem),
+            _fit("TEMP" if self.temp >= 4 else "T°", self.temp),
+        ]
+        if self.power:
+            parts.append(_fit("POWER", self.power))
+        parts += [
+            _fit("USER", self.user),
+            _fit("COMMAND", self.cmd),
+            _fit("GMEM" if self.pmem >= 4 else "MEM", self.pmem, "right"),
+            _fit("FOR" if self.run >= 3 else "", self.run, "right"),
+            "FLAGS",
+        ]
+        return Line(" ".join(parts), "bold dim").truncate(self.width)
+
+
+def _proc_cells(line: Line, lay: Layout, p: ProcView | None, extra: str | None = None) -> None:
+    sp = line.spans
+    if p is None:
+        sp.append((_fit(extra or "", lay.user + 1 + lay.cmd + 1 + lay.pmem + 1 + lay.run + 1), "dim"))
+        return
+    zombie = p.state == "Z"
+    sp.append((_fit(p.user or "?", lay.user) + " ", "bold" if p.user else "dim"))
+    cmd = ("<zombie> " if zombie else "") + (p.command or f"pid {p.pid}")
+    sp.append((_fit(cmd, lay.cmd) + " ", "red" if zombie else ""))
+    sp.append(
+        (
+            _fit(fmt_bytes(p.memory), lay.pmem, "right")
+            + " "
+            + _fit(lay.duration(p.running_for), lay.run, "right")
+            + " ",
+            "",
+        )
+    )
+
+
+def _flags(line: Line, flags: Sequence[str], width: int) -> None:
+    used = 0
+    for i, f in enumerate(flags):
+        need = len(f) + (1 if i else 0)
+        more = len(flags) - i - 1
+        if used + need + (3 if more else 0) > width and i:
+            line.append(f" +{len(flags) - i}", "dim")
+            return
+        if i:
+            line.append(" ")
+        line.append(f, FLAG_STYLES.get(f, "bold"))
+        used += need
+
+
+class _Gauges:
+    """The util / memory / temperature / power cells of one layout, memoized: a fleet repeats values a lot
+    (0 % and 100 % util, the same temperatures and power limits), and these cells are most of a line."""
+
+    def __init__(self, lay: Layout) -> None:
+        self.lay = lay
+        self.util: dict[int | None, list[tuple[str, str]]] = {}
+        self.temp: dict[int | None, tuple[str, str]] = {}
+        self.mem: dict[tuple[int | None, int | None], list[tuple[str, str]]] = {}
+        self.power: dict[tuple[float | None, float | None], tuple[str, str]] = {}
+
+    def util_cells(self, util: int | None) -> list[tuple[str, str]]:
+        c = self.util.get(util)
+        if c is None:
+            frac = None if util is None else util / 100
+            c = self.util[util] = [
+                (bar(frac, self.lay.bar), util_style(util)),
+                (_fit("-" if util is None else f"{util}%", 5, "right") + " ", ""),
+            ]
+        return c
+
+    def mem_cells(self, used: int | None, total: int | None) -> list[tuple[str, str]]:
+        key = (None if used is None else used >> 24, total)  # 16 MiB steps: invisible in the cells
+        c = self.mem.get(key)
+        if c is None:
+            frac = used / total if used is not None and total else None
+            c = self.mem[key] = [
+                (bar(frac, self.lay.mbar), mem_style(used, total)),
+                (" " + _fit(fmt_mem_pair(used, total), self.lay.mtext) + " ", ""),
+            ]
+        return c
+
+    def temp_cell(self, temp: int | None) -> tuple[str, str]:
+        c = self.temp.get(temp)
+        if c is None:
+            c = self.temp[temp] = (
+                _fit("-" if temp is None else f"{temp}°", self.lay.temp, "right") + " ",
+                temp_style(temp),
+            )
+        return c
+
+    def power_cell(self, power: float | None, limit: float | None) -> tuple[str, str]:
+        key = (None if power is None else round(power), limit)
+        c = self.power.get(key)
+        if c is None:
+            if power is None:
+                pw = "-"
+            elif limit:
+                pw = f"{power:.0f}/{limit:.0f}W"
+            else:
+                pw = f"{power:.0f}W"
+            c = self.power[key] = (_fit(pw, self.lay.power, "right") + " ", "dim")
+        return c
+
+
+def _gpu_lines(
+    out: list[Line], lay: Layout, gauges: _Gauges, host: HostView, g: GpuView, first: bool
+) -> None:
+    line = Line()
+    sp = line.spans
+    if first:
+        sp.append((_fit(host.name, lay.host) + " ", "bold"))
+    else:
+        sp.append((" " * (lay.host + 1), ""))
+    sp.append((_fit(str(g.index), lay.gpu, "right") + " ", ""))
+    flags = list(g.flags) + ([f for f in host.flags if f not in g.flags] if first else [])
+    if g.error:
+        span = (
+            lay.left - (lay.host + 1 + lay.gpu + 1) + lay.user + 1 + lay.cmd + 1 + lay.pmem + 1 + lay.run + 1
+        )
+        sp.append((_fit(f"lost: {g.error}", span), "bold red"))
+        _flags(line, flags, lay.flags)
+        out.append(line.rstrip().truncate(lay.width))
+        return
+    sp.extend(gauges.util_cells(g.util))
+    sp.extend(gauges.mem_cells(g.mem_used, g.mem_total))
+    sp.append(gauges.temp_cell(g.temp))
+    if lay.power:
+        sp.append(gauges.power_cell(g.power, g.power_limit))
+    procs = g.processes
+    _proc_cells(line, lay, procs[0] if procs else None, None if procs else "-")
+    if flags:
+        _flags(line, flags, lay.flags)
+    line.rstrip()
+    out.append(line if lay.fits else line.truncate(lay.width))
+    shown = procs[1:MAX_PROCS_SHOWN]
+    for p in shown:
+        cont = Line(" " * lay.left)
+        _proc_cells(cont, lay, p)
+        cont.rstrip()
+        out.append(cont if lay.fits else cont.truncate(lay.width))
+    hidden = len(procs) - 1 - len(shown)
+    if hidden > 0:
+        out.append(Line(" " * lay.left + f"+{hidden} more processes", "dim"))
+
+
+def _host_line(lay: Layout, h: HostView, now: float) -> Line:
+    line = Line()
+    line.append(_fit(h.name, lay.host) + " ", "bold")
+    line.append(h.status, STATUS_STYLES.get(h.status, ""))
+    bits = []
+    if h.reason:
+        bits.append(h.reason)
+    bits.append(f"last seen {fmt_ago(h.last_seen, now)}")
+    if h.gpus:
+        bits.append(f"{len(h.gpus)} GPUs")
+    line.append("  " + " · ".join(bits), "dim")
+    extra = [f for f in h.flags if f != "down"]
+    if extra:
+        line.append("  ")
+        _flags(line, extra, lay.width)
+    line.truncate(lay.width)
+    return line
+
+
+def totals_lines(view: FleetView, width: int) -> list[Line]:
+    """Hosts up/down and GPUs busy/idle/wasted/...; one line, or two when the console is narrow."""
+    t = view.totals
+    hosts = Line()
+    hosts.append(f"{t.hosts} hosts: ", "bold")
+    hosts.append(f"{t.hosts_up} up", "green")
+    if t.hosts_down:
+        hosts.append(f", {t.hosts_down} down", "bold red")
+    if t.hosts_connecting:
+        hosts.append(f", {t.hosts_connecting} connecting", "yellow")
+    gpus = Line()
+    gpus.append(f"{t.gpus} GPUs: ", "bold")
+    parts = [
+        (t.busy, "busy", "green"),
+        (t.idle, "idle", "dim"),
+        (t.wasted, "wasted", "bold yellow"),
+        (t.hot, "hot", "bold red"),
+        (t.stale, "stale", "magenta"),
+        (t.lost, "lost", "bold red"),
+        (t.unknown, "unknown", "dim"),
+    ]
+    first = True
+    for n, name, style in parts:
+        if n or name in ("busy", "idle", "wasted"):
+            if not first:
+                gpus.append(" · ", "dim")
+            gpus.append(f"{n} {name}", style if n else "dim")
+            first = False
+    if hosts.cell_len() + 3 + gpus.cell_len() <= width:
+        return [hosts.append("   ").extend(gpus)]
+    hosts.truncate(width)
+    gpus.truncate(width)
+    return [hosts, gpus]
+
+
+def title_line(view: FleetView, width: int, label: str = "gpufleet status") -> Line:
+    line = Line()
+    line.append(label, "bold cyan")
+    when = time.strftime("%H:%M:%S", time.localtime(view.generated_at))
+    if view.source == "store":
+        line.append(f"  stored data · last sample {fmt_ago(view.last_sample, view.generated_at)}", "yellow")
+    else:
+        line.append("  live", "green")
+    if view.filters:
+        line.append("  " + " ".join(f"--{k} {','.join(v)}" for k, v in view.filters.items()), "dim")
+    line.append(f"  {when}", "dim")
+    line.truncate(width)
+    return line
+
+
+def status_lines(
+    view: FleetView, width: int, *, title: str = "gpufleet status", height: int | None = None
+) -> list[Line]:
+    """The whole screen as lines: title, totals, column header, then every host's GPUs (at most ``height``
+    lines: a watch screen needs no more, and building fewer is what keeps it cheap)."""
+    now = view.generated_at
+    lay = Layout(width, (h.name for h in view.hosts))
+    lines: list[Line] = [
+        title_line(view, lay.width, title),
+        *totals_lines(view, lay.width),
+        Line(),
+        lay.header(),
+    ]
+    limit = height if height is not None else 1 << 62
+    gauges = _Gauges(lay)
+    for h in view.hosts:
+        if len(lines) >= limit:
+            break
+        if h.status != "up" and view.source == "live" or not h.gpus:
+            lines.append(_host_line(lay, h, now))
+            continue
+        for i, g in enumerate(h.gpus):
+            _gpu_lines(lines, lay, gauges, h, g, i == 0)
+    if not view.hosts:
+        lines.append(Line("no hosts match" if view.filters else "no hosts configured", "dim"))
+    return lines[:limit]
+
+
+def render_status(
+    view: FleetView, width: int, *, title: str = "gpufleet status", height: int | None = None
+) -> Text:
+    """:func:`status_lines` as one rich Text (the watch screen, the demo, tests)."""
+    return to_text(status_lines(view, width, title=title, height=height))
+
+
+# ---------------------------------------------------------------------------------------- other views
+
+
+def render_by_user(view: FleetView, rows: Sequence[UserUsage], width: int) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, pad_edge=False, header_style="bold dim")
+    table.add_column("USER", no_wrap=True, style="bold")
+    table.add_column("GPUS", justify="right")
+    table.add_column("WASTED", justify="right")
+    table.add_column("GPU MEM", justify="right")
+    table.add_column("UTIL", justify="right")
+    table.add_column("LONGEST", justify="right")
+    table.add_column("HOSTS", overflow="ellipsis", no_wrap=True)
+    for r in rows:
+        table.add_row(
+            r.user,
+            str(r.gpus),
+            Text(str(r.wasted), style="bold yellow" if r.wasted else "dim"),
+            fmt_bytes(r.memory),
+            "-" if r.mean_util is None else f"{r.mean_util:.0f}%",
+            fmt_duration(r.longest),
+            ", ".join(r.hosts),
+        )
+    parts: list[RenderableType] = [
+        title_line(view, width, "gpufleet status --by user").text(),
+        *(t.text() for t in totals_lines(view, width)),
+        Text(),
+    ]
+    parts.append(table if rows else Text("no processes hold a GPU", style="dim"))
+    return Group(*parts)
+
+
+def render_hosts(hosts: Sequence[HostInfo], width: int, now: float) -> RenderableType:
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, pad_edge=False, header_style="bold dim", width=min(width, 160))
+    table.add_column("HOST", no_wrap=True, style="bold")
+    table.add_column("STATUS", no_wrap=True)
+    table.add_column("SINCE", justify="right", no_wrap=True)
+    table.add_column("SEEN", justify="right", no_wrap=True)
+    table.add_column("GPUS", justify="right")
+    table.add_column("AGENT", no_wrap=True)
+    table.add_column("DRIVER", no_wrap=True)
+    table.add_column("TAGS", overflow="ellipsis", no_wrap=True)
+    table.add_column("REASON", overflow="fold")
+    for h in hosts:
+        agent = h.agent_version or "-"
+        if h.backend == "fake":
+            agent += " (fake)"
+        table.add_row(
+            h.name,
+            Text(h.status, style=STATUS_STYLES.get(h.status, "")),
+            fmt_duration(now - h.since) if h.since else "-",
+            fmt_ago(h.last_seen, now) if h.last_seen else "never",
+            str(h.gpus),
+            agent,
+            h.driver_version or "-",
+            ",".join(h.tags),
+            h.reason or "",
+        )
+    up = sum(1 for h in hosts if h.status == "up")
+    head = Text(f"{len(hosts)} hosts, {up} up", style="bold")
+    return Group(head, table)

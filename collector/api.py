@@ -1,0 +1,678 @@
+"""The collector's query API: JSON lines over a local Unix socket, for the ``gpufleet`` CLI.
+
+Protocol (one JSON object per line each way, any number of requests per connection):
+request ``{"op": "status", "args": {...}, "v": 1}``; response ``{"ok": true, "result": ...}`` or
+``{"ok": false, "error": "unknown host 'n9' (known: n1, n2)"}``. Errors a person can cause are one line.
+
+A Unix socket (not TCP) because it is local-only by construction and its file mode (0600 by default) is the
+access control. The op handlers that need only the store live in :class:`StoreOps`, so the CLI's read-only
+fallback (collector down) answers the same ops with the same code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import stat
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from gpufleet.collector import query
+from gpufleet.collector.errors import QueryError
+from gpufleet.collector.live import LiveView
+from gpufleet.collector.settings import DEFAULT_RULES, Config
+from gpufleet.collector.store.records import (
+    AlertRecord,
+    EventRow,
+    GpuLatest,
+    GpuSeries,
+    HostRow,
+    ProcessSpan,
+    SilenceRecord,
+    UsageRow,
+)
+
+if TYPE_CHECKING:
+    from gpufleet.collector.report import ReportFormat
+
+log = logging.getLogger(__name__)
+
+API_VERSION = 1
+MAX_REQUEST_BYTES = 64 * 1024
+IDLE_TIMEOUT = 60.0  # a connection that sends nothing for this long is closed
+WRITE_TIMEOUT = 30.0
+DEFAULT_SINCE = 24 * 3600.0
+MAX_POINTS_LIMIT = 10_000
+
+Handler = Callable[["Args"], Awaitable[Any]]
+
+
+# ------------------------------------------------------------------------ what the server needs to see
+
+
+class StoreLike(Protocol):
+    async def hosts(self) -> list[HostRow]: ...
+    async def latest(self, host: str | None = None) -> list[GpuLatest]: ...
+    async def gpu_history(
+        self, host: str, *, gpu: int | None = None, since: float, until: float, max_points: int = 500
+    ) -> list[GpuSeries]: ...
+    async def process_history(
+        self,
+        host: str | None = None,
+        *,
+        gpu: int | None = None,
+        user: str | None = None,
+        since: float,
+        until: float,
+    ) -> list[ProcessSpan]: ...
+    async def usage_by_user(
+        self, *, since: float, until: float, host: str | None = None, by_host: bool = False
+    ) -> list[UsageRow]: ...
+    async def events(self, *, host: str | None = None, since: float, until: float) -> list[EventRow]: ...
+    async def load_alerts(
+        self, *, active_only: bool = True, since: float | None = None
+    ) -> list[AlertRecord]: ...
+    async def list_silences(self, *, include_expired: bool = False) -> list[SilenceRecord]: ...
+
+
+class AlertsLike(Protocol):
+    def active(self) -> list[AlertRecord]: ...
+    def flags(self, host: str, gpu: int | None = None) -> set[str]: ...
+    async def add_silence(
+        self, matchers: dict[str, str], duration: float, comment: str = "", created_by: str = ""
+    ) -> SilenceRecord: ...
+    async def list_silences(self, include_expired: bool = False) -> list[SilenceRecord]: ...
+    async def expire_silence(self, id: int) -> bool: ...
+
+
+class CollectorLike(Protocol):
+    """The parts of :class:`gpufleet.collector.daemon.Collector` the query API reads."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def live(self) -> LiveView: ...
+    @property
+    def store(self) -> Any: ...  # StoreLike; Any so the real Store's richer signatures always fit
+    @property
+    def alerts(self) -> Any: ...  # AlertsLike
+    @property
+    def started_at(self) -> float: ...
+    def stats(self) -> dict[str, float]: ...
+
+
+# ---------------------------------------------------------------------------------------- arguments
+
+
+class Args:
+    """Typed access to a request's ``args``; every mistake is a :class:`QueryError` naming the argument."""
+
+    def __init__(self, raw: Mapping[str, Any]) -> None:
+        self.raw = raw
+
+    def _get(self, key: str, kinds: tuple[type, ...], what: str, default: Any) -> Any:
+        v = self.raw.get(key)
+        if v is None:
+            return default
+        if isinstance(v, bool) and bool not in kinds or not isinstance(v, kinds):
+            raise QueryError(f"bad argument {key!r}: expected {what}, got {json.dumps(v)[:40]}")
+        return v
+
+    def opt_str(self, key: str, default: str | None = None) -> str | None:
+        v: str | None = self._get(key, (str,), "a string", default)
+        return v
+
+    def need_str(self, key: str) -> str:
+        v = self.opt_str(key)
+        if not v:
+            raise QueryError(f"missing argument {key!r}")
+        return v
+
+    def str_list(self, key: str) -> list[str]:
+        """A string or a list of strings (``--host a --host b``)."""
+        v = self.raw.get(key)
+        if v is None:
+            return []
+        if isinstance(v, str):
+            return [v]
+        if isinstance(v, list) and all(isinstance(x, str) for x in v):
+            return list(v)
+        raise QueryError(f"bad argument {key!r}: expected a string or a list of strings")
+
+    def opt_int(self, key: str, default: int | None = None) -> int | None:
+        v: int | None = self._get(key, (int,), "an integer", default)
+        return v
+
+    def opt_float(self, key: str, default: float | None = None) -> float | None:
+        v = self._get(key, (int, float), "a number", default)
+        return None if v is None else float(v)
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        v: bool = self._get(key, (bool,), "true or false", default)
+        return v
+
+    def time_range(self, now: float) -> tuple[float, float]:
+        until = self.opt_float("until", now)
+        since = self.opt_float("since", None)
+        assert until is not None
+        start = until - DEFAULT_SINCE if since is None else since
+        if start >= until:
+            raise QueryError("'since' must be before 'until'")
+        return start, until
+
+
+# ------------------------------------------------------------------------------------------ dispatch
+
+
+def encode(obj: Any) -> bytes:
+    return json.dumps(obj, default=query.jsonable, separators=(",", ":")).encode() + b"\n"
+
+
+async def dispatch(table: Mapping[str, Handler], request: Any) -> dict[str, Any]:
+    """Run one decoded request against an op table; always returns a response object, never raises."""
+    if not isinstance(request, dict):
+        return {"ok": False, "error": "request must be a JSON object"}
+    v = request.get("v", API_VERSION)
+    if v != API_VERSION:
+        return {"ok": False, "error": f"unsupported API version {v!r} (this collector speaks {API_VERSION})"}
+    op = request.get("op")
+    handler = table.get(op) if isinstance(op, str) else None
+    if handler is None:
+        return {"ok": False, "error": f"unknown op {op!r} (known: {', '.join(sorted(table))})"}
+    args = request.get("args") or {}
+    if not isinstance(args, dict):
+        return {"ok": False, "error": "'args' must be a JSON object"}
+    try:
+        return {"ok": True, "result": await handler(Args(args))}
+    except QueryError as exc:
+        return {"ok": False, "error": str(exc)}
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.exception("query op %r failed", op)
+        return {"ok": False, "error": f"internal error in {op!r}: {type(exc).__name__}: {exc}"}
+
+
+# -------------------------------------------------------------------------------------------- op sets
+
+_RULE_ALIASES = {flag: rule for rule, flag in query.FLAG_NAMES.items()}
+
+
+class StoreOps:
+    """Ops answered from the store alone: history, processes, usage, events, report. The fallback also uses
+    the ``stored_*`` ops, which answer status/hosts/alerts from the last stored state."""
+
+    def __init__(
+        self,
+        store: StoreLike,
+        *,
+        known_hosts: Callable[[], Iterable[str]] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self._known = known_hosts
+
+    async def known_hosts(self) -> set[str]:
+        names = set(self._known()) if self._known else set()
+        return names
+
+    async def check_host(self, host: str) -> None:
+        known = await self.known_hosts()
+        if host in known:
+            return
+        known |= {h.name for h in await self.store.hosts()}  # a host with history but no longer configured
+        query.check_hosts([host], known)
+
+    async def history(self, a: Args) -> dict[str, Any]:
+        host = a.need_str("host")
+        await self.check_host(host)
+        gpu, user = a.opt_int("gpu"), a.opt_str("user")
+        max_points = a.opt_int("max_points", 500)
+        assert max_points is not None
+        if not 1 <= max_points <= MAX_POINTS_LIMIT:
+            raise QueryError(f"bad argument 'max_points': must be 1..{MAX_POINTS_LIMIT}")
+        since, until = a.time_range(self.clock())
+        series = await self.store.gpu_history(host, gpu=gpu, since=since, until=until, max_points=max_points)
+        procs = await self.store.process_history(host, gpu=gpu, user=user, since=since, until=until)
+        if user is not None:
+            used = {p.gpu_index for p in procs}
+            series = [s for s in series if s.index in used]
+        usage = await self.store.usage_by_user(since=since, until=until, host=host, by_host=True)
+        if user is not None:
+            usage = [u for u in usage if u.user == user]
+        events = await self.store.events(host=host, since=since, until=until)
+        if gpu is not None:
+            events = [e for e in events if e.gpu_index in (None, gpu)]
+        return {
+            "host": host,
+            "gpu": gpu,
+            "user": user,
+            "since": since,
+            "until": until,
+            "series": series,
+            "processes": procs,
+            "usage": usage,
+            "events": events,
+        }
+
+    async def processes(self, a: Args) -> list[ProcessSpan]:
+        host = a.opt_str("host")
+        if host:
+            await self.check_host(host)
+        since, until = a.time_range(self.clock())
+        rows: list[ProcessSpan] = await self.store.process_history(
+            host, gpu=a.opt_int("gpu"), user=a.opt_str("user"), since=since, until=until
+        )
+        return rows
+
+    async def usage(self, a: Args) -> list[UsageRow]:
+        host = a.opt_str("host")
+        if host:
+            await self.check_host(host)
+        since, until = a.time_range(self.clock())
+        rows: list[UsageRow] = await self.store.usage_by_user(
+            since=since, until=until, host=host, by_host=a.flag("by_host")
+        )
+        return rows
+
+    async def events(self, a: Args) -> list[EventRow]:
+        host = a.opt_str("host")
+        if host:
+            await self.check_host(host)
+        since, until = a.time_range(self.clock())
+        rows: list[EventRow] = await self.store.events(host=host, since=since, until=until)
+        return rows
+
+    async def report(self, a: Args) -> dict[str, Any]:
+        from gpufleet.collector.report import FORMATS, build_report, render_report
+
+        host = a.opt_str("host")
+        if host:
+            await self.check_host(host)
+        fmt = a.opt_str("format", "text") or "text"
+        if fmt not in FORMATS:
+            raise QueryError(f"bad argument 'format': {fmt!r} (use one of {', '.join(FORMATS)})")
+        since, until = a.time_range(self.clock())
+        rep = await build_report(self.store, since=since, until=until, host=host)
+        out: dict[str, Any] = {
+            "since": since,
+            "until": until,
+            "host": host,
+            "format": fmt,
+            "text": render_report(rep, cast("ReportFormat", fmt)),
+        }
+        if a.flag("send"):
+            out["sent"] = await self.send_report(rep, fmt)
+        return out
+
+    async def send_report(self, rep: Any, fmt: str) -> dict[str, str | None]:
+        raise QueryError(
+            "sending a report needs the running collector (start it with `gpufleet collector run`)"
+        )
+
+    # -- the fallback's answers from stored state
+    async def stored_status(self, a: Args) -> query.FleetView:
+        hosts, latest = await self.store.hosts(), await self.store.latest()
+        alerts = await self.store.load_alerts(active_only=True)
+        return query.build_fleet_view_from_store(
+            hosts,
+            latest,
+            alerts,
+            now=self.clock(),
+            host=a.str_list("host"),
+            tag=a.str_list("tag"),
+            user=a.str_list("user"),
+        )
+
+    async def stored_hosts(self, a: Args) -> list[query.HostInfo]:
+        return query.host_infos_from_store(await self.store.hosts(), await self.store.latest())
+
+    async def stored_alerts(self, a: Args) -> dict[str, Any]:
+        now = self.clock()
+        since = a.opt_float("since", now - DEFAULT_SINCE)
+        active = await self.store.load_alerts(active_only=True)
+        recent = [
+            r for r in await self.store.load_alerts(active_only=False, since=since) if r.state == "resolved"
+        ]
+        silences = await self.store.list_silences(include_expired=False)
+        return {"active": active, "recent": recent, "silences": silences, "muted": []}
+
+    async def stored_silence_list(self, a: Args) -> list[SilenceRecord]:
+        return await self.store.list_silences(include_expired=a.flag("include_expired"))
+
+    async def ping(self, a: Args) -> dict[str, Any]:
+        return {"pong": True, "api": API_VERSION, "source": "store"}
+
+    def table(self) -> dict[str, Handler]:
+        """The op table of the read-only fallback."""
+
+        async def needs_collector(a: Args) -> Any:
+            raise QueryError("silences need the running collector (start it with `gpufleet collector run`)")
+
+        return {
+            "ping": self.ping,
+            "status": self.stored_status,
+            "hosts": self.stored_hosts,
+            "history": self.history,
+            "processes": self.processes,
+            "usage": self.usage,
+            "events": self.events,
+            "report": self.report,
+            "alerts": self.stored_alerts,
+            "silence_list": self.stored_silence_list,
+            "silence_add": needs_collector,
+            "silence_expire": needs_collector,
+        }
+
+
+class LiveOps(StoreOps):
+    """Every op, answered from a running collector: live view and alert engine, store for history."""
+
+    def __init__(self, collector: CollectorLike, *, clock: Callable[[], float] = time.time) -> None:
+        self.collector = collector
+        super().__init__(collector.store, known_hosts=self._live_names, clock=clock)
+
+    def _live_names(self) -> Iterable[str]:
+        names = set(self.collector.live.hosts)
+        names.update(h.name for h in self.collector.config.hosts)
+        return names
+
+    async def ping(self, a: Args) -> dict[str, Any]:
+        c = self.collector
+        now = self.clock()
+        return {
+            "pong": True,
+            "api": API_VERSION,
+            "source": "live",
+            "pid": os.getpid(),
+            "started_at": c.started_at,
+            "uptime": now - c.started_at,
+            "hosts": len(c.live.hosts),
+            "config": c.config.source,
+            "db": str(c.config.storage.resolved_path()),
+            "stats": c.stats(),
+        }
+
+    async def status(self, a: Args) -> query.FleetView:
+        # one pass over the active alerts, not flags(host, gpu) per GPU: flags(host) mixes GPU alerts in
+        flags = query.flags_from_alerts(self.collector.alerts.active())
+        return query.build_fleet_view(
+            self.collector.live.hosts.values(),
+            flags,
+            now=self.clock(),
+            host=a.str_list("host"),
+            tag=a.str_list("tag"),
+            user=a.str_list("user"),
+        )
+
+    async def hosts(self, a: Args) -> list[query.HostInfo]:
+        return query.host_infos(self.collector.live.hosts.values())
+
+    async def alerts(self, a: Args) -> dict[str, Any]:
+        now = self.clock()
+        since = a.opt_float("since", now - DEFAULT_SINCE)
+        engine = self.collector.alerts
+        recent = [
+            r for r in await self.store.load_alerts(active_only=False, since=since) if r.state == "resolved"
+        ]
+        active = engine.active()
+        is_muted = getattr(engine, "is_muted", None)
+        muted = [x.fingerprint for x in active if is_muted is not None and is_muted(x)]
+        return {"active": active, "recent": recent, "silences": await engine.list_silences(), "muted": muted}
+
+    async def send_report(self, rep: Any, fmt: str) -> dict[str, str | None]:
+        """Deliver through the configured notifiers now; notifier name -> None (sent) or the error."""
+        from gpufleet.collector.notify import build_notifiers
+        from gpufleet.collector.report import send_report
+
+        cfg = self.collector.config
+        notifiers = build_notifiers(cfg.notifiers, cfg.alerting)
+        if not notifiers:
+            raise QueryError("no notifiers configured: add one under 'notifiers:' to send reports")
+        result: dict[str, str | None] = await send_report(rep, notifiers, fmt=cast("ReportFormat", fmt))
+        return result
+
+    async def silence_add(self, a: Args) -> SilenceRecord:
+        raw = a.raw.get("matchers")
+        if (
+            not isinstance(raw, dict)
+            or not raw
+            or not all(isinstance(k, str) and isinstance(v, str) and v for k, v in raw.items())
+        ):
+            raise QueryError("bad argument 'matchers': expected a non-empty object of label -> string")
+        matchers = dict(raw)
+        if "rule" in matchers:
+            rule = _RULE_ALIASES.get(matchers["rule"], matchers["rule"])
+            if not query._is_glob(rule) and rule not in DEFAULT_RULES:
+                raise QueryError(f"unknown rule {matchers['rule']!r} (rules: {', '.join(DEFAULT_RULES)})")
+            matchers["rule"] = rule
+        if "host" in matchers:
+            query.check_hosts([matchers["host"]], self._live_names())
+        duration = a.opt_float("duration")
+        if duration is None or duration <= 0:
+            raise QueryError("bad argument 'duration': expected a positive number of seconds")
+        record: SilenceRecord = await self.collector.alerts.add_silence(
+            matchers,
+            duration,
+            comment=a.opt_str("comment", "") or "",
+            created_by=a.opt_str("created_by", "") or "",
+        )
+        return record
+
+    async def silence_list(self, a: Args) -> list[SilenceRecord]:
+        rows: list[SilenceRecord] = await self.collector.alerts.list_silences(
+            include_expired=a.flag("include_expired")
+        )
+        return rows
+
+    async def silence_expire(self, a: Args) -> dict[str, Any]:
+        sid = a.opt_int("id")
+        if sid is None:
+            raise QueryError("missing argument 'id'")
+        if not await self.collector.alerts.expire_silence(sid):
+            raise QueryError(f"no active silence with id {sid}")
+        return {"id": sid, "expired": True}
+
+    def table(self) -> dict[str, Handler]:
+        return {
+            "ping": self.ping,
+            "status": self.status,
+            "hosts": self.hosts,
+            "history": self.history,
+            "processes": self.processes,
+            "usage": self.usage,
+            "events": self.events,
+            "report": self.report,
+            "alerts": self.alerts,
+            "silence_add": self.silence_add,
+            "silence_list": self.silence_list,
+            "silence_expire": self.silence_expire,
+        }
+
+
+# ---------------------------------------------------------------------------------------------- server
+
+
+def _listening(path: Path) -> bool:
+    """True when something accepts connections on the Unix socket at ``path``."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(1.0)
+    try:
+        s.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+class QueryServer:
+    """Serves :class:`LiveOps` on a Unix socket created with ``mode`` (never wider, even for an instant)."""
+
+    def __init__(
+        self,
+        collector: CollectorLike,
+        path: Path,
+        mode: int = 0o600,
+        *,
+        max_request_bytes: int = MAX_REQUEST_BYTES,
+        idle_timeout: float = IDLE_TIMEOUT,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.collector = collector
+        self.path = Path(path)
+        self.mode = mode
+        self.max_request_bytes = max_request_bytes
+        self.idle_timeout = idle_timeout
+        self.clock = clock
+        self._server: asyncio.AbstractServer | None = None
+        self._ops: dict[str, Handler] | None = None
+        self._conns: set[asyncio.Task[Any]] = set()
+        self._inode: int | None = None
+        self._closing = False
+        self._sock: socket.socket | None = None
+
+    @property
+    def ops(self) -> dict[str, Handler]:
+        if self._ops is None:
+            self._ops = LiveOps(self.collector, clock=self.clock).table()
+        return self._ops
+
+    async def handle(self, request: Any) -> dict[str, Any]:
+        """Answer one decoded request (also usable in-process, e.g. by the demo)."""
+        return await dispatch(self.ops, request)
+
+    async def start(self) -> None:
+        path = self.path
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if path.exists() or path.is_symlink():
+            if not stat.S_ISSOCK(path.lstat().st_mode):
+                raise QueryError(f"query socket path {path} exists and is not a socket")
+            if _listening(path):
+                raise QueryError(f"another collector is already serving {path}")
+            path.unlink()  # stale socket from a collector that died
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # bind creates the file at 0600 at most; chmod then sets the configured mode
+        try:
+            sock.bind(str(path))
+        except OSError as exc:
+            sock.close()
+            raise QueryError(f"cannot create query socket {path}: {exc.strerror or exc}") from None
+        finally:
+            os.umask(old)
+        try:
+            os.chmod(path, self.mode)
+            self._inode = path.stat().st_ino
+            sock.listen(128)
+            sock.setblocking(False)
+            self._closing = False
+            self._sock = sock
+            self._server = await asyncio.start_unix_server(
+                self._serve, sock=sock, limit=self.max_request_bytes + 1
+            )
+        except BaseException:
+            sock.close()
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise
+        log.info("query API listening on %s (mode %o)", path, self.mode)
+
+    async def stop(self) -> None:
+        if self._server is None:
+            return
+        self._closing = True
+        # Stop accepting first, then let connections the loop already accepted start (they see _closing and
+        # end), then refuse the backlog, and only then close: a connection caught half-accepted by a closed
+        # asyncio server is never closed, and its client would hang.
+        if self._sock is not None:
+            asyncio.get_running_loop().remove_reader(self._sock.fileno())
+        for _ in range(10):
+            await asyncio.sleep(0)
+        self._refuse_pending()
+        self._server.close()
+        for task in list(self._conns):
+            task.cancel()
+        if self._conns:
+            await asyncio.gather(*self._conns, return_exceptions=True)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._server.wait_closed(), 5.0)
+        self._server = None
+        self._sock = None
+        with contextlib.suppress(OSError):
+            if self.path.stat().st_ino == self._inode:  # never remove a socket another process created
+                self.path.unlink()
+
+    def _refuse_pending(self) -> None:
+        """Accept and close what waits in the backlog: on Linux a client queued on a Unix listener that
+        closes would otherwise hang until its own timeout instead of seeing EOF."""
+        sock = self._sock
+        if sock is None:
+            return
+        while True:
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                return
+            conn.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._conns.add(task)
+        try:
+            if not self._closing:
+                await self._connection(reader, writer)
+        except (ConnectionError, asyncio.TimeoutError, asyncio.CancelledError):
+            pass
+        except Exception:
+            log.exception("query connection failed")
+        finally:
+            if task is not None:
+                self._conns.discard(task)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer.wait_closed(), 1.0)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                line = await asyncio.wait_for(reader.readline(), self.idle_timeout)
+            except ValueError:  # over the StreamReader limit
+                await self._send(
+                    writer,
+                    {"ok": False, "error": f"request too large (limit {self.max_request_bytes} bytes)"},
+                )
+                return
+            if not line:
+                return
+            if len(line) > self.max_request_bytes:
+                await self._send(
+                    writer,
+                    {"ok": False, "error": f"request too large (limit {self.max_request_bytes} bytes)"},
+                )
+                return
+            if not line.strip():
+                continue
+            try:
+                request = json.loads(line)
+            except ValueError as exc:
+                response: dict[str, Any] = {"ok": False, "error": f"request is not valid JSON: {exc}"}
+            else:
+                response = await self.handle(request)
+            await self._send(writer, response)
+
+    async def _send(self, writer: asyncio.StreamWriter, response: dict[str, Any]) -> None:
+        try:
+            data = encode(response)
+        except (TypeError, ValueError) as exc:
+            log.exception("cannot encode query response")
+            data = encode({"ok": False, "error": f"internal error: cannot encode response: {exc}"})
+        writer.write(data)
+        await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)

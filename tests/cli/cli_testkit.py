@@ -1,0 +1,474 @@
+"""Stand-ins for the collector's parts, a synthetic fleet, and a runner for the real `gpufleet` CLI.
+
+The stand-in collector has exactly the attributes the query API reads (config, live, store, alerts,
+started_at, stats()), so the API and the CLI are tested end to end over a real Unix socket without SSH.
+The bench (tests/bench/cli_bench.py) builds its 1,000-host fleet with the same functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from gpufleet.agent import wire
+from gpufleet.collector.live import HostState, LiveView
+from gpufleet.collector.settings import Config, HostConfig
+from gpufleet.collector.store.records import (
+    AlertRecord,
+    EventRow,
+    GpuLatest,
+    GpuSeries,
+    HostRow,
+    ProcessRow,
+    ProcessSpan,
+    SeriesPoint,
+    SilenceRecord,
+    UsageRow,
+)
+
+GIB = 1 << 30
+
+# --------------------------------------------------------------------------------------- synthetic fleet
+
+
+def synthetic_snapshot(name: str, scenario: str, gpus: int, now: float, seq: int = 1) -> wire.Snapshot:
+    """A snapshot of one host; scenario busy | wasting | hot | lost | idle | zombie."""
+    out = []
+    for i in range(gpus):
+        g = wire.GpuSample(
+            index=i,
+            uuid=f"GPU-{name}-{i}",
+            name="NVIDIA A100-SXM4-80GB",
+            util_gpu=85,
+            memory_total=80 * GIB,
+            memory_used=40 * GIB,
+            temperature=62,
+            power_draw=310.0,
+            power_limit=400.0,
+        )
+        user = ("alice", "bob", "carol")[i % 3]
+        proc = wire.ProcessSample(
+            pid=1000 + i,
+            user=user,
+            command=f"/usr/bin/python3 -u /home/{user}/train.py",
+            gpu_memory=40 * GIB,
+            sm_util=80,
+            start_time=now - 3600 * (i + 1),
+            state="R",
+        )
+        if scenario == "wasting" and i < 2:
+            g.util_gpu = 0
+            proc.user, proc.command, proc.sm_util = "dave", "jupyter-lab --no-browser", 0
+        if scenario == "hot" and i == 0:
+            g.temperature = 91
+        if scenario == "zombie" and i == 0:
+            proc.state, proc.user, proc.command = "Z", "erin", "python3 leak.py"
+        if scenario == "idle" or (scenario == "busy" and i == gpus - 1):
+            g.util_gpu, g.memory_used = 0, 0
+        else:
+            g.processes = [proc]
+        if scenario == "lost" and i == 1:
+            g = wire.GpuSample(index=i, uuid=f"GPU-{name}-{i}", error="GPU is lost (fell off the bus)")
+        out.append(g)
+    return wire.Snapshot(ts=now, seq=seq, gpus=out)
+
+
+def synthetic_live(
+    hosts: dict[str, str], gpus: int = 4, now: float | None = None, tags: dict[str, list[str]] | None = None
+) -> LiveView:
+    """A live view; scenario ``down`` makes a host that is down with no snapshot."""
+    now = time.time() if now is None else now
+    live = LiveView()
+    for name, scenario in hosts.items():
+        st = HostState(name=name, tags=list((tags or {}).get(name, [])), since=now - 600)
+        if scenario == "down":
+            st.status, st.reason, st.last_seen = "down", "ssh: connection refused", now - 180
+        else:
+            st.status, st.last_seen, st.agent_version, st.backend = "up", now - 0.5, "0.1.0", "fake"
+            st.driver_version, st.frames, st.connects = "550.54", 100, 1
+            st.snapshot = synthetic_snapshot(name, scenario, gpus, now)
+        live.hosts[name] = st
+    return live
+
+
+# ------------------------------------------------------------------------------------------ stand-ins
+
+
+class StandinAlerts:
+    """Alerts derived from the live view by plain rules (wasted: process with util 0; hot: >= 85 C)."""
+
+    def __init__(self, live: LiveView) -> None:
+        self.live = live
+        self.silences: list[SilenceRecord] = []
+        self._next = 1
+
+    def active(self) -> list[AlertRecord]:
+        out = []
+        for h in self.live.hosts.values():
+            if h.status == "down":
+                out.append(
+                    AlertRecord(
+                        fingerprint=f"{h.name}-down",
+                        rule="host_down",
+                        severity="critical",
+                        state="firing",
+                        labels={"host": h.name, "rule": "host_down"},
+                        annotations={"summary": f"{h.name} is down"},
+                        started_at=time.time() - 120,
+                        fired_at=time.time() - 120,
+                    )
+                )
+            for g in h.snapshot.gpus if h.snapshot else []:
+                for rule in sorted(self._rules(g)):
+                    labels = {"host": h.name, "gpu": str(g.index), "rule": rule}
+                    if g.processes and g.processes[0].user:
+                        labels["user"] = g.processes[0].user
+                    out.append(
+                        AlertRecord(
+                            fingerprint=f"{h.name}-{g.index}-{rule}",
+                            rule=rule,
+                            severity="warning",
+                            state="firing",
+                            labels=labels,
+                            started_at=time.time() - 900,
+                            fired_at=time.time() - 60,
+                            annotations={"summary": f"{rule} on {h.name} GPU {g.index}"},
+                        )
+                    )
+        return out
+
+    @staticmethod
+    def _rules(g: wire.GpuSample) -> set[str]:
+        rules = set()
+        if g.processes and (g.util_gpu or 0) < 5:
+            rules.add("wasted")
+        if (g.temperature or 0) >= 85:
+            rules.add("overheating")
+        if any(p.state == "Z" for p in g.processes):
+            rules.add("stale")
+        return rules
+
+    def flags(self, host: str, gpu: int | None = None) -> set[str]:
+        h = self.live.hosts.get(host)
+        if h is None:
+            return set()
+        if gpu is None:
+            return {"host_down"} if h.status == "down" else set()
+        for g in h.snapshot.gpus if h.snapshot else []:
+            if g.index == gpu:
+                return self._rules(g)
+        return set()
+
+    async def add_silence(
+        self, matchers: dict[str, str], duration: float, comment: str = "", created_by: str = ""
+    ) -> SilenceRecord:
+        now = time.time()
+        rec = SilenceRecord(
+            matchers=dict(matchers),
+            starts_at=now,
+            ends_at=now + duration,
+            created_by=created_by,
+            comment=comment,
+            created_at=now,
+            id=self._next,
+        )
+        self._next += 1
+        self.silences.append(rec)
+        return rec
+
+    async def list_silences(self, include_expired: bool = False) -> list[SilenceRecord]:
+        now = time.time()
+        return [s for s in self.silences if include_expired or s.ends_at > now]
+
+    async def expire_silence(self, id: int) -> bool:
+        now = time.time()
+        for s in self.silences:
+            if s.id == id and s.ends_at > now:
+                s.ends_at = now
+                return True
+        return False
+
+
+class StandinStore:
+    """Canned history: a day of 1-minute points per GPU and two process spans per host."""
+
+    def __init__(self, live: LiveView, *, days: float = 1.0, resolution: str = "1m") -> None:
+        self.live = live
+        self.days = days
+        self.resolution = resolution
+        self.alerts: list[AlertRecord] = []
+
+    async def hosts(self) -> list[HostRow]:
+        return [
+            HostRow(
+                name=h.name,
+                status=h.status,
+                reason=h.reason,
+                last_seen=h.last_seen,
+                agent_version=h.agent_version,
+                driver_version=h.driver_version,
+                tags=list(h.tags),
+            )
+            for h in self.live.hosts.values()
+        ]
+
+    async def latest(self, host: str | None = None) -> list[GpuLatest]:
+        out = []
+        for h in self.live.hosts.values():
+            if h.snapshot is None or host not in (None, h.name):
+                continue
+            for g in h.snapshot.gpus:
+                out.append(
+                    GpuLatest(
+                        host=h.name,
+                        index=g.index,
+                        uuid=g.uuid,
+                        name=g.name,
+                        ts=h.snapshot.ts,
+                        util_gpu=g.util_gpu,
+                        memory_used=g.memory_used,
+                        memory_total=g.memory_total,
+                        temperature=g.temperature,
+                        power_draw=g.power_draw,
+                        power_limit=g.power_limit,
+                        error=g.error,
+                        processes=[
+                            ProcessRow(
+                                pid=p.pid,
+                                user=p.user,
+                                command=p.command,
+                                gpu_memory=p.gpu_memory,
+                                sm_util=p.sm_util,
+                                start_time=p.start_time,
+                                state=p.state,
+                            )
+                            for p in g.processes
+                        ],
+                    )
+                )
+        return out
+
+    async def gpu_history(
+        self, host: str, *, gpu: int | None = None, since: float, until: float, max_points: int = 500
+    ) -> list[GpuSeries]:
+        h = self.live.hosts[host]
+        out = []
+        step = max((until - since) / max_points, 60.0)
+        for g in h.snapshot.gpus if h.snapshot else []:
+            if gpu is not None and g.index != gpu:
+                continue
+            pts = []
+            t = since
+            k = 0
+            while t < until:
+                u = float((k * 7 + g.index * 13) % 100)
+                pts.append(
+                    SeriesPoint(
+                        ts=t,
+                        util_mean=u,
+                        util_max=min(100.0, u + 5),
+                        mem_used_mean=20.0 * GIB,
+                        mem_used_max=30.0 * GIB + g.index * GIB,
+                        temp_max=70.0,
+                        power_mean=250.0,
+                    )
+                )
+                t += step
+                k += 1
+            out.append(
+                GpuSeries(
+                    host=host,
+                    index=g.index,
+                    uuid=g.uuid,
+                    name=g.name,
+                    resolution=self.resolution,
+                    memory_total=g.memory_total,
+                    points=pts,
+                )
+            )
+        return out
+
+    async def process_history(
+        self,
+        host: str | None = None,
+        *,
+        gpu: int | None = None,
+        user: str | None = None,
+        since: float,
+        until: float,
+    ) -> list[ProcessSpan]:
+        out = []
+        for h in self.live.hosts.values():
+            if host not in (None, h.name):
+                continue
+            for i, u in enumerate(("alice", "bob")):
+                if gpu not in (None, i) or user not in (None, u):
+                    continue
+                out.append(
+                    ProcessSpan(
+                        host=h.name,
+                        gpu_index=i,
+                        uuid=f"GPU-{h.name}-{i}",
+                        pid=4000 + i,
+                        user=u,
+                        command=f"python3 train_{u}.py",
+                        first_seen=since + 600,
+                        last_seen=until - 600,
+                        max_gpu_memory=30 * GIB,
+                        mean_sm_util=55.0,
+                    )
+                )
+        return out
+
+    async def usage_by_user(
+        self, *, since: float, until: float, host: str | None = None, by_host: bool = False
+    ) -> list[UsageRow]:
+        return [
+            UsageRow(
+                user="alice",
+                host=host if by_host else None,
+                gpu_hours_held=10.0,
+                gpu_hours_used=6.0,
+                gpu_hours_wasted=2.5,
+            ),
+            UsageRow(
+                user="bob",
+                host=host if by_host else None,
+                gpu_hours_held=4.0,
+                gpu_hours_used=3.5,
+                gpu_hours_wasted=0.0,
+            ),
+        ]
+
+    async def events(self, *, host: str | None = None, since: float, until: float) -> list[EventRow]:
+        return [
+            EventRow(
+                host=host or "n1",
+                ts=until - 300,
+                kind="xid",
+                message="Xid 79: GPU has fallen off the bus",
+                gpu_index=1,
+                uuid=None,
+                xid=79,
+            )
+        ]
+
+    async def load_alerts(self, *, active_only: bool = True, since: float | None = None) -> list[AlertRecord]:
+        if active_only:
+            return [a for a in self.alerts if a.state != "resolved"]
+        return [a for a in self.alerts if since is None or a.updated_at >= since]
+
+    async def list_silences(self, *, include_expired: bool = False) -> list[SilenceRecord]:
+        return []
+
+
+class StandinCollector:
+    """What the query API reads from :class:`gpufleet.collector.daemon.Collector`."""
+
+    def __init__(
+        self, hosts: dict[str, str], gpus: int = 4, tags: dict[str, list[str]] | None = None
+    ) -> None:
+        self.config = Config(hosts=[HostConfig(name=n, tags=list((tags or {}).get(n, []))) for n in hosts])
+        self.live = synthetic_live(hosts, gpus, tags=tags)
+        self.store = StandinStore(self.live)
+        self.alerts = StandinAlerts(self.live)
+        self.store.alerts.append(
+            AlertRecord(
+                fingerprint="old",
+                rule="overheating",
+                severity="critical",
+                state="resolved",
+                labels={"host": next(iter(hosts)), "gpu": "0", "rule": "overheating"},
+                annotations={"summary": "hot", "resolved": "cooled down to 70 C"},
+                started_at=time.time() - 7200,
+                fired_at=time.time() - 7000,
+                resolved_at=time.time() - 3600,
+                updated_at=time.time() - 3600,
+            )
+        )
+        self.started_at = time.time() - 42
+
+    def stats(self) -> dict[str, float]:
+        return {"hosts_total": float(len(self.live.hosts))}
+
+
+# ------------------------------------------------------------------------------------------ running the CLI
+
+
+def gpufleet_argv() -> list[str]:
+    """The installed console script next to this interpreter (the real entry point), else ``-m``."""
+    script = Path(sys.executable).parent / "gpufleet"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "gpufleet.cli.main"]
+
+
+def cli_env(home: Path, **extra: str) -> dict[str, str]:
+    """An environment that finds no config and no default socket/db outside ``home``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFLEET_", "XDG_"))}
+    env.update(
+        HOME=str(home),
+        XDG_DATA_HOME=str(home / "data"),
+        XDG_RUNTIME_DIR=str(home / "run"),
+        XDG_CONFIG_HOME=str(home / "config"),
+        COLUMNS="120",
+        LINES="50",
+        TERM="dumb",
+    )
+    env.pop("STATE_DIRECTORY", None)
+    env.pop("RUNTIME_DIRECTORY", None)
+    env.update(extra)
+    return env
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+    err: str
+
+
+async def run_cli(
+    *args: str,
+    env: dict[str, str],
+    cwd: Path | None = None,
+    timeout: float = 60.0,
+    stdin: bytes | None = None,
+) -> Result:
+    """Run the real CLI as a subprocess from async code (the server under test shares this loop)."""
+    proc = await asyncio.create_subprocess_exec(
+        *gpufleet_argv(),
+        *args,
+        env=env,
+        cwd=str(cwd) if cwd else None,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
+    assert proc.returncode is not None
+    return Result(proc.returncode, out.decode(), err.decode())
+
+
+def glob_any(value: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatchcase(value, p) for p in patterns)
+
+
+def cell_width(line: str) -> int:
+    from rich.cells import cell_len
+
+    return cell_len(line)
+
+
+def as_dict(obj: Any) -> Any:
+    import json
+
+    from gpufleet.collector.query import jsonable
+
+    return json.loads(json.dumps(obj, default=jsonable))

@@ -1,0 +1,166 @@
+"""End to end: `gpufleet collector run` as a subprocess dialling a simulated fleet over real SSH on
+loopback, driven by the real CLI; then the same CLI against its stored history once it has stopped."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_testkit import Result, cli_env, gpufleet_argv, run_cli
+
+pytest.importorskip("gpufleet.collector.daemon")
+from gpufleet.collector.simfleet import SimFleet  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def write_config(path: Path, fleet: SimFleet, home: Path) -> None:
+    hosts = []
+    for h in fleet.host_configs():
+        hosts.append(f"""  - name: {h.name}
+    address: {h.address}
+    port: {h.port}
+    user: {h.user}
+    key: {h.key}
+    known_hosts: {h.known_hosts}
+    interval: 0.2s
+    agent_args: [{", ".join(h.agent_args)}]
+    tags: [sim]""")
+    path.write_text(f"""hosts:
+{chr(10).join(hosts)}
+storage:
+  path: {home / "gpufleet.db"}
+  batch_max_delay: 100ms
+api:
+  socket: {home / "gpufleet.sock"}
+rules:
+  wasted:
+    for: 1s
+""")
+
+
+async def until(check: Any, timeout: float = 30.0) -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last: Any = None
+    while loop.time() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"condition not met in {timeout} s; last: {last}")
+
+
+async def test_collector_run_and_cli(home: Path) -> None:
+    cfg = home / "gpufleet.yaml"
+    env = cli_env(home)
+    async with SimFleet({"n1": "wasting", "n2": "busy"}, interval=0.2, workdir=home / "fleet") as fleet:
+        write_config(cfg, fleet, home)
+        r = await run_cli("config", "check", "-c", str(cfg), env=env)
+        assert r.rc == 0 and r.out.startswith(f"{cfg}: ok: 2 hosts"), r.err
+
+        proc = await asyncio.create_subprocess_exec(
+            *gpufleet_argv(),
+            "collector",
+            "run",
+            "-c",
+            str(cfg),
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        try:
+
+            async def both_up() -> Any:
+                r = await run_cli("status", "-c", str(cfg), "--json", env=env)
+                if r.rc != 0:
+                    return None
+                view = json.loads(r.out)
+                return view if view["totals"]["hosts_up"] == 2 and view["totals"]["gpus"] == 6 else None
+
+            view = await until(both_up)
+            assert view["source"] == "live"
+            users = {p["user"] for h in view["hosts"] for g in h["gpus"] for p in g["processes"]}
+            assert {"alice", "bob", "carol"} <= users
+
+            async def wasted() -> Result | None:
+                r = await run_cli("status", "-c", str(cfg), env=env)
+                return r if "wasted" in r.out else None
+
+            r = await until(wasted)
+            assert "alice" in r.out and "n1" in r.out and r.err == ""
+            r = await run_cli("alerts", "-c", str(cfg), "--json", env=env)
+            assert any(
+                a["rule"] == "wasted" and a["labels"]["host"] == "n1" for a in json.loads(r.out)["active"]
+            )
+
+            r = await run_cli(
+                "silence", "add", "-c", str(cfg), "--host", "n1", "--rule", "wasted", "--for", "1h", env=env
+            )
+            assert r.rc == 0 and r.out.startswith("silence "), r.err
+            sid = r.out.split()[1].rstrip(":")
+            r = await run_cli("silence", "list", "-c", str(cfg), "--json", env=env)
+            assert [str(s["id"]) for s in json.loads(r.out)] == [sid]
+            r = await run_cli("silence", "expire", "-c", str(cfg), sid, env=env)
+            assert r.rc == 0, r.err
+
+            async def history() -> Any:
+                r = await run_cli(
+                    "history", "-c", str(cfg), "--host", "n2", "--since", "10m", "--json", env=env
+                )
+                data = json.loads(r.out) if r.rc == 0 else None
+                return data if data and data["series"] and data["series"][0]["points"] else None
+
+            data = await until(history)
+            assert [s["index"] for s in data["series"]] == [0, 1, 2, 3]
+            r = await run_cli("history", "-c", str(cfg), "--host", "n2", "--since", "10m", env=env)
+            assert r.rc == 0 and "GPU 3" in r.out and "Summary:" in r.out, r.err
+            r = await run_cli("hosts", "-c", str(cfg), env=env)
+            assert r.rc == 0 and "n1" in r.out and "up" in r.out
+        finally:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+            _out, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, err.decode()[-2000:]
+        assert not (home / "gpufleet.sock").exists()
+
+    # collector gone: the same commands read the stored history and say so
+    r = await run_cli("status", "-c", str(cfg), env=env)
+    assert r.rc == 0, r.err
+    assert r.err.startswith(
+        f"gpufleet: collector not running; showing stored data from {home / 'gpufleet.db'}"
+    )
+    assert "alice" in r.out and "n2" in r.out
+
+
+async def test_config_check_reports_file_line_key(home: Path) -> None:
+    bad = home / "bad.yaml"
+    bad.write_text("hosts:\n  - name: n1\n    intervl: 2s\nrules:\n  wasted:\n    for: soon\n")
+    r = await run_cli("config", "check", "-c", str(bad), env=cli_env(home))
+    assert r.rc == 1
+    lines = r.err.splitlines()
+    assert lines[0].startswith(f"{bad}:3: hosts[n1].intervl: unknown key")
+    assert any(line.startswith(f"{bad}:6: rules.wasted.for: ") for line in lines)
+    assert lines[-1] == f"gpufleet: {bad}: {len(lines) - 1} errors"
+    r = await run_cli("status", "-c", str(bad), env=cli_env(home))
+    assert r.rc == 2 and r.err.startswith(f"gpufleet: {bad}:3: ")
+
+
+async def test_demo_runs_and_exits_cleanly(home: Path) -> None:
+    """The README's first command, with no GPU and no config: runs, shows the fleet, cleans up."""
+    before = {p.name for p in Path("/tmp").glob("gpufleet-demo-*")}
+    env = cli_env(home, COLUMNS="100")
+    r = await run_cli("demo", "--seconds", "15", "--interval", "0.5", env=env, timeout=90)
+    assert r.rc == 0, r.err[-3000:]
+    assert "gpufleet demo" in r.out
+    for host in ("gpu-node-01", "gpu-node-03", "gpu-node-05", "gpu-node-07", "gpu-node-09", "gpu-node-11"):
+        assert host in r.out
+    assert "carol" in r.out and "alice" in r.out
+    assert "stale" in r.out  # the zombie shows within seconds
+    assert r.out.rstrip().endswith("demo stopped; the simulated fleet and its temp data are gone.")
+    assert "Traceback" not in r.err
+    assert {p.name for p in Path("/tmp").glob("gpufleet-demo-*")} <= before  # temp data removed

@@ -1,0 +1,157 @@
+"""The fleet view model (pure functions) and the time parsing the CLI does."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+
+import pytest
+from cli_testkit import StandinAlerts, StandinStore, synthetic_live
+from gpufleet.cli.timeparse import TimeParseError, fmt_duration, parse_duration, parse_range, parse_time
+from gpufleet.collector import query
+from gpufleet.collector.errors import QueryError
+from gpufleet.collector.store.records import AlertRecord
+
+NOW = 1_800_000_000.0
+
+
+def live_view(**filters: list[str]) -> query.FleetView:
+    live = synthetic_live(
+        {"a2": "busy", "a10": "wasting", "b1": "lost", "c1": "down", "d1": "idle"},
+        gpus=4,
+        now=NOW,
+        tags={"a2": ["x"], "a10": ["x", "y"]},
+    )
+    return query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=NOW, **filters)
+
+
+def test_totals_and_states() -> None:
+    v = live_view()
+    assert [h.name for h in v.hosts] == ["a2", "a10", "b1", "c1", "d1"]  # natural order
+    t = v.totals
+    assert (t.hosts, t.hosts_up, t.hosts_down, t.gpus) == (5, 4, 1, 16)
+    assert (t.busy, t.idle, t.lost, t.wasted, t.unknown) == (10, 5, 1, 2, 0)
+    states = {(h.name, g.index): g.state for h in v.hosts for g in h.gpus}
+    assert states[("a2", 3)] == "idle" and states[("a2", 0)] == "busy"
+    assert states[("b1", 1)] == "lost" and all(states[("d1", i)] == "idle" for i in range(4))
+    assert t.busy + t.idle + t.lost + t.unknown == t.gpus
+    assert t.lost == 1 and t.wasted == 2 and t.idle == 5
+    b1 = v.hosts[2].gpus[1]
+    assert b1.flags == ["lost"] and b1.error and b1.processes == []
+    assert v.hosts[3].flags == ["down"] and v.hosts[3].gpus == [] and v.hosts[3].age == 180
+    assert v.last_sample == NOW
+
+
+def test_process_view() -> None:
+    p = live_view().hosts[0].gpus[1].processes[0]
+    assert (
+        p.user == "bob" and p.command == "python3 train.py" and p.running_for == 7200 and p.memory == 40 << 30
+    )
+
+
+def test_filters() -> None:
+    assert [h.name for h in live_view(host=["a*"]).hosts] == ["a2", "a10"]
+    assert [h.name for h in live_view(tag=["y"]).hosts] == ["a10"]
+    v = live_view(user=["dave"])
+    assert [h.name for h in v.hosts] == ["a10"] and [g.index for g in v.hosts[0].gpus] == [0, 1]
+    assert v.totals.gpus == 2 and v.totals.wasted == 2 and v.filters == {"user": ["dave"]}
+    assert live_view(host=["zz*"]).hosts == []  # a glob matching nothing is not an error
+    with pytest.raises(QueryError, match=r"^unknown host 'a3' \(known: a2, a10, b1, c1, d1\)$"):
+        live_view(host=["a3"])
+    with pytest.raises(QueryError, match=r"^no host has tag 'z' \(tags: x, y\)$"):
+        live_view(tag=["z"])
+
+
+def test_by_user() -> None:
+    rows = {r.user: r for r in query.by_user(live_view())}
+    assert rows["dave"].gpus == 2 and rows["dave"].wasted == 2 and rows["dave"].mean_util == 0
+    assert rows["alice"].hosts == ["a2", "a10", "b1"]
+    assert list(rows)[0] in ("alice", "bob", "carol")  # most GPUs first
+
+
+def test_short_command() -> None:
+    sc = query.short_command
+    assert sc("/usr/bin/python3 -u /home/a/train.py --lr 3e-4") == "python3 train.py"
+    assert sc("/opt/conda/bin/python -m ipykernel_launcher -f x.json") == "python ipykernel_launcher"
+    assert sc("./llama-server --model m.gguf") == "llama-server"
+    assert sc("bash") == "bash" and sc(None) is None and sc("") == ""
+
+
+async def test_store_view_matches_live_view() -> None:
+    live = synthetic_live({"a2": "busy", "a10": "wasting"}, gpus=2, now=NOW)
+    store = StandinStore(live)
+    alerts = [
+        AlertRecord(
+            fingerprint="x",
+            rule="wasted",
+            severity="warning",
+            state="firing",
+            labels={"host": "a10", "gpu": "0"},
+        ),
+        AlertRecord(fingerprint="y", rule="xid", severity="critical", state="firing", labels={"host": "a2"}),
+        AlertRecord(
+            fingerprint="z",
+            rule="overheating",
+            severity="critical",
+            state="pending",
+            labels={"host": "a2", "gpu": "1"},
+        ),
+    ]
+    v = query.build_fleet_view_from_store(await store.hosts(), await store.latest(), alerts, now=NOW + 60)
+    assert v.source == "store" and [h.name for h in v.hosts] == ["a2", "a10"]
+    assert v.hosts[1].gpus[0].flags == ["wasted"] and v.hosts[1].gpus[1].flags == []
+    assert v.hosts[0].flags == ["xid"] and v.hosts[0].gpus[1].flags == []  # pending is no flag
+    assert v.hosts[0].gpus[0].processes[0].running_for == 3600 + 60
+
+
+def test_json_round_trip() -> None:
+    v = live_view()
+    text = json.dumps(v, default=query.jsonable)
+    back = query.fleet_view_from_dict(json.loads(text))
+    assert back == v
+    with pytest.raises(QueryError, match="malformed fleet view"):
+        query.fleet_view_from_dict({"hosts": []})
+
+
+def test_parse_time() -> None:
+    assert parse_time("24h", now=NOW) == NOW - 86400
+    assert parse_time("1h30m", now=NOW) == NOW - 5400
+    assert parse_time("7d", now=NOW) == NOW - 7 * 86400
+    assert parse_time("now", now=NOW) == NOW
+    assert parse_time("2026-11-30") == datetime(2026, 11, 30).timestamp()
+    assert parse_time("2026-11-30T08:00") == datetime(2026, 11, 30, 8, 0).timestamp()
+    assert parse_time("2026-11-30T08:00:00+00:00") == 1796025600.0
+    assert parse_duration("2x") is None and parse_duration("90m") == 5400
+    with pytest.raises(TimeParseError) as exc:
+        parse_time("yesterdayish")
+    assert str(exc.value) == (
+        "bad --since 'yesterdayish': expected a duration like 24h, 7d, 90m or a date like "
+        "2026-11-30 or 2026-11-30T08:00"
+    )
+    with pytest.raises(TimeParseError, match="^bad --until '13:00'"):
+        parse_range("1h", "13:00")
+    with pytest.raises(ValueError, match="must be before --until"):
+        parse_range("1h", "2h", now=time.time())
+
+
+def test_fmt_duration() -> None:
+    assert [fmt_duration(s) for s in (5, 125, 3 * 3600 + 300, 2 * 86400 + 4 * 3600)] == [
+        "5s",
+        "2m",
+        "3h05m",
+        "2d04h",
+    ]
+    assert fmt_duration(None) == "-"
+
+
+def test_from_dict_tolerates_new_and_reordered_fields() -> None:
+    v = live_view(host=["a2"])
+    d = json.loads(json.dumps(v, default=query.jsonable))
+    g = d["hosts"][0]["gpus"][0]
+    g["added_in_a_newer_collector"] = 1
+    g["processes"][0] = dict(reversed(list(g["processes"][0].items())))
+    d["hosts"][0]["gpus"][0] = dict(reversed(list(g.items())))
+    d["totals"]["new_total"] = 3
+    back = query.fleet_view_from_dict(d)
+    assert back.hosts[0].gpus[0] == v.hosts[0].gpus[0] and back.totals == v.totals

@@ -99,7 +99,7 @@ def alert_lines(collector: Collector, width: int) -> list[Text]:
     lines = [head]
     for a in active[:MAX_ALERT_LINES]:
         summary = a.annotations.get("summary") or " ".join(f"{k}={v}" for k, v in sorted(a.labels.items()))
-        line = Text.assemble("  ", (f"{flag_name(a.rule):<9}", SEVERITY_STYLES.get(a.severity, "")), summary)
+        line = Text.assemble("  ", (f"{flag_name(a.rule):<9} ", SEVERITY_STYLES.get(a.severity, "")), summary)
         line.truncate(width)
         lines.append(line)
     if len(active) > MAX_ALERT_LINES:

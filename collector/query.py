@@ -8,14 +8,13 @@ model, so both paths look the same. No I/O here.
 from __future__ import annotations
 
 import fnmatch
-import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpufleet.collector.errors import QueryError
+from gpufleet.collector.procname import short_command
 
 if TYPE_CHECKING:  # annotations only: the CLI's status path must not pay for importing the store package
     from gpufleet.collector.live import HostState
@@ -34,9 +33,6 @@ FLAG_NAMES: dict[str, str] = {
 }
 
 #: Interpreters whose first script argument says more than the interpreter's name.
-_INTERPRETERS = re.compile(
-    r"^(python[\d.]*|bash|sh|zsh|node|java|ruby|perl|Rscript|julia|torchrun|deepspeed)$"
-)
 
 FlagSource = Callable[[str, "int | None"], Iterable[str]]
 
@@ -197,20 +193,6 @@ class _GpuLike(Protocol):
 
 
 # ---------------------------------------------------------------------------------------------- helpers
-
-
-@lru_cache(maxsize=8192)  # processes live across many samples and requests: the same strings recur
-def short_command(command: str | None, limit: int = 40) -> str | None:
-    """``/usr/bin/python3 -u /home/a/train.py --lr 3e-4`` -> ``python3 train.py``."""
-    if not command:
-        return command
-    parts = command.split()
-    prog = os.path.basename(parts[0]) or parts[0]
-    if _INTERPRETERS.match(prog):
-        script = next((p for p in parts[1:] if not p.startswith("-")), None)
-        if script:
-            prog = f"{prog} {os.path.basename(script) or script}"
-    return prog[:limit]
 
 
 def flag_name(rule: str) -> str:

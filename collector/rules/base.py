@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from gpufleet.agent import wire
+from gpufleet.collector import procname
 from gpufleet.collector.live import HostState
 from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig, Selector
 from gpufleet.collector.store.records import AlertRecord
@@ -185,10 +186,5 @@ def gpu_labels(host: str, gpu: wire.GpuSample) -> dict[str, str]:
 
 
 def short_command(command: str | None) -> str:
-    """The program name of a command line: ``/opt/conda/bin/python train.py`` -> ``python train.py``."""
-    if not command:
-        return "?"
-    parts = command.split()
-    head = parts[0].rsplit("/", 1)[-1]
-    tail = " ".join(parts[1:2])
-    return safe(f"{head} {tail}".strip(), 60)
+    """The program name of a command line, as the status view shows it (see :mod:`procname`)."""
+    return safe(procname.short_command(command, 60), 60)

@@ -108,7 +108,8 @@ class Collector:
         from gpufleet.collector.transport.manager import FleetTransport
 
         cfg = self.config
-        self._store = await Store.open(cfg.storage)
+        wasted = cfg.rules.get("wasted")
+        self._store = await Store.open(cfg.storage, usage_params=wasted.params if wasted else None)
         try:
             notifiers = build_notifiers(cfg.notifiers, cfg.alerting)
             self._dispatcher = NotificationDispatcher(notifiers, queue_size=cfg.alerting.queue_size,

@@ -76,6 +76,7 @@ class GpuSeries:
     resolution: str  # "raw" | "1m" | "1h"
     memory_total: int | None
     points: list[SeriesPoint] = field(default_factory=list)
+    step: float | None = None  # seconds per point (a rollup, possibly merged wider); None for raw samples
 
 
 @dataclass(slots=True)

@@ -1,0 +1,350 @@
+"""Turning frames into rows: runs on the writer's thread, inside the writer's transaction.
+
+:class:`IngestState` caches ids and per-GPU progress (newest sample time, typical interval, spans of
+processes without a start time). It only ever reflects committed data plus the batch in progress; when a
+batch rolls back the writer calls :meth:`IngestState.reset` and everything is re-read from the database, so
+a retried batch is converted again from the same starting point (no double-counted usage).
+
+A sample older than or equal to the GPU's newest one (a replay, or late) is still inserted with
+``INSERT OR IGNORE`` but adds nothing to process spans or usage, so replays are idempotent. A sample for a
+minute that is already rolled up marks that minute in ``rollup_dirty`` for maintenance to roll up again.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, TypeAlias
+
+from gpufleet.agent import wire
+from gpufleet.collector.live import HostState
+from gpufleet.collector.store import usage
+from gpufleet.collector.store.usage import UsageKey, UsageParams
+
+#: A process without a start time that vanishes for longer than this starts a new span when it returns.
+NOSTART_GAP: Final = 60.0
+_INT64: Final = (1 << 63) - 1
+
+
+@dataclass(slots=True)
+class FrameItem:
+    kind: str  # hello | snapshot | event | heartbeat
+    host: str
+    frame: wire.Frame
+    received: float
+
+
+@dataclass(slots=True)
+class HostStateItem:
+    """A copy of a :class:`HostState`'s fields (the transport keeps mutating the original)."""
+
+    name: str
+    status: str
+    reason: str | None
+    since: float
+    last_seen: float | None
+    tags: list[str]
+    agent_version: str | None
+    driver_version: str | None
+    nvml_version: str | None
+    cuda_version: int | None
+    reported_hostname: str | None
+    backend: str | None
+
+    @classmethod
+    def of(cls, s: HostState) -> HostStateItem:
+        return cls(s.name, s.status, s.reason, s.since, s.last_seen, list(s.tags), s.agent_version,
+                   s.driver_version, s.nvml_version, s.cuda_version, s.reported_hostname, s.backend)
+
+
+IngestItem: TypeAlias = FrameItem | HostStateItem
+
+
+@dataclass(slots=True)
+class GpuState:
+    id: int
+    host_id: int
+    idx: int
+    name: str | None
+    memory_total: int | None
+    power_limit: float | None
+    last_ts: float | None  # newest sample (committed or in this batch)
+    typical: float | None = None  # typical sampling interval (seconds)
+    nostart: dict[int, list[float]] = field(default_factory=dict)  # pid -> [span start, last seen]
+
+
+@dataclass(slots=True)
+class SpanAcc:
+    """One process span's changes within a batch, upserted once per batch."""
+
+    gpu_id: int
+    pid: int
+    start: float
+    known: int
+    host_id: int
+    gpu_idx: int
+    proc: wire.ProcessSample  # latest sample of it in this batch
+    first: float
+    last: float
+    max_mem: int | None
+    sm_sum: float
+    sm_count: int
+
+    def row(self) -> tuple[Any, ...]:
+        p = self.proc
+        return (self.gpu_id, self.pid, self.start, self.known, self.host_id, self.gpu_idx, p.user,
+                _i(p.uid), p.command, p.kind, p.container, p.pod, p.job, int(p.attributed), p.state,
+                self.first, self.last, _i(p.gpu_memory), _i(self.max_mem), _i(p.sm_util), self.sm_sum,
+                self.sm_count)
+
+
+@dataclass(slots=True)
+class Rows:
+    """Everything one batch writes besides the statements run while converting."""
+
+    samples: list[tuple[Any, ...]] = field(default_factory=list)
+    gpu_last: dict[int, float] = field(default_factory=dict)
+    spans: dict[tuple[int, int, float], SpanAcc] = field(default_factory=dict)
+    usage: dict[UsageKey, list[float]] = field(default_factory=dict)
+    events: list[tuple[Any, ...]] = field(default_factory=list)
+    host_seen: dict[int, float] = field(default_factory=dict)
+    dirty: set[tuple[int, int]] = field(default_factory=set)  # (gpu_id, minute) already rolled up
+
+
+def _i(value: int | None) -> int | None:
+    """SQLite integers are 64-bit; an absurd value from an agent becomes NULL instead of failing a batch."""
+    if value is None or -_INT64 <= value <= _INT64:
+        return value
+    return None
+
+
+SAMPLE_INSERT: Final = "INSERT OR IGNORE INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+SPAN_UPSERT: Final = """
+INSERT INTO processes (gpu_id, pid, start_time, start_known, host_id, gpu_idx, user, uid, command, kind,
+    container, pod, job, attributed, state, first_seen, last_seen, gpu_memory, max_gpu_memory, sm_util,
+    sm_sum, sm_count)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (gpu_id, pid, start_time) DO UPDATE SET
+    host_id = excluded.host_id, gpu_idx = excluded.gpu_idx,
+    user = coalesce(excluded.user, user), uid = coalesce(excluded.uid, uid),
+    command = coalesce(excluded.command, command), kind = excluded.kind,
+    container = coalesce(excluded.container, container), pod = coalesce(excluded.pod, pod),
+    job = coalesce(excluded.job, job), attributed = max(attributed, excluded.attributed),
+    state = excluded.state, gpu_memory = excluded.gpu_memory, sm_util = excluded.sm_util,
+    first_seen = min(first_seen, excluded.first_seen), last_seen = max(last_seen, excluded.last_seen),
+    max_gpu_memory = max(coalesce(max_gpu_memory, excluded.max_gpu_memory),
+                         coalesce(excluded.max_gpu_memory, max_gpu_memory)),
+    sm_sum = sm_sum + excluded.sm_sum, sm_count = sm_count + excluded.sm_count
+"""
+EVENT_INSERT: Final = ("INSERT OR IGNORE INTO events (host_id, ts, kind, message, gpu_index, uuid, xid, "
+                       "received) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+
+
+class IngestState:
+    """Id caches and per-GPU progress for the writer (single-threaded: only the writer's thread uses it)."""
+
+    def __init__(self, params: UsageParams) -> None:
+        self.params = params
+        self.hosts: dict[str, int] = {}
+        self.gpus: dict[str, GpuState] = {}
+        self._rolled = float("-inf")  # minutes before this are rolled up already (meta m1_upto)
+
+    def reset(self) -> None:
+        """Forget everything; used after a rollback so nothing refers to rows that no longer exist."""
+        self.hosts.clear()
+        self.gpus.clear()
+
+    # ------------------------------------------------------------------------------------- ids
+
+    def host_id(self, conn: sqlite3.Connection, name: str) -> int:
+        hid = self.hosts.get(name)
+        if hid is None:
+            conn.execute("INSERT INTO hosts (name) VALUES (?) ON CONFLICT (name) DO NOTHING", (name,))
+            hid = int(conn.execute("SELECT id FROM hosts WHERE name = ?", (name,)).fetchone()[0])
+            self.hosts[name] = hid
+        return hid
+
+    def gpu(self, conn: sqlite3.Connection, host_id: int, info: wire.GpuSample | wire.GpuInfo,
+            ts: float) -> GpuState:
+        """The GPU's state, registering it or noting a move to another host/slot (same id, same history)."""
+        gs = self.gpus.get(info.uuid)
+        if gs is None:
+            gs = self._load_gpu(conn, host_id, info, ts)
+        if gs.host_id != host_id or gs.idx != info.index:
+            gs.host_id, gs.idx = host_id, info.index
+            conn.execute("UPDATE gpus SET host_id = ?, idx = ? WHERE id = ?", (host_id, info.index, gs.id))
+            conn.execute("INSERT OR REPLACE INTO gpu_placements VALUES (?, ?, ?, ?)",
+                         (gs.id, ts, host_id, info.index))
+        name, total, limit = info.name, _i(info.memory_total), info.power_limit
+        if ((name is not None and name != gs.name) or (total is not None and total != gs.memory_total)
+                or (limit is not None and limit != gs.power_limit)):
+            gs.name = name if name is not None else gs.name
+            gs.memory_total = total if total is not None else gs.memory_total
+            gs.power_limit = limit if limit is not None else gs.power_limit
+            conn.execute("UPDATE gpus SET name = ?, memory_total = ?, power_limit = ?, serial = "
+                         "coalesce(?, serial), pci_bus_id = coalesce(?, pci_bus_id) WHERE id = ?",
+                         (gs.name, gs.memory_total, gs.power_limit, info.serial, info.pci_bus_id, gs.id))
+        return gs
+
+    def _load_gpu(self, conn: sqlite3.Connection, host_id: int, info: wire.GpuSample | wire.GpuInfo,
+                  ts: float) -> GpuState:
+        row = conn.execute("SELECT id, host_id, idx, name, memory_total, power_limit FROM gpus "
+                           "WHERE uuid = ?", (info.uuid,)).fetchone()
+        if row is None:
+            cur = conn.execute(
+                "INSERT INTO gpus (uuid, host_id, idx, name, serial, pci_bus_id, memory_total, power_limit, "
+                "first_seen, last_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (info.uuid, host_id, info.index, info.name, info.serial, info.pci_bus_id,
+                 _i(info.memory_total), info.power_limit, ts, ts))
+            gid = int(cur.lastrowid or 0)
+            conn.execute("INSERT OR REPLACE INTO gpu_placements VALUES (?, ?, ?, ?)",
+                         (gid, ts, host_id, info.index))
+            gs = GpuState(gid, host_id, info.index, info.name, _i(info.memory_total), info.power_limit, None)
+        else:
+            last = conn.execute("SELECT max(ts) FROM samples WHERE gpu_id = ?", (row[0],)).fetchone()[0]
+            gs = GpuState(int(row[0]), int(row[1]), int(row[2]), row[3], row[4], row[5],
+                          None if last is None else float(last))
+        self.gpus[info.uuid] = gs
+        return gs
+
+    # ---------------------------------------------------------------------------------- frames
+
+    def apply(self, conn: sqlite3.Connection, items: Iterable[IngestItem], rows: Rows) -> None:
+        mark = conn.execute("SELECT value FROM meta WHERE key = 'm1_upto'").fetchone()
+        self._rolled = float(mark[0]) if mark is not None else float("-inf")
+        for item in items:
+            if isinstance(item, HostStateItem):
+                self._host_state(conn, item)
+                continue
+            frame = item.frame
+            if isinstance(frame, wire.Snapshot):
+                self._snapshot(conn, item.host, frame, item.received, rows)
+            elif isinstance(frame, wire.Event):
+                hid = self.host_id(conn, item.host)
+                rows.events.append((hid, frame.ts, frame.kind, frame.message, _i(frame.gpu_index),
+                                    frame.uuid, _i(frame.xid), item.received))
+            elif isinstance(frame, wire.Hello):
+                self._hello(conn, item.host, frame, item.received)
+            else:
+                hid = self.host_id(conn, item.host)
+                rows.host_seen[hid] = max(rows.host_seen.get(hid, item.received), item.received)
+
+    def _host_state(self, conn: sqlite3.Connection, s: HostStateItem) -> None:
+        hid = self.host_id(conn, s.name)
+        conn.execute(
+            "UPDATE hosts SET status = ?1, reason = ?2, since = ?3, tags = ?4, "
+            "last_seen = CASE WHEN ?5 IS NULL THEN last_seen ELSE max(coalesce(last_seen, ?5), ?5) END, "
+            "agent_version = coalesce(?6, agent_version), driver_version = coalesce(?7, driver_version), "
+            "nvml_version = coalesce(?8, nvml_version), cuda_version = coalesce(?9, cuda_version), "
+            "reported_hostname = coalesce(?10, reported_hostname), backend = coalesce(?11, backend) "
+            "WHERE id = ?12",
+            (s.status, s.reason, s.since, json.dumps(s.tags), s.last_seen, s.agent_version, s.driver_version,
+             s.nvml_version, s.cuda_version, s.reported_hostname, s.backend, hid))
+
+    def _hello(self, conn: sqlite3.Connection, host: str, h: wire.Hello, received: float) -> None:
+        hid = self.host_id(conn, host)
+        conn.execute(
+            "UPDATE hosts SET agent_version = ?, driver_version = ?, nvml_version = ?, cuda_version = ?, "
+            "reported_hostname = ?, backend = ?, pid_namespace_ok = ?, hello_at = ?, "
+            "last_seen = max(coalesce(last_seen, ?8), ?8) WHERE id = ?",
+            (h.agent_version, h.driver_version, h.nvml_version, _i(h.cuda_version), h.hostname, h.backend,
+             None if h.pid_namespace_ok is None else int(h.pid_namespace_ok), received, hid))
+        for info in h.gpus:
+            gs = self.gpu(conn, hid, info, h.ts)
+            conn.execute("UPDATE gpus SET last_seen = max(last_seen, ?) WHERE id = ?", (h.ts, gs.id))
+
+    def _snapshot(self, conn: sqlite3.Connection, host: str, snap: wire.Snapshot, received: float,
+                  rows: Rows) -> None:
+        hid = self.host_id(conn, host)
+        seen = rows.host_seen.get(hid)
+        rows.host_seen[hid] = received if seen is None or received > seen else seen
+        ts = snap.ts
+        late = ts < self._rolled
+        append = rows.samples.append
+        for g in snap.gpus:
+            gs = self.gpu(conn, hid, g, ts)
+            reasons = g.throttle_reasons
+            append((gs.id, ts, g.util_gpu, g.util_mem, g.memory_used, g.temperature, g.power_draw,
+                    g.clock_sm, g.clock_mem, g.fan_speed, g.ecc_corrected, g.ecc_uncorrected,
+                    ",".join(reasons) if reasons else None, g.error))
+            if late:
+                rows.dirty.add((gs.id, int(ts // 60) * 60))
+            last = gs.last_ts
+            if last is not None and ts <= last:
+                continue  # replayed or late: the sample row only (ignored if already there)
+            gs.last_ts = ts
+            rows.gpu_last[gs.id] = ts
+            if g.processes:
+                self._spans(conn, gs, g.processes, ts, rows)
+            if last is not None:
+                seconds, gs.typical = usage.credit(ts - last, gs.typical)
+                usage.account(rows.usage, self.params, hid, gs.id, g, ts, seconds)
+
+    def _spans(self, conn: sqlite3.Connection, gs: GpuState, procs: Sequence[wire.ProcessSample], ts: float,
+               rows: Rows) -> None:
+        spans = rows.spans
+        for p in procs:
+            if p.start_time is not None:
+                start, known = p.start_time, 1
+            else:
+                start, known = self._nostart_start(conn, gs, p.pid, ts), 0
+            key = (gs.id, p.pid, start)
+            mem = p.gpu_memory
+            sm = p.sm_util
+            acc = spans.get(key)
+            if acc is None:
+                spans[key] = SpanAcc(gs.id, p.pid, start, known, gs.host_id, gs.idx, p, ts, ts, mem,
+                                     0.0 if sm is None else float(sm), 0 if sm is None else 1)
+                continue
+            acc.proc, acc.last, acc.host_id, acc.gpu_idx = p, ts, gs.host_id, gs.idx
+            if mem is not None and (acc.max_mem is None or mem > acc.max_mem):
+                acc.max_mem = mem
+            if sm is not None:
+                acc.sm_sum += sm
+                acc.sm_count += 1
+        if gs.nostart:
+            stale = [pid for pid, (_, seen) in gs.nostart.items() if ts - seen > NOSTART_GAP]
+            for pid in stale:
+                del gs.nostart[pid]
+
+    def _nostart_start(self, conn: sqlite3.Connection, gs: GpuState, pid: int, ts: float) -> float:
+        """Span start for a process with no start time: its first sighting, continued across restarts."""
+        entry = gs.nostart.get(pid)
+        if entry is not None and ts - entry[1] <= NOSTART_GAP:
+            entry[1] = ts
+            return entry[0]
+        row = conn.execute(
+            "SELECT start_time FROM processes WHERE gpu_id = ? AND pid = ? AND start_known = 0 "
+            "AND last_seen >= ? AND last_seen <= ? ORDER BY last_seen DESC LIMIT 1",
+            (gs.id, pid, ts - NOSTART_GAP, ts)).fetchone()
+        start = float(row[0]) if row is not None else ts
+        gs.nostart[pid] = [start, ts]
+        return start
+
+
+def write_rows(conn: sqlite3.Connection, rows: Rows) -> None:
+    """The batch's bulk statements (executemany, prepared once each)."""
+    if rows.samples:
+        try:
+            conn.executemany(SAMPLE_INSERT, rows.samples)
+        except OverflowError:
+            # an int beyond 64 bits from a broken agent: INSERT OR IGNORE makes re-running safe
+            conn.executemany(SAMPLE_INSERT, [tuple(_i(v) if isinstance(v, int) else v for v in r)
+                                             for r in rows.samples])
+    if rows.gpu_last:
+        conn.executemany("UPDATE gpus SET last_seen = max(last_seen, ?1), "
+                         "last_sample = max(coalesce(last_sample, ?1), ?1) WHERE id = ?2",
+                         [(ts, gid) for gid, ts in rows.gpu_last.items()])
+    if rows.spans:
+        conn.executemany(SPAN_UPSERT, [acc.row() for acc in rows.spans.values()])
+    if rows.usage:
+        conn.executemany(usage.UPSERT, usage.upsert_rows(rows.usage))
+    if rows.events:
+        conn.executemany(EVENT_INSERT, rows.events)
+    if rows.dirty:
+        conn.executemany("INSERT OR IGNORE INTO rollup_dirty VALUES (?, ?)", sorted(rows.dirty))
+    if rows.host_seen:
+        conn.executemany("UPDATE hosts SET last_seen = max(coalesce(last_seen, ?1), ?1) WHERE id = ?2",
+                         [(ts, hid) for hid, ts in rows.host_seen.items()])

@@ -1,0 +1,283 @@
+"""Reads for the CLI, the query API and the alert engine: plain functions over a sqlite3 connection.
+
+They run on the store's read connection (its own thread; WAL readers never wait on the writer) and return
+the dataclasses of :mod:`records`. History picks its resolution (:func:`choose_resolution`): raw samples when
+the range is within raw retention and has at most ``max_points`` samples, else 1-minute or 1-hour rollups,
+merged into wider steps when there would still be more than ``max_points`` points. The part of a range not
+rolled up yet (the last minute or two) is aggregated from the finer table on the fly, so recent history is
+never missing.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from dataclasses import dataclass
+from typing import Any, Final
+
+from gpufleet.collector.store.records import (
+    AlertRecord,
+    EventRow,
+    GpuLatest,
+    GpuSeries,
+    HostRow,
+    ProcessRow,
+    ProcessSpan,
+    SeriesPoint,
+    SilenceRecord,
+)
+
+#: A 1-minute base is used up to this many minutes per point before switching to the 1-hour table.
+MAX_MINUTE_STEP: Final = 4
+
+
+def meta_float(conn: sqlite3.Connection, key: str) -> float | None:
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+    return None if row is None or row[0] is None else float(row[0])
+
+
+# -------------------------------------------------------------------------------------------- fleet
+
+
+def hosts(conn: sqlite3.Connection) -> list[HostRow]:
+    rows = conn.execute("SELECT name, status, reason, last_seen, agent_version, driver_version, tags "
+                        "FROM hosts ORDER BY name").fetchall()
+    return [HostRow(name=r[0], status=r[1], reason=r[2], last_seen=r[3], agent_version=r[4],
+                    driver_version=r[5], tags=list(json.loads(r[6] or "[]"))) for r in rows]
+
+
+def latest(conn: sqlite3.Connection, host: str | None) -> list[GpuLatest]:
+    """Newest sample of each GPU slot (the most recently seen GPU where a slot had several) + processes."""
+    rows = conn.execute(
+        """SELECT h.name, g.id, g.idx, g.uuid, g.name, g.memory_total, g.power_limit,
+                  s.ts, s.util, s.mem_used, s.temp, s.power, s.error
+           FROM gpus g JOIN hosts h ON h.id = g.host_id
+           JOIN samples s ON s.gpu_id = g.id AND s.ts = g.last_sample
+           WHERE ?1 IS NULL OR h.name = ?1
+           ORDER BY h.name, g.idx, g.last_sample DESC""", (host,)).fetchall()
+    out: list[GpuLatest] = []
+    seen: set[tuple[str, int]] = set()
+    for (hname, gid, idx, uuid, name, total, limit, ts, util, mem, temp, power, error) in rows:
+        if (hname, idx) in seen:
+            continue
+        seen.add((hname, idx))
+        procs = conn.execute(
+            "SELECT pid, user, command, gpu_memory, sm_util, start_time, start_known, state, container, job "
+            "FROM processes WHERE gpu_id = ? AND last_seen = ? ORDER BY pid", (gid, ts)).fetchall()
+        out.append(GpuLatest(
+            host=hname, index=idx, uuid=uuid, name=name, ts=ts, util_gpu=util, memory_used=mem,
+            memory_total=total, temperature=temp, power_draw=power, power_limit=limit, error=error,
+            processes=[ProcessRow(pid=p[0], user=p[1], command=p[2], gpu_memory=p[3], sm_util=p[4],
+                                  start_time=p[5] if p[6] else None, state=p[7], container=p[8], job=p[9])
+                       for p in procs]))
+    return out
+
+
+# ------------------------------------------------------------------------------------------ history
+
+
+@dataclass(slots=True, frozen=True)
+class Resolution:
+    name: str  # raw | 1m | 1h
+    step: float | None  # seconds per point; None for raw
+
+
+@dataclass(slots=True, frozen=True)
+class _Gpu:
+    id: int
+    idx: int
+    uuid: str
+    name: str | None
+    memory_total: int | None
+    host: str
+
+
+def _history_gpus(conn: sqlite3.Connection, host: str, gpu: int | None, since: float,
+                  until: float) -> list[_Gpu]:
+    """GPUs that sat on ``host`` (in slot ``gpu``) at some time in the range, wherever they are now."""
+    rows = conn.execute(
+        """WITH pl AS (
+               SELECT gpu_id, host_id, idx, since,
+                      lead(since) OVER (PARTITION BY gpu_id ORDER BY since) AS next
+               FROM gpu_placements)
+           SELECT DISTINCT g.id, g.idx, g.uuid, g.name, g.memory_total, hc.name
+           FROM pl JOIN gpus g ON g.id = pl.gpu_id
+           JOIN hosts hp ON hp.id = pl.host_id JOIN hosts hc ON hc.id = g.host_id
+           WHERE hp.name = ?1 AND (?2 IS NULL OR pl.idx = ?2)
+             AND pl.since <= ?4 AND coalesce(pl.next, g.last_seen) >= ?3
+           ORDER BY g.idx, g.id""", (host, gpu, since, until)).fetchall()
+    return [_Gpu(*r) for r in rows]
+
+
+def choose_resolution(conn: sqlite3.Connection, gpu_ids: list[int], since: float, until: float,
+                      max_points: int) -> Resolution:
+    span = until - since
+    raw_from = meta_float(conn, "raw_from")
+    if raw_from is None or since >= raw_from:
+        busiest = 0
+        for gid in gpu_ids:
+            n = conn.execute("SELECT count(*) FROM (SELECT 1 FROM samples WHERE gpu_id = ? AND ts >= ? "
+                             "AND ts <= ? LIMIT ?)", (gid, since, until, max_points + 1)).fetchone()[0]
+            busiest = max(busiest, int(n))
+            if busiest > max_points:
+                break
+        if busiest <= max_points:
+            return Resolution("raw", None)
+    m1_from = meta_float(conn, "m1_from")
+    minutes = span / 60.0
+    if (m1_from is None or since >= m1_from) and minutes <= max_points * MAX_MINUTE_STEP:
+        return Resolution("1m", 60.0 * max(1, math.ceil(minutes / max_points)))
+    return Resolution("1h", 3600.0 * max(1, math.ceil(span / 3600.0 / max_points)))
+
+
+_RAW_POINTS: Final = """
+SELECT ts, util, util, mem_used, mem_used, temp, power FROM samples
+WHERE gpu_id = ? AND ts >= ? AND ts <= ? ORDER BY ts
+"""
+
+# Rows of the finer tables in a common shape: bucket, n, util_mean, util_max, mem_mean, mem_max, temp_max,
+# power_mean. Means merge weighted by n (exact unless a metric is missing for part of a bucket).
+_ROLLED: Final = """
+SELECT (bucket / ?1) * ?1 AS b, sum(n),
+       sum(util_mean * n) / sum(CASE WHEN util_mean IS NOT NULL THEN n END), max(util_max),
+       sum(mem_mean * n) / sum(CASE WHEN mem_mean IS NOT NULL THEN n END), max(mem_max),
+       max(temp_max),
+       sum(power_mean * n) / sum(CASE WHEN power_mean IS NOT NULL THEN n END)
+FROM (
+    SELECT bucket, n, util_mean, util_max, mem_mean, mem_max, temp_max, power_mean FROM samples_1h
+    WHERE gpu_id = ?2 AND bucket >= ?3 AND bucket <= ?4 AND bucket < ?5
+    UNION ALL
+    SELECT bucket, n, util_mean, util_max, mem_mean, mem_max, temp_max, power_mean FROM samples_1m
+    WHERE gpu_id = ?2 AND bucket >= max(?3, ?5) AND bucket <= ?4 AND bucket < ?6
+    UNION ALL
+    SELECT CAST(ts / 60 AS INTEGER) * 60, 1, util, util, mem_used, mem_used, temp, power FROM samples
+    WHERE gpu_id = ?2 AND ts >= max(?3, ?5, ?6) AND ts <= ?4
+)
+GROUP BY b ORDER BY b
+"""
+
+
+def _series_points(conn: sqlite3.Connection, gpu_id: int, res: Resolution, since: float,
+                   until: float) -> list[SeriesPoint]:
+    if res.step is None:
+        rows: list[Any] = conn.execute(_RAW_POINTS, (gpu_id, since, until)).fetchall()
+        return [SeriesPoint(ts=r[0], util_mean=r[1], util_max=r[2], mem_used_mean=r[3], mem_used_max=r[4],
+                            temp_max=r[5], power_mean=r[6]) for r in rows]
+    step = int(res.step)
+    lo = int(math.floor(since / step)) * step
+    m1_upto = meta_float(conn, "m1_upto") or 0.0
+    # a 1-minute series does not read the hour table: every minute in it is finer than an hour
+    h1_upto = (meta_float(conn, "h1_upto") or 0.0) if res.name == "1h" else 0.0
+    rows = conn.execute(_ROLLED, (step, gpu_id, lo, until, h1_upto, m1_upto)).fetchall()
+    return [SeriesPoint(ts=float(r[0]), util_mean=r[2], util_max=r[3], mem_used_mean=r[4],
+                        mem_used_max=r[5], temp_max=r[6], power_mean=r[7]) for r in rows]
+
+
+def gpu_history(conn: sqlite3.Connection, host: str, *, gpu: int | None, since: float, until: float,
+                max_points: int) -> list[GpuSeries]:
+    """One series per GPU of ``host`` (or slot ``gpu``), all at the same resolution so they line up.
+
+    A GPU that moved keeps its whole history (by UUID); ``host`` / ``index`` in a series say where it is now.
+    """
+    if until < since or max_points < 1:
+        return []
+    found = _history_gpus(conn, host, gpu, since, until)
+    if not found:
+        return []
+    res = choose_resolution(conn, [g.id for g in found], since, until, max_points)
+    return [GpuSeries(host=g.host, index=g.idx, uuid=g.uuid, name=g.name, resolution=res.name,
+                      memory_total=g.memory_total, points=_series_points(conn, g.id, res, since, until),
+                      step=res.step)
+            for g in found]
+
+
+# ---------------------------------------------------------------------------------------- processes
+
+
+def process_history(conn: sqlite3.Connection, *, host: str | None, gpu: int | None, user: str | None,
+                    since: float, until: float) -> list[ProcessSpan]:
+    """Process spans overlapping the range. ``user="?"`` selects processes nobody could be attributed to."""
+    rows = conn.execute(
+        """SELECT h.name, p.gpu_idx, g.uuid, p.pid, p.user, p.command, p.first_seen, p.last_seen,
+                  p.max_gpu_memory, p.sm_sum / nullif(p.sm_count, 0), p.container, p.job
+           FROM processes p JOIN gpus g ON g.id = p.gpu_id JOIN hosts h ON h.id = p.host_id
+           WHERE p.last_seen >= ?1 AND p.first_seen <= ?2
+             AND (?3 IS NULL OR h.name = ?3) AND (?4 IS NULL OR p.gpu_idx = ?4)
+             AND (?5 IS NULL OR (?5 = '?' AND p.user IS NULL) OR p.user = ?5)
+           ORDER BY p.first_seen, h.name, p.gpu_idx, p.pid""",
+        (since, until, host, gpu, user)).fetchall()
+    return [ProcessSpan(host=r[0], gpu_index=r[1], uuid=r[2], pid=r[3], user=r[4], command=r[5],
+                        first_seen=r[6], last_seen=r[7], max_gpu_memory=r[8], mean_sm_util=r[9],
+                        container=r[10], job=r[11]) for r in rows]
+
+
+def events(conn: sqlite3.Connection, *, host: str | None, since: float, until: float) -> list[EventRow]:
+    rows = conn.execute(
+        """SELECT h.name, e.ts, e.kind, e.message, e.gpu_index, e.uuid, e.xid
+           FROM events e JOIN hosts h ON h.id = e.host_id
+           WHERE e.ts >= ?1 AND e.ts <= ?2 AND (?3 IS NULL OR h.name = ?3)
+           ORDER BY e.ts, e.id""", (since, until, host)).fetchall()
+    return [EventRow(host=r[0], ts=r[1], kind=r[2], message=r[3], gpu_index=r[4], uuid=r[5], xid=r[6])
+            for r in rows]
+
+
+# ---------------------------------------------------------------------------------- alerts, silences
+
+_ALERT_COLS: Final = ("fingerprint, rule, severity, state, labels, annotations, started_at, fired_at, "
+                      "resolved_at, last_notified_at, updated_at, value")
+
+
+def load_alerts(conn: sqlite3.Connection, *, active_only: bool, since: float | None) -> list[AlertRecord]:
+    params: list[float]
+    if active_only:
+        where, params = "state IN ('pending', 'firing')", []
+    elif since is None:
+        where, params = "1", []
+    else:
+        where, params = "state IN ('pending', 'firing') OR resolved_at >= ?", [since]
+    rows = conn.execute(f"SELECT {_ALERT_COLS} FROM alerts WHERE {where} ORDER BY started_at, fingerprint",
+                        params).fetchall()
+    return [AlertRecord(fingerprint=r[0], rule=r[1], severity=r[2], state=r[3], labels=json.loads(r[4]),
+                        annotations=json.loads(r[5]), started_at=r[6], fired_at=r[7], resolved_at=r[8],
+                        last_notified_at=r[9], updated_at=r[10], value=r[11]) for r in rows]
+
+
+def list_silences(conn: sqlite3.Connection, *, include_expired: bool, now: float) -> list[SilenceRecord]:
+    where = "1" if include_expired else "ends_at > ?"
+    params: tuple[float, ...] = () if include_expired else (now,)
+    rows = conn.execute("SELECT id, matchers, starts_at, ends_at, created_by, comment, created_at "
+                        f"FROM silences WHERE {where} ORDER BY id", params).fetchall()
+    return [SilenceRecord(id=r[0], matchers=json.loads(r[1]), starts_at=r[2], ends_at=r[3], created_by=r[4],
+                          comment=r[5], created_at=r[6]) for r in rows]
+
+
+# ------------------------------------------------------------------------- writes (run by the writer)
+
+
+def save_alerts(conn: sqlite3.Connection, alerts: list[AlertRecord]) -> None:
+    conn.executemany(
+        f"""INSERT INTO alerts ({_ALERT_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT (fingerprint) DO UPDATE SET
+              rule = excluded.rule, severity = excluded.severity, state = excluded.state,
+              labels = excluded.labels, annotations = excluded.annotations, started_at = excluded.started_at,
+              fired_at = excluded.fired_at, resolved_at = excluded.resolved_at,
+              last_notified_at = excluded.last_notified_at, updated_at = excluded.updated_at,
+              value = excluded.value""",
+        [(a.fingerprint, a.rule, a.severity, a.state, json.dumps(a.labels, sort_keys=True),
+          json.dumps(a.annotations, sort_keys=True), a.started_at, a.fired_at, a.resolved_at,
+          a.last_notified_at, a.updated_at, a.value) for a in alerts])
+
+
+def add_silence(conn: sqlite3.Connection, s: SilenceRecord) -> int:
+    cur = conn.execute(
+        "INSERT INTO silences (matchers, starts_at, ends_at, created_by, comment, created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?)",
+        (json.dumps(s.matchers, sort_keys=True), s.starts_at, s.ends_at, s.created_by, s.comment,
+         s.created_at))
+    return int(cur.lastrowid or 0)
+
+
+def expire_silence(conn: sqlite3.Connection, silence_id: int, now: float) -> bool:
+    cur = conn.execute("UPDATE silences SET ends_at = ? WHERE id = ? AND ends_at > ?", (now, silence_id, now))
+    return cur.rowcount > 0

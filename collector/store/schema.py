@@ -1,0 +1,230 @@
+"""The database schema as an append-only list of migrations, versioned by ``PRAGMA user_version``.
+
+Never edit a released migration: add a new one. Each runs in its own ``BEGIN IMMEDIATE`` transaction and
+re-reads the version inside it, so two processes opening a new file at once cannot both migrate.
+
+Layout, and why:
+- ``gpus`` is keyed by NVML UUID, so a GPU moved to another slot or host keeps its id and its history;
+  ``gpu_placements`` records where it was from when (so a host's history still finds it).
+- ``samples`` (raw), ``samples_1m`` and ``samples_1h`` are WITHOUT ROWID tables keyed (gpu_id, time): one
+  b-tree, compact, range scans per GPU, and the key makes a replayed snapshot an ignored duplicate.
+  ``samples`` carries no FOREIGN KEY: it is the hot table and its ids come from the writer's own gpus rows.
+- ``processes`` stores *spans* (one row per process per GPU, identified by pid + start time), updated on
+  each snapshot, instead of one row per process per second.
+- ``usage`` holds GPU-seconds per (hour, host, gpu, user), so GPU-hours over any range is a small SUM.
+- ``meta`` keeps rollup progress and retention horizons (what the queries may rely on);
+  ``rollup_dirty`` lists minutes that received samples after they were rolled up.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+from gpufleet.collector.errors import StorageError
+
+_V1: Final = [
+    """CREATE TABLE meta (
+        key TEXT PRIMARY KEY,
+        value
+    ) WITHOUT ROWID""",
+    """CREATE TABLE hosts (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL UNIQUE,
+        status TEXT NOT NULL DEFAULT 'up',
+        reason TEXT,
+        since REAL,
+        last_seen REAL,
+        tags TEXT NOT NULL DEFAULT '[]',
+        agent_version TEXT,
+        driver_version TEXT,
+        nvml_version TEXT,
+        cuda_version INTEGER,
+        reported_hostname TEXT,
+        backend TEXT,
+        pid_namespace_ok INTEGER,
+        hello_at REAL
+    )""",
+    """CREATE TABLE gpus (
+        id INTEGER PRIMARY KEY,
+        uuid TEXT NOT NULL UNIQUE,
+        host_id INTEGER NOT NULL REFERENCES hosts(id),
+        idx INTEGER NOT NULL,
+        name TEXT,
+        serial TEXT,
+        pci_bus_id TEXT,
+        memory_total INTEGER,
+        power_limit REAL,
+        first_seen REAL NOT NULL,
+        last_seen REAL NOT NULL,
+        last_sample REAL
+    )""",
+    "CREATE INDEX gpus_host ON gpus(host_id, idx)",
+    """CREATE TABLE gpu_placements (
+        gpu_id INTEGER NOT NULL REFERENCES gpus(id),
+        since REAL NOT NULL,
+        host_id INTEGER NOT NULL REFERENCES hosts(id),
+        idx INTEGER NOT NULL,
+        PRIMARY KEY (gpu_id, since)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE samples (
+        gpu_id INTEGER NOT NULL,
+        ts REAL NOT NULL,
+        util INTEGER,
+        util_mem INTEGER,
+        mem_used INTEGER,
+        temp INTEGER,
+        power REAL,
+        clock_sm INTEGER,
+        clock_mem INTEGER,
+        fan INTEGER,
+        ecc_corrected INTEGER,
+        ecc_uncorrected INTEGER,
+        throttle TEXT,
+        error TEXT,
+        PRIMARY KEY (gpu_id, ts)
+    ) WITHOUT ROWID""",
+    *(
+        f"""CREATE TABLE {table} (
+        gpu_id INTEGER NOT NULL,
+        bucket INTEGER NOT NULL,
+        n INTEGER NOT NULL,
+        util_min REAL, util_mean REAL, util_max REAL,
+        mem_min REAL, mem_mean REAL, mem_max REAL,
+        temp_min REAL, temp_mean REAL, temp_max REAL,
+        power_min REAL, power_mean REAL, power_max REAL,
+        PRIMARY KEY (gpu_id, bucket)
+    ) WITHOUT ROWID"""
+        for table in ("samples_1m", "samples_1h")
+    ),
+    """CREATE TABLE processes (
+        id INTEGER PRIMARY KEY,
+        gpu_id INTEGER NOT NULL REFERENCES gpus(id),
+        pid INTEGER NOT NULL,
+        start_time REAL NOT NULL,
+        start_known INTEGER NOT NULL,
+        host_id INTEGER NOT NULL REFERENCES hosts(id),
+        gpu_idx INTEGER NOT NULL,
+        user TEXT,
+        uid INTEGER,
+        command TEXT,
+        kind TEXT,
+        container TEXT,
+        pod TEXT,
+        job TEXT,
+        attributed INTEGER NOT NULL,
+        state TEXT,
+        first_seen REAL NOT NULL,
+        last_seen REAL NOT NULL,
+        gpu_memory INTEGER,
+        max_gpu_memory INTEGER,
+        sm_util INTEGER,
+        sm_sum REAL NOT NULL,
+        sm_count INTEGER NOT NULL,
+        UNIQUE (gpu_id, pid, start_time)
+    )""",
+    "CREATE INDEX processes_gpu_last ON processes(gpu_id, last_seen)",
+    "CREATE INDEX processes_last ON processes(last_seen)",
+    """CREATE TABLE usage (
+        hour INTEGER NOT NULL,
+        host_id INTEGER NOT NULL REFERENCES hosts(id),
+        gpu_id INTEGER NOT NULL REFERENCES gpus(id),
+        user TEXT NOT NULL,
+        held REAL NOT NULL,
+        used REAL NOT NULL,
+        wasted REAL NOT NULL,
+        PRIMARY KEY (hour, host_id, gpu_id, user)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE events (
+        id INTEGER PRIMARY KEY,
+        host_id INTEGER NOT NULL REFERENCES hosts(id),
+        ts REAL NOT NULL,
+        kind TEXT NOT NULL,
+        message TEXT NOT NULL,
+        gpu_index INTEGER,
+        uuid TEXT,
+        xid INTEGER,
+        received REAL
+    )""",
+    # NULLs are distinct in a UNIQUE index, so the optional fields are keyed through ifnull()
+    """CREATE UNIQUE INDEX events_key ON events(host_id, ts, kind, ifnull(gpu_index, -1), ifnull(uuid, ''),
+        ifnull(xid, -1), message)""",
+    "CREATE INDEX events_ts ON events(ts)",
+    """CREATE TABLE alerts (
+        fingerprint TEXT PRIMARY KEY,
+        rule TEXT NOT NULL,
+        severity TEXT NOT NULL,
+        state TEXT NOT NULL,
+        labels TEXT NOT NULL,
+        annotations TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        fired_at REAL,
+        resolved_at REAL,
+        last_notified_at REAL,
+        updated_at REAL NOT NULL,
+        value REAL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX alerts_state ON alerts(state, resolved_at)",
+    """CREATE TABLE silences (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        matchers TEXT NOT NULL,
+        starts_at REAL NOT NULL,
+        ends_at REAL NOT NULL,
+        created_by TEXT NOT NULL,
+        comment TEXT NOT NULL,
+        created_at REAL NOT NULL
+    )""",
+    "CREATE INDEX silences_ends ON silences(ends_at)",
+    # minutes that got a sample after they were rolled up (a late frame, an agent whose clock runs behind)
+    """CREATE TABLE rollup_dirty (
+        gpu_id INTEGER NOT NULL,
+        bucket INTEGER NOT NULL,
+        PRIMARY KEY (gpu_id, bucket)
+    ) WITHOUT ROWID""",
+]
+
+#: MIGRATIONS[i] brings the schema from version i to i + 1.
+MIGRATIONS: Final[list[list[str]]] = [_V1]
+LATEST: Final = len(MIGRATIONS)
+
+
+def user_version(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring the schema to :data:`LATEST`; returns the version found. Idempotent; refuses a newer file."""
+    found = user_version(conn)
+    if found > LATEST:
+        raise StorageError(f"database schema v{found} is newer than this gpufleet understands (v{LATEST})")
+    if found == LATEST:
+        return found
+    if found == 0 and conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0] == 0:
+        # lets retention give pages back (PRAGMA incremental_vacuum). Once page 1 exists (switching to WAL
+        # writes it) the mode only changes through a VACUUM, which is instant on an empty file.
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        conn.execute("VACUUM")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        current = user_version(conn)  # another process may have migrated while we waited for the lock
+        for version in range(current, LATEST):
+            for statement in MIGRATIONS[version]:
+                conn.execute(statement)
+            conn.execute(f"PRAGMA user_version={version + 1}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return found
+
+
+def check_readable(conn: sqlite3.Connection) -> None:
+    """For read-only opens: the file must already be at this code's schema version."""
+    found = user_version(conn)
+    if found == 0:
+        raise StorageError("the database has no gpufleet schema yet (start the collector once)")
+    if found != LATEST:
+        older = "older" if found < LATEST else "newer"
+        raise StorageError(f"database schema v{found} is {older} than this gpufleet's v{LATEST}; "
+                           "start the matching collector to migrate it")

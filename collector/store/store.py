@@ -1,0 +1,305 @@
+"""The Store facade: what the daemon, the alert engine, the query API and the CLI call.
+
+One writing connection driven by the writer task (see :mod:`writer`), one reading connection for every
+read (WAL: reads see the last commit and never wait on the writer), both on aiosqlite threads. Opened
+``readonly`` (the CLI when the collector is down) there is only the reading connection, opened with
+``mode=ro``, and every write raises :class:`StorageError`.
+
+The store is also a :class:`~gpufleet.collector.live.FleetSink` (``host_state`` / ``frame``), so the daemon
+can put it straight into a FanOut.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiosqlite
+from gpufleet.agent import wire
+from gpufleet.collector.errors import StorageError
+from gpufleet.collector.live import HostState
+from gpufleet.collector.settings import StorageConfig
+from gpufleet.collector.store import queries, rollup, schema
+from gpufleet.collector.store._db import call, connect, setup_reader, setup_writer, storage_error
+from gpufleet.collector.store.ingest import FrameItem, HostStateItem, IngestState
+from gpufleet.collector.store.records import (
+    AlertRecord,
+    EventRow,
+    GpuLatest,
+    GpuSeries,
+    HostRow,
+    ProcessSpan,
+    SilenceRecord,
+    UsageRow,
+)
+from gpufleet.collector.store.usage import UsageParams, usage_by_user
+from gpufleet.collector.store.writer import Writer
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(slots=True, frozen=True)
+class Tuning:
+    """Knobs that are not user configuration (tests and the benchmark turn them)."""
+
+    queue_max: int = 5000  # snapshots held in memory before the oldest are dropped
+    retry_interval: float = 1.0  # seconds between retries while writes fail
+    delete_batch: int = 5000  # rows per retention transaction
+    rollup_grace: float = 10.0  # a minute is rolled up this long after it ends
+    vacuum_slack: int = 1024  # free pages kept before incremental_vacuum shrinks the file
+    close_timeout: float = 30.0
+
+
+class Store:
+    """Use :meth:`open`; call ``submit_*`` from the event loop's thread only."""
+
+    def __init__(self, path: Path, config: StorageConfig, reader: aiosqlite.Connection,
+                 writer_conn: aiosqlite.Connection | None, writer: Writer | None, tuning: Tuning) -> None:
+        self.path = path
+        self.config = config
+        self._reader = reader
+        self._writer_conn = writer_conn
+        self._writer = writer
+        self._tuning = tuning
+        self._policy = rollup.Policy(config.raw_retention, config.minute_retention, config.hour_retention,
+                                     batch=tuning.delete_batch, grace=tuning.rollup_grace,
+                                     vacuum_slack=tuning.vacuum_slack)
+        self._closed = False
+        #: Set by the daemon / alert engine to raise and resolve the "storage" alert: (healthy, error).
+        self.on_health_change: Callable[[bool, str | None], None] | None = None
+
+    @classmethod
+    async def open(cls, config: StorageConfig, *, readonly: bool = False, tuning: Tuning | None = None,
+                   usage_params: Mapping[str, Any] | None = None) -> Store:
+        """Create the directory and migrate (unless ``readonly``), then start the writer task.
+
+        ``usage_params``: the ``wasted`` rule's params (util_below, min_memory_mib) for GPU-hours accounting.
+        """
+        tuning = tuning or Tuning()
+        path = config.resolved_path()
+        where = str(path)
+        writer_conn: aiosqlite.Connection | None = None
+        reader: aiosqlite.Connection | None = None
+        try:
+            if readonly:
+                if not path.exists():
+                    raise StorageError(f"{where}: no database here (has the collector run yet?)")
+                reader = await connect(path, readonly=True)
+                await call(reader, setup_reader)
+                await call(reader, schema.check_readable)
+                return cls(path, config, reader, None, None, tuning)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            writer_conn = await connect(path, readonly=False)
+            await call(writer_conn, setup_writer)
+            await call(writer_conn, schema.migrate)
+            reader = await connect(path, readonly=False)
+            await call(reader, setup_reader)
+        except BaseException as exc:
+            for conn in (reader, writer_conn):
+                if conn is not None:
+                    await conn.close()
+            if isinstance(exc, (sqlite3.Error, OSError, StorageError)):
+                raise storage_error(exc, where) from exc
+            raise
+        state = IngestState(UsageParams.from_rule(usage_params))
+        store = cls(path, config, reader, writer_conn, None, tuning)
+        store._writer = Writer(writer_conn, where, state, max_rows=config.batch_max_rows,
+                               max_delay=config.batch_max_delay, queue_max=tuning.queue_max,
+                               retry_interval=tuning.retry_interval, on_health=store._health_changed)
+        store._writer.start()
+        return store
+
+    async def close(self) -> None:
+        """Commit what is queued, stop the writer, close both connections. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._writer is not None:
+                await self._writer.close(self._tuning.close_timeout)
+        finally:
+            await self._reader.close()
+            if self._writer_conn is not None:
+                await self._writer_conn.close()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ----------------------------------------------------------------------------------- health
+
+    def _health_changed(self, ok: bool, message: str | None) -> None:
+        callback = self.on_health_change
+        if callback is not None:
+            callback(ok, message)
+
+    @property
+    def readonly(self) -> bool:
+        return self._writer is None
+
+    @property
+    def healthy(self) -> bool:
+        """False while writes are failing (disk full, I/O errors); reads keep working."""
+        return self._writer.healthy if self._writer is not None else True
+
+    @property
+    def last_error(self) -> str | None:
+        return self._writer.last_error if self._writer is not None else None
+
+    @property
+    def queue_depth(self) -> int:
+        return self._writer.depth if self._writer is not None else 0
+
+    @property
+    def dropped(self) -> int:
+        """Snapshots dropped because the queue was full (writes failing or too slow)."""
+        return self._writer.dropped if self._writer is not None else 0
+
+    @property
+    def rejected(self) -> int:
+        """Frames that could not be written at all (logged), or lost at close while writes failed."""
+        return self._writer.rejected if self._writer is not None else 0
+
+    def _w(self) -> Writer:
+        if self._writer is None:
+            raise StorageError(f"{self.path}: store is open read-only")
+        if self._closed:
+            raise StorageError(f"{self.path}: store is closed")
+        return self._writer
+
+    # ----------------------------------------------------------------------------------- ingest
+
+    def submit_hello(self, host: str, hello: wire.Hello, received: float) -> None:
+        self._w().put(FrameItem("hello", host, hello, received))
+
+    def submit_snapshot(self, host: str, snap: wire.Snapshot, received: float) -> None:
+        self._w().put(FrameItem("snapshot", host, snap, received))
+
+    def submit_event(self, host: str, event: wire.Event, received: float) -> None:
+        self._w().put(FrameItem("event", host, event, received))
+
+    def submit_heartbeat(self, host: str, beat: wire.Heartbeat, received: float) -> None:
+        """Only moves the host's last_seen."""
+        self._w().put(FrameItem("heartbeat", host, beat, received))
+
+    def submit_host_state(self, state: HostState) -> None:
+        self._w().put(HostStateItem.of(state))
+
+    async def flush(self) -> None:
+        """Return once everything submitted so far is committed; StorageError/StorageFull if it cannot be."""
+        await self._w().flush()
+
+    # FleetSink: never raises (a store problem must not break ingest for the other sinks)
+    def host_state(self, state: HostState) -> None:
+        try:
+            self.submit_host_state(state)
+        except StorageError as exc:
+            log.warning("%s", exc)
+
+    def frame(self, host: str, frame: wire.Frame, received: float) -> None:
+        try:
+            if isinstance(frame, wire.Snapshot):
+                self.submit_snapshot(host, frame, received)
+            elif isinstance(frame, wire.Event):
+                self.submit_event(host, frame, received)
+            elif isinstance(frame, wire.Hello):
+                self.submit_hello(host, frame, received)
+            else:
+                self.submit_heartbeat(host, frame, received)
+        except StorageError as exc:
+            log.warning("%s", exc)
+
+    # ------------------------------------------------------------------------------------ reads
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:
+            raise StorageError(f"{self.path}: store is closed")
+        try:
+            result: T = await call(self._reader, fn)
+            return result
+        except (sqlite3.Error, OSError) as exc:
+            raise storage_error(exc, str(self.path)) from exc
+
+    async def hosts(self) -> list[HostRow]:
+        return await self._read(queries.hosts)
+
+    async def latest(self, host: str | None = None) -> list[GpuLatest]:
+        """Newest sample per GPU with the processes seen in it."""
+        return await self._read(partial(queries.latest, host=host))
+
+    async def gpu_history(self, host: str, *, gpu: int | None = None, since: float, until: float,
+                          max_points: int = 500) -> list[GpuSeries]:
+        """Per-GPU series at raw / 1m / 1h resolution so each has about ``max_points`` points at most."""
+        return await self._read(partial(queries.gpu_history, host=host, gpu=gpu, since=since, until=until,
+                                        max_points=max_points))
+
+    async def process_history(self, host: str | None = None, *, gpu: int | None = None,
+                              user: str | None = None, since: float, until: float) -> list[ProcessSpan]:
+        return await self._read(partial(queries.process_history, host=host, gpu=gpu, user=user, since=since,
+                                        until=until))
+
+    async def usage_by_user(self, *, since: float, until: float, host: str | None = None,
+                            by_host: bool = False) -> list[UsageRow]:
+        """GPU-hours held / used / wasted per user (hour granularity: the range widens to whole hours)."""
+        return await self._read(partial(usage_by_user, since=since, until=until, host=host, by_host=by_host))
+
+    async def events(self, *, host: str | None = None, since: float, until: float) -> list[EventRow]:
+        return await self._read(partial(queries.events, host=host, since=since, until=until))
+
+    # -------------------------------------------------------------------------- alerts, silences
+
+    async def save_alerts(self, alerts: list[AlertRecord]) -> None:
+        """Upsert by fingerprint; returns once committed (StorageFull while the disk is full: not retried)."""
+        if alerts:
+            records = list(alerts)
+            await self._w().call(partial(queries.save_alerts, alerts=records))
+
+    async def load_alerts(self, *, active_only: bool = True,
+                          since: float | None = None) -> list[AlertRecord]:
+        """Active = pending | firing; ``active_only=False`` adds resolved ones (resolved_at >= since)."""
+        return await self._read(partial(queries.load_alerts, active_only=active_only, since=since))
+
+    async def add_silence(self, silence: SilenceRecord) -> int:
+        created = silence.created_at or time.time()
+        record = SilenceRecord(matchers=dict(silence.matchers), starts_at=silence.starts_at,
+                               ends_at=silence.ends_at, created_by=silence.created_by,
+                               comment=silence.comment, created_at=created)
+        result: int = await self._w().call(partial(queries.add_silence, s=record))
+        return result
+
+    async def list_silences(self, *, include_expired: bool = False,
+                            now: float | None = None) -> list[SilenceRecord]:
+        at = time.time() if now is None else now
+        return await self._read(partial(queries.list_silences, include_expired=include_expired, now=at))
+
+    async def expire_silence(self, silence_id: int, now: float) -> bool:
+        """End a silence now; False if there is no such silence or it had already ended."""
+        result: bool = await self._w().call(partial(queries.expire_silence, silence_id=silence_id, now=now))
+        return result
+
+    # ------------------------------------------------------------------------------ maintenance
+
+    async def run_maintenance(self, now: float) -> None:
+        """Rollups, retention and vacuum in small transactions, then a passive WAL checkpoint.
+
+        The daemon calls it every minute; ingest keeps flowing between the steps.
+        """
+        writer = self._w()
+        for step in rollup.STEPS:
+            while await writer.call(partial(step, now=now, policy=self._policy), standalone=True):
+                pass
+        await self.checkpoint()
+
+    async def checkpoint(self) -> tuple[int, int, int]:
+        """``PRAGMA wal_checkpoint(PASSIVE)``: (busy, frames in the WAL, frames checkpointed)."""
+        result: tuple[int, int, int] = await self._w().call(rollup.checkpoint, standalone=True)
+        return result

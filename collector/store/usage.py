@@ -1,0 +1,117 @@
+"""GPU-hours accounting: who held which GPU, how much of that time it was busy, how much was wasted.
+
+On each new snapshot, per GPU, the time since that GPU's previous sample (``dt``, capped so an outage is
+not billed) is credited to every distinct user holding memory on it:
+- held += dt;  used += dt * util / 100;  wasted += dt when util < ``util_below`` and the user holds at least
+  ``min_memory_mib`` (the parameters of the ``wasted`` rule, DEFAULT_RULES["wasted"] unless configured).
+Each user is credited the whole GPU (two users sharing one GPU both hold it). Processes /proc could not
+attribute count under user ``"?"``. Sums live in hourly buckets, so a range query is a fast SUM at hour
+granularity (a range is widened to whole hours).
+"""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from gpufleet.agent import wire
+from gpufleet.collector.settings import DEFAULT_RULES
+from gpufleet.collector.store.records import UsageRow
+
+#: Never credit more than this many seconds for one sample, however long the gap before it.
+MAX_GAP: Final = 10.0
+#: ... nor more than this many times the GPU's typical sampling interval.
+GAP_FACTOR: Final = 3.0
+UNATTRIBUTED: Final = "?"
+
+UsageKey = tuple[int, int, int, str]  # hour, host_id, gpu_id, user
+
+
+@dataclass(slots=True, frozen=True)
+class UsageParams:
+    util_below: float
+    min_memory_bytes: int
+
+    @classmethod
+    def from_rule(cls, params: Mapping[str, Any] | None = None) -> UsageParams:
+        """The ``wasted`` rule's parameters (config overrides on top of DEFAULT_RULES)."""
+        merged = {**DEFAULT_RULES["wasted"], **(params or {})}
+        return cls(util_below=float(merged["util_below"]),
+                   min_memory_bytes=int(float(merged["min_memory_mib"]) * (1 << 20)))
+
+
+def credit(dt: float, typical: float | None) -> tuple[float, float | None]:
+    """Seconds to credit for a sample ``dt`` after the previous one, and the updated typical interval."""
+    if dt <= 0:
+        return 0.0, typical
+    cap = MAX_GAP if typical is None else min(MAX_GAP, GAP_FACTOR * typical)
+    if dt <= MAX_GAP:
+        typical = dt if typical is None else 0.8 * typical + 0.2 * dt
+    return min(dt, cap), typical
+
+
+def account(acc: dict[UsageKey, list[float]], params: UsageParams, host_id: int, gpu_id: int,
+            gpu: wire.GpuSample, ts: float, seconds: float) -> None:
+    """Add one GPU sample's ``seconds`` to the users holding memory on it (in ``acc``, per hour)."""
+    if seconds <= 0 or gpu.error is not None or not gpu.processes:
+        return
+    held: dict[str, int | None] = {}
+    for proc in gpu.processes:
+        mem = proc.gpu_memory
+        if mem is not None and mem <= 0:
+            continue  # listed but holding nothing
+        user = proc.user if (proc.attributed and proc.user) else UNATTRIBUTED
+        if mem is None:
+            held.setdefault(user, None)
+        else:
+            held[user] = (held.get(user) or 0) + mem
+    if not held:
+        return
+    util = gpu.util_gpu
+    used = seconds * util / 100.0 if util is not None else 0.0
+    idle = util is not None and util < params.util_below
+    hour = int(math.floor(ts / 3600.0)) * 3600
+    for user, mem in held.items():
+        wasted = seconds if idle and mem is not None and mem >= params.min_memory_bytes else 0.0
+        key = (hour, host_id, gpu_id, user)
+        row = acc.get(key)
+        if row is None:
+            acc[key] = [seconds, used, wasted]
+        else:
+            row[0] += seconds
+            row[1] += used
+            row[2] += wasted
+
+
+UPSERT: Final = """
+INSERT INTO usage (hour, host_id, gpu_id, user, held, used, wasted) VALUES (?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (hour, host_id, gpu_id, user) DO UPDATE SET
+    held = held + excluded.held, used = used + excluded.used, wasted = wasted + excluded.wasted
+"""
+
+
+def upsert_rows(acc: dict[UsageKey, list[float]]) -> list[tuple[int, int, int, str, float, float, float]]:
+    return [(k[0], k[1], k[2], k[3], v[0], v[1], v[2]) for k, v in acc.items()]
+
+
+def usage_by_user(conn: sqlite3.Connection, *, since: float, until: float, host: str | None,
+                  by_host: bool) -> list[UsageRow]:
+    """GPU-hours per user (and per host with ``by_host``), most held first."""
+    if until < since:
+        return []
+    first_hour = int(math.floor(since / 3600.0)) * 3600
+    group = "u.user, h.name" if by_host else "u.user"
+    sql = f"""
+        SELECT u.user, {"h.name" if by_host else "NULL"}, sum(u.held), sum(u.used), sum(u.wasted)
+        FROM usage u JOIN hosts h ON h.id = u.host_id
+        WHERE u.hour >= ? AND u.hour < ? AND (?3 IS NULL OR h.name = ?3)
+        GROUP BY {group}
+        ORDER BY sum(u.held) DESC, u.user
+    """
+    rows = conn.execute(sql, (first_hour, until, host)).fetchall()
+    return [UsageRow(user=user, host=hname if by_host else host, gpu_hours_held=held / 3600.0,
+                     gpu_hours_used=used / 3600.0, gpu_hours_wasted=wasted / 3600.0)
+            for user, hname, held, used, wasted in rows]

@@ -1,0 +1,390 @@
+"""The one writer task: a bounded in-memory queue, batched transactions, and health on write failure.
+
+Ingest calls only append to a deque (never block, never await). The task takes a batch (up to
+``batch_max_rows`` GPU samples, or whatever arrived within ``batch_max_delay``; at once when someone awaits a
+flush or a write) and commits it in one ``BEGIN IMMEDIATE`` transaction on its own aiosqlite thread.
+
+When the queue holds more than ``queue_max`` snapshots the oldest *snapshot* is dropped and counted; hellos,
+events, host states, alerts and silences are never dropped.
+
+A write that fails for a reason that may pass (SQLITE_FULL / ENOSPC, I/O error, lock held too long) is
+rolled back, its frames go back to the front of the queue (so the queue bound still applies), everyone
+awaiting a flush or a write gets :class:`StorageFull` / :class:`StorageError` (awaited writes are not retried:
+their caller decides), the store turns unhealthy, and the batch is retried every ``retry_interval`` (at
+once if someone awaits). The first commit that succeeds turns it healthy again. A batch that fails for a
+reason that will not pass (a bug, a bad value) is retried frame by frame and only the bad frames are dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeAlias
+
+import aiosqlite
+from gpufleet.agent import wire
+from gpufleet.collector.errors import StorageError
+from gpufleet.collector.store._db import call, is_transient, storage_error
+from gpufleet.collector.store.ingest import (
+    FrameItem,
+    HostStateItem,
+    IngestItem,
+    IngestState,
+    Rows,
+    write_rows,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class FlushItem:
+    future: asyncio.Future[None]
+
+
+@dataclass(slots=True)
+class JobItem:
+    """A write someone awaits. ``standalone`` jobs run alone and manage their own transaction(s)."""
+
+    fn: Callable[[sqlite3.Connection], Any]
+    future: asyncio.Future[Any]
+    standalone: bool = False
+
+
+Item: TypeAlias = FrameItem | HostStateItem | FlushItem | JobItem
+
+
+@dataclass(slots=True)
+class _Failed:
+    exc: BaseException
+
+
+def _is_snapshot(item: Item) -> bool:
+    return isinstance(item, FrameItem) and item.kind == "snapshot"
+
+
+def _weight(item: Item) -> int:
+    if isinstance(item, FrameItem) and isinstance(item.frame, wire.Snapshot):
+        return max(1, len(item.frame.gpus))
+    return 1
+
+
+def _resolve(fut: asyncio.Future[Any], result: Any = None) -> None:
+    if fut.done():
+        return
+    if isinstance(result, _Failed):
+        fut.set_exception(result.exc)
+    else:
+        fut.set_result(result)
+
+
+def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:
+    if not fut.done():
+        fut.set_exception(exc)
+
+
+def _write_batch(conn: sqlite3.Connection, state: IngestState, items: Sequence[IngestItem],
+                 jobs: Sequence[Callable[[sqlite3.Connection], Any]]) -> list[Any]:
+    """One transaction: the frames' rows, then each awaited write in its own savepoint."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        rows = Rows()
+        state.apply(conn, items, rows)
+        write_rows(conn, rows)
+        results: list[Any] = []
+        for fn in jobs:
+            conn.execute("SAVEPOINT job")
+            try:
+                results.append(fn(conn))
+                conn.execute("RELEASE job")
+            except Exception as exc:  # noqa: BLE001 - one bad write must not sink the batch
+                if is_transient(exc):
+                    raise
+                conn.execute("ROLLBACK TO job")
+                conn.execute("RELEASE job")
+                results.append(_Failed(exc))
+        conn.execute("COMMIT")
+        return results
+    except BaseException:
+        rollback(conn)
+        state.reset()
+        raise
+
+
+def rollback(conn: sqlite3.Connection) -> None:
+    """Roll back if a transaction is open (SQLITE_FULL may already have rolled it back)."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            log.exception("rollback failed")
+
+
+def _probe_write(conn: sqlite3.Connection) -> None:
+    """A tiny real write: tells whether writes work again when nothing else is waiting."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('writer_probe', ?)", (time.time(),))
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback(conn)
+        raise
+
+
+class Writer:
+    """Owns the writing connection. Use from the event loop's thread only."""
+
+    def __init__(self, conn: aiosqlite.Connection, where: str, state: IngestState, *, max_rows: int,
+                 max_delay: float, queue_max: int, retry_interval: float,
+                 on_health: Callable[[bool, str | None], None]) -> None:
+        self._conn = conn
+        self._where = where
+        self._state = state
+        self._max_rows = max(1, max_rows)
+        self._max_delay = max(0.0, max_delay)
+        self._queue_max = max(1, queue_max)
+        self._retry = max(0.01, retry_interval)
+        self._on_health = on_health
+        self._q: deque[Item] = deque()
+        self._snapshots = 0
+        self._weight = 0
+        self._awaited = 0
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._task: asyncio.Task[None] | None = None
+        self.dropped = 0  # snapshots dropped because the queue was full
+        self.rejected = 0  # frames dropped because they could not be written at all
+        self.commits = 0
+        self.healthy = True
+        self.last_error: str | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="gpufleet-store-writer")
+
+    @property
+    def depth(self) -> int:
+        return len(self._q)
+
+    # ------------------------------------------------------------------------------------ queue
+
+    def put(self, item: Item) -> None:
+        if self._closing:
+            raise StorageError(f"{self._where}: store is closed")
+        self._q.append(item)
+        self._count(item, 1)
+        if self._snapshots > self._queue_max:
+            self._trim()
+        self._wake.set()
+
+    async def call(self, fn: Callable[[sqlite3.Connection], Any], *, standalone: bool = False) -> Any:
+        """Run ``fn`` on the writing connection, in order with ingest; returns once it is committed."""
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.put(JobItem(fn, fut, standalone))
+        return await fut
+
+    async def flush(self) -> None:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.put(FlushItem(fut))
+        await fut
+
+    def _count(self, item: Item, sign: int) -> None:
+        self._weight += sign * _weight(item)
+        if _is_snapshot(item):
+            self._snapshots += sign
+        elif isinstance(item, (FlushItem, JobItem)):
+            self._awaited += sign
+
+    def _trim(self) -> None:
+        """Drop the oldest snapshots until the bound holds (never any other kind of item)."""
+        while self._snapshots > self._queue_max:
+            for i, item in enumerate(self._q):
+                if _is_snapshot(item):
+                    del self._q[i]
+                    self._count(item, -1)
+                    self.dropped += 1
+                    break
+            else:
+                return
+
+    def _take(self) -> list[Item]:
+        first = self._q[0]
+        if isinstance(first, JobItem) and first.standalone:
+            self._q.popleft()
+            self._count(first, -1)
+            return [first]
+        batch: list[Item] = []
+        weight = 0
+        while self._q and weight < self._max_rows:
+            item = self._q[0]
+            if isinstance(item, JobItem) and item.standalone:
+                break
+            self._q.popleft()
+            self._count(item, -1)
+            batch.append(item)
+            weight += _weight(item)
+        return batch
+
+    def _requeue(self, items: Sequence[IngestItem]) -> None:
+        for item in reversed(items):
+            self._q.appendleft(item)
+            self._count(item, 1)
+        self._trim()
+
+    def _fail_queued_awaited(self, exc: BaseException) -> None:
+        """While writes fail nobody should wait for a retry: every queued flush / write gets the error."""
+        if not self._awaited:
+            return
+        keep: deque[Item] = deque()
+        for item in self._q:
+            if isinstance(item, (FlushItem, JobItem)):
+                self._count(item, -1)
+                _fail(item.future, exc)
+            else:
+                keep.append(item)
+        self._q = keep
+
+    # ------------------------------------------------------------------------------------- task
+
+    async def _wait(self, timeout: float | None) -> bool:
+        self._wake.clear()
+        try:
+            await asyncio.wait_for(self._wake.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._q:
+                if self._closing:
+                    return
+                if self.healthy:
+                    await self._wait(None)
+                elif not await self._wait(self._retry) and not self._q and not self._closing:
+                    await self._probe()
+                continue
+            deadline = loop.time() + (self._max_delay if self.healthy else self._retry)
+            while not (self._closing or self._awaited or (self.healthy and self._weight >= self._max_rows)):
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                await self._wait(left)
+            batch = self._take()
+            try:
+                await self._commit(batch)
+            except Exception as exc:  # noqa: BLE001 - the writer task must survive its own bugs
+                log.exception("%s: writer failed on a batch", self._where)
+                for item in batch:
+                    if isinstance(item, (FlushItem, JobItem)):
+                        _fail(item.future, storage_error(exc, self._where))
+
+    async def _commit(self, batch: list[Item]) -> None:
+        if len(batch) == 1 and isinstance(batch[0], JobItem) and batch[0].standalone:
+            await self._standalone(batch[0])
+            return
+        ingest = [i for i in batch if isinstance(i, (FrameItem, HostStateItem))]
+        jobs = [i for i in batch if isinstance(i, JobItem)]
+        flushes = [i for i in batch if isinstance(i, FlushItem)]
+        if ingest or jobs:
+            try:
+                results = await call(self._conn, partial(_write_batch, state=self._state, items=ingest,
+                                                         jobs=[j.fn for j in jobs]))
+            except Exception as exc:  # noqa: BLE001 - classified below
+                await self._failed(exc, ingest, jobs, flushes)
+                return
+            self.commits += 1
+            self._set_health(True, None)
+            for job, result in zip(jobs, results, strict=True):
+                _resolve(job.future, result)
+        for f in flushes:
+            _resolve(f.future)
+
+    async def _failed(self, exc: Exception, ingest: list[IngestItem], jobs: list[JobItem],
+                      flushes: list[FlushItem]) -> None:
+        err = storage_error(exc, self._where)
+        if is_transient(exc):
+            awaited: list[JobItem | FlushItem] = [*jobs, *flushes]
+            for one in awaited:
+                _fail(one.future, err)
+            self._set_health(False, str(err))
+            self._fail_queued_awaited(err)
+            if self._closing:
+                self.rejected += len(ingest)
+                log.error("%s: closing with writes failing; %d frames not written: %s",
+                          self._where, len(ingest), err)
+            else:
+                self._requeue(ingest)
+            return
+        # not the storage's fault: a frame the code cannot write. Isolate it; jobs have their own savepoints.
+        log.error("%s: batch of %d frames failed (%s); writing them one by one", self._where, len(ingest),
+                  err)
+        for n, item in enumerate(ingest):
+            try:
+                await call(self._conn, partial(_write_batch, state=self._state, items=[item], jobs=[]))
+            except Exception as one:  # noqa: BLE001
+                if is_transient(one):
+                    await self._failed(one, ingest[n:], jobs, flushes)
+                    return
+                self.rejected += 1
+                host = item.host if isinstance(item, FrameItem) else item.name
+                log.error("%s: dropped a %s from %s: %s", self._where, type(item).__name__, host, one)
+        await self._commit([*jobs, *flushes])
+
+    async def _standalone(self, job: JobItem) -> None:
+        try:
+            result = await call(self._conn, job.fn)
+        except Exception as exc:  # noqa: BLE001
+            err = storage_error(exc, self._where)
+            if is_transient(exc):
+                self._set_health(False, str(err))
+            _fail(job.future, err)
+            return
+        _resolve(job.future, result)
+
+    async def _probe(self) -> None:
+        try:
+            await call(self._conn, _probe_write)
+        except Exception as exc:  # noqa: BLE001
+            self._set_health(False, str(storage_error(exc, self._where)))
+        else:
+            self._set_health(True, None)
+
+    def _set_health(self, ok: bool, message: str | None) -> None:
+        changed = ok != self.healthy
+        self.healthy = ok
+        self.last_error = None if ok else message
+        if not changed:
+            return
+        if ok:
+            log.warning("%s: writes work again", self._where)
+        else:
+            log.error("%s: writes failing: %s", self._where, message)
+        try:
+            self._on_health(ok, self.last_error)
+        except Exception:  # noqa: BLE001 - a broken callback must not stop the writer
+            log.exception("%s: on_health_change callback failed", self._where)
+
+    async def close(self, timeout: float = 30.0) -> None:
+        """Commit what is queued (one attempt per batch while writes fail), then stop the task."""
+        self._closing = True
+        self._wake.set()
+        task = self._task
+        if task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(task), timeout)
+            except asyncio.TimeoutError:
+                log.error("%s: writer did not drain within %.0f s; %d items lost", self._where, timeout,
+                          len(self._q))
+                task.cancel()
+        err = StorageError(f"{self._where}: store closed")
+        for item in self._q:
+            if isinstance(item, (FlushItem, JobItem)):
+                _fail(item.future, err)
+        self._q.clear()

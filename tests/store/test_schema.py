@@ -1,0 +1,84 @@
+"""Migrations from an empty file, idempotent reopen, refusing newer/unknown files, connection settings."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from gpufleet.collector.errors import StorageError
+from gpufleet.collector.settings import StorageConfig
+from gpufleet.collector.store import Store, schema
+from store_testlib import gpu, snap
+
+TABLES = {"meta", "hosts", "gpus", "gpu_placements", "samples", "samples_1m", "samples_1h", "processes",
+          "usage", "events", "alerts", "silences"}
+
+
+def _tables(path: Path) -> set[str]:
+    with sqlite3.connect(path) as conn:
+        return {r[0] for r in conn.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+
+
+async def test_migrates_empty_file_and_creates_directories(config: StorageConfig) -> None:
+    path = config.resolved_path()
+    assert not path.parent.exists()
+    s = await Store.open(config)
+    await s.close()
+    assert TABLES <= _tables(path)
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.LATEST
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental
+    conn.close()
+
+
+async def test_reopen_is_idempotent_and_keeps_data(config: StorageConfig) -> None:
+    s = await Store.open(config)
+    s.submit_snapshot("h1", snap(1000.0, [gpu(0)]), 1000.5)
+    await s.flush()
+    await s.close()
+    for _ in range(2):
+        s = await Store.open(config)
+        latest = await s.latest()
+        await s.close()
+        assert [(g.host, g.index, g.ts) for g in latest] == [("h1", 0, 1000.0)]
+    with sqlite3.connect(config.resolved_path()) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.LATEST
+
+
+def test_migrate_twice_on_one_connection(tmp_path: Path) -> None:
+    conn = sqlite3.connect(tmp_path / "x.db", isolation_level=None)
+    assert schema.migrate(conn) == 0
+    assert schema.migrate(conn) == schema.LATEST
+    assert schema.user_version(conn) == schema.LATEST
+    conn.close()
+
+
+async def test_newer_schema_is_refused(config: StorageConfig) -> None:
+    path = config.resolved_path()
+    path.parent.mkdir(parents=True)
+    with sqlite3.connect(path) as conn:
+        conn.execute(f"PRAGMA user_version={schema.LATEST + 1}")
+    with pytest.raises(StorageError, match="newer"):
+        await Store.open(config)
+    with pytest.raises(StorageError, match="newer"):
+        await Store.open(config, readonly=True)
+
+
+async def test_readonly_needs_an_existing_migrated_file(config: StorageConfig) -> None:
+    with pytest.raises(StorageError, match="no database"):
+        await Store.open(config, readonly=True)
+    path = config.resolved_path()
+    path.parent.mkdir(parents=True)
+    sqlite3.connect(path).close()
+    with pytest.raises(StorageError, match="no gpufleet schema"):
+        await Store.open(config, readonly=True)
+
+
+async def test_not_a_database_is_a_storage_error(config: StorageConfig) -> None:
+    path = config.resolved_path()
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StorageError, match="gpufleet.db"):
+        await Store.open(config)

@@ -2,8 +2,9 @@
 
 host_down is true while the transport says the host is ``down``, stays true through ``connecting`` retries
 (so a reconnect loop does not flap the alert), and is also true when a host that is ``up`` has sent no frame
-for ``missed_intervals`` x its sampling interval (plus STARTUP_GRACE before the first frame of a connection). A reason starting with "host key" (the transport's
-HostKeyError) is put first in the summary: that is the host-key alert.
+for ``missed_intervals`` x its sampling interval (plus STARTUP_GRACE before the first frame of a
+connection). A reason starting with "host key" (the transport's HostKeyError) is put first in the summary:
+that is the host-key alert.
 """
 
 from __future__ import annotations

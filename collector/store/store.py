@@ -294,8 +294,12 @@ class Store:
         The daemon calls it every minute; ingest keeps flowing between the steps.
         """
         writer = self._w()
+        policy = self._policy
         for step in rollup.STEPS:
-            while await writer.call(partial(step, now=now, policy=self._policy), standalone=True):
+            def run(conn: sqlite3.Connection, step: rollup.Step = step) -> bool:
+                return step(conn, now, policy)
+
+            while await writer.call(run, standalone=True):
                 pass
         await self.checkpoint()
 

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAINTENANCE_INTERVAL = 60.0
+STORE_CLOSE_TIMEOUT = 35.0  # above the store's own close_timeout (30 s), which bounds it
 NOTIFY_COUNTERS = ("submitted", "sent", "failed", "dropped", "retries")
 
 
@@ -158,7 +159,8 @@ class Collector:
         if self._alerts is not None:
             await self._guard("alert engine", self._alerts.stop(), share + 1)
         if self._store is not None:
-            await self._guard("store", self._store.close(), share + 5)
+            # the store drains its queue on close: never cut that short, or received frames are lost
+            await self._guard("store", self._store.close(), max(share + 5, STORE_CLOSE_TIMEOUT))
         self._stopped.set()
 
     async def _guard(self, what: str, aw: object, timeout: float) -> None:

@@ -110,7 +110,8 @@ def is_transient(exc: BaseException) -> bool:
 def storage_error(exc: BaseException, where: str) -> StorageError:
     """Wrap a library error as the collector's typed error, saying which file it concerns."""
     if isinstance(exc, StorageError):
-        return exc
+        # the same class (StorageFull stays StorageFull), and always the file it concerns
+        return exc if where in str(exc) else type(exc)(f"{where}: {exc}")
     if is_full(exc):
         return StorageFull(f"{where}: database or disk is full, write rolled back ({exc})")
     return StorageError(f"{where}: {type(exc).__name__}: {exc}")

@@ -120,7 +120,12 @@ def _i(value: int | None) -> int | None:
     return None
 
 
-SAMPLE_INSERT: Final = "INSERT OR IGNORE INTO samples VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+# Every INSERT names its columns, so a later migration may add columns without breaking ingest.
+SAMPLE_INSERT: Final = ("INSERT OR IGNORE INTO samples (gpu_id, ts, util, util_mem, mem_used, temp, power, "
+                        "clock_sm, clock_mem, fan, ecc_corrected, ecc_uncorrected, throttle, error) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+PLACEMENT_INSERT: Final = ("INSERT OR REPLACE INTO gpu_placements (gpu_id, since, host_id, idx) "
+                           "VALUES (?, ?, ?, ?)")
 SPAN_UPSERT: Final = """
 INSERT INTO processes (gpu_id, pid, start_time, start_known, host_id, gpu_idx, user, uid, command, kind,
     container, pod, job, attributed, state, first_seen, last_seen, gpu_memory, max_gpu_memory, sm_util,
@@ -175,7 +180,7 @@ class IngestState:
         if gs.host_id != host_id or gs.idx != info.index:
             gs.host_id, gs.idx = host_id, info.index
             conn.execute("UPDATE gpus SET host_id = ?, idx = ? WHERE id = ?", (host_id, info.index, gs.id))
-            conn.execute("INSERT OR REPLACE INTO gpu_placements VALUES (?, ?, ?, ?)",
+            conn.execute(PLACEMENT_INSERT,
                          (gs.id, ts, host_id, info.index))
         name, total, limit = info.name, _i(info.memory_total), info.power_limit
         if ((name is not None and name != gs.name) or (total is not None and total != gs.memory_total)
@@ -199,7 +204,7 @@ class IngestState:
                 (info.uuid, host_id, info.index, info.name, info.serial, info.pci_bus_id,
                  _i(info.memory_total), info.power_limit, ts, ts))
             gid = int(cur.lastrowid or 0)
-            conn.execute("INSERT OR REPLACE INTO gpu_placements VALUES (?, ?, ?, ?)",
+            conn.execute(PLACEMENT_INSERT,
                          (gid, ts, host_id, info.index))
             gs = GpuState(gid, host_id, info.index, info.name, _i(info.memory_total), info.power_limit, None)
         else:
@@ -344,7 +349,8 @@ def write_rows(conn: sqlite3.Connection, rows: Rows) -> None:
     if rows.events:
         conn.executemany(EVENT_INSERT, rows.events)
     if rows.dirty:
-        conn.executemany("INSERT OR IGNORE INTO rollup_dirty VALUES (?, ?)", sorted(rows.dirty))
+        conn.executemany("INSERT OR IGNORE INTO rollup_dirty (gpu_id, bucket) VALUES (?, ?)",
+                         sorted(rows.dirty))
     if rows.host_seen:
         conn.executemany("UPDATE hosts SET last_seen = max(coalesce(last_seen, ?1), ?1) WHERE id = ?2",
                          [(ts, hid) for hid, ts in rows.host_seen.items()])

@@ -35,7 +35,8 @@ REDO_SECONDS: Final = 120
 ROWS_PER_STEP: Final = 100_000
 
 _AGG_RAW: Final = """
-INSERT OR REPLACE INTO samples_1m
+INSERT OR REPLACE INTO samples_1m (gpu_id, bucket, n, util_min, util_mean, util_max,
+    mem_min, mem_mean, mem_max, temp_min, temp_mean, temp_max, power_min, power_mean, power_max)
 SELECT gpu_id, CAST(ts / 60 AS INTEGER) * 60 AS b, count(*),
        min(util), avg(util), max(util), min(mem_used), avg(mem_used), max(mem_used),
        min(temp), avg(temp), max(temp), min(power), avg(power), max(power)
@@ -49,7 +50,8 @@ def _wmean(col: str) -> str:
 
 
 _AGG_MINUTES: Final = f"""
-INSERT OR REPLACE INTO samples_1h
+INSERT OR REPLACE INTO samples_1h (gpu_id, bucket, n, util_min, util_mean, util_max,
+    mem_min, mem_mean, mem_max, temp_min, temp_mean, temp_max, power_min, power_mean, power_max)
 SELECT gpu_id, (bucket / 3600) * 3600 AS b, sum(n),
        min(util_min), {_wmean("util_mean")}, max(util_max), min(mem_min), {_wmean("mem_mean")}, max(mem_max),
        min(temp_min), {_wmean("temp_mean")}, max(temp_max), min(power_min), {_wmean("power_mean")},
@@ -135,13 +137,15 @@ def rollup_minutes(conn: sqlite3.Connection, now: float, policy: Policy) -> bool
 
 
 _REROLL_MINUTE: Final = """
-INSERT OR REPLACE INTO samples_1m
+INSERT OR REPLACE INTO samples_1m (gpu_id, bucket, n, util_min, util_mean, util_max,
+    mem_min, mem_mean, mem_max, temp_min, temp_mean, temp_max, power_min, power_mean, power_max)
 SELECT ?1, ?2, count(*), min(util), avg(util), max(util), min(mem_used), avg(mem_used), max(mem_used),
        min(temp), avg(temp), max(temp), min(power), avg(power), max(power)
 FROM samples WHERE gpu_id = ?1 AND ts >= ?2 AND ts < ?2 + 60 HAVING count(*) > 0
 """
 _REROLL_HOUR: Final = f"""
-INSERT OR REPLACE INTO samples_1h
+INSERT OR REPLACE INTO samples_1h (gpu_id, bucket, n, util_min, util_mean, util_max,
+    mem_min, mem_mean, mem_max, temp_min, temp_mean, temp_max, power_min, power_mean, power_max)
 SELECT ?1, ?2, sum(n),
        min(util_min), {_wmean("util_mean")}, max(util_max), min(mem_min), {_wmean("mem_mean")}, max(mem_max),
        min(temp_min), {_wmean("temp_mean")}, max(temp_max), min(power_min), {_wmean("power_mean")},

@@ -196,7 +196,9 @@ def migrate(conn: sqlite3.Connection) -> int:
     """Bring the schema to :data:`LATEST`; returns the version found. Idempotent; refuses a newer file."""
     found = user_version(conn)
     if found > LATEST:
-        raise StorageError(f"database schema v{found} is newer than this gpufleet understands (v{LATEST})")
+        raise StorageError(f"database schema v{found} is newer than this gpufleet understands (v{LATEST}): "
+                           "it was written by a newer gpufleet; upgrade gpufleet, or set storage.path to "
+                           "another file")
     if found == LATEST:
         return found
     if found == 0 and conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0] == 0:

@@ -264,3 +264,36 @@ async def test_full_queue_drops_oldest_snapshots_only(config: StorageConfig) -> 
     await s.close()
     assert [p.ts for p in pts] == [107.0, 108.0, 109.0]
     assert len(events) == 10
+
+
+async def test_usage_by_hand_shared_gpu_and_a_gap(store: Store) -> None:
+    """Worked by hand. GPU 0 is shared by alice (1 GiB) and bob (2 GiB), sampled every second, then the
+    collector hears nothing for 60 s. Each sample credits the time since the previous one, capped at
+    3 x the typical interval (3 s) after a gap; each user holding memory is credited the whole GPU.
+
+        ts    util  dt credited  held  used        wasted (util < 5 %, >= 256 MiB held)
+        +0     80   (first: nothing)
+        +1     80   1            1     0.8         0
+        +2      0   1            1     0           1
+        +3      0   1            1     0           1
+        +63     0   3 (gap 60)   3     0           3
+        +64   100   1            1     1.0         0
+        total                    7 s   1.8 s       5 s   (each of alice and bob)
+    GPU 1: carol holds 100 MiB at util 0 the whole time: idle, but under min_memory_mib, so not wasted.
+    """
+    h = 3600.0 * 100
+    for dt, util in ((0, 80), (1, 80), (2, 0), (3, 0), (63, 0), (64, 100)):
+        store.submit_snapshot("h1", snap(h + dt, [
+            gpu(0, util=util, procs=[proc(1, user="alice", mem=GIB), proc(2, user="bob", mem=2 * GIB)]),
+            gpu(1, util=0, procs=[proc(3, user="carol", mem=100 * MIB)])]), h + dt)
+    await store.flush()
+    rows = {r.user: r for r in await store.usage_by_user(since=h, until=h + 3600)}
+    assert set(rows) == {"alice", "bob", "carol"}
+    for user in ("alice", "bob"):
+        got = rows[user]
+        assert (got.gpu_hours_held * 3600, got.gpu_hours_used * 3600, got.gpu_hours_wasted * 3600) == \
+            pytest.approx((7.0, 1.8, 5.0))
+    carol = rows["carol"]
+    assert (carol.gpu_hours_held * 3600, carol.gpu_hours_used, carol.gpu_hours_wasted) == pytest.approx(
+        (7.0, 0.0, 0.0))
+    assert await store.usage_by_user(since=h - 3600, until=h - 1) == []  # hour granularity, nothing before

@@ -7,9 +7,10 @@ import sqlite3
 from statistics import mean
 
 import pytest
+from gpufleet.agent import wire
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import Store, Tuning, rollup, schema
-from store_testlib import GIB, gpu, snap
+from store_testlib import GIB, gpu, proc, snap
 
 T0 = 36000.0  # an hour boundary
 STEP = 10.0
@@ -188,3 +189,43 @@ async def test_late_samples_are_rolled_up_again(store: Store, config: StorageCon
     old = await store.gpu_history("h2", since=T0 - behind, until=T0 - behind + N * STEP, max_points=10)
     assert old[0].resolution == "1h" and [p.util_max for p in old[0].points] == [
         row[3] for _, row in sorted(want_h.items())]
+
+
+async def test_file_size_stays_bounded_in_steady_state(config: StorageConfig) -> None:
+    """18 h of a host at a steady rate, maintenance every 10 minutes of simulated time (the ``now``
+    argument): once every window is full (raw 30 min, 1m 3 h, 1h and process/usage/event history 6 h) the
+    file stops growing and every table holds a constant number of rows."""
+    cfg = dataclasses.replace(config, raw_retention=1800.0, minute_retention=3 * 3600.0,
+                              hour_retention=6 * 3600.0, batch_max_delay=0.01)
+    s = await Store.open(cfg, tuning=Tuning(delete_batch=2000, vacuum_slack=32))
+    path = cfg.resolved_path()
+    tables = ("samples", "samples_1m", "samples_1h", "processes", "usage", "events")
+    t, step = T0, 5.0
+    history: list[tuple[float, int, int, list[int]]] = []  # (hours, pages, wal bytes, row counts)
+    try:
+        for _ in range(18 * 6):
+            for k in range(120):
+                pid = 100 + int(t // 900)  # a new process every 15 minutes: spans come and go too
+                s.submit_snapshot("h1", snap(t, [gpu(i, util=int(t) % 100, power=100.5 + i, procs=[
+                    proc(pid, start=t - t % 900, user=f"u{pid % 3}")]) for i in range(4)]), t)
+                if k % 60 == 0:
+                    s.submit_event("h1", wire.Event(ts=t, kind="xid", xid=13, message="Xid 13"), t)
+                t += step
+            await s.flush()
+            await s.run_maintenance(t)
+            await s.checkpoint()
+            with sqlite3.connect(path) as conn:
+                pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
+                counts = [int(conn.execute(f"SELECT count(*) FROM {name}").fetchone()[0]) for name in tables]
+            history.append(((t - T0) / 3600, pages, path.with_name(path.name + "-wal").stat().st_size,
+                            counts))
+    finally:
+        await s.close()
+    filling = [h for h in history if 6 < h[0] <= 12]
+    steady = [h for h in history if h[0] > 12]
+    assert max(h[1] for h in steady) <= max(h[1] for h in filling) + 2  # pages: no creeping growth
+    assert path.stat().st_size <= (max(h[1] for h in filling) + 2) * 4096
+    assert max(h[2] for h in steady) <= 2 * max(h[2] for h in filling)  # the WAL is reused, not grown
+    assert steady[-1][3][:3] == [4 * 360, 4 * 179, 4 * 5]  # raw 30 min, 1m 3 h, 1h 6 h: 4 GPUs each
+    for n, name in enumerate(tables):  # and no table keeps growing
+        assert max(h[3][n] for h in steady) <= max(h[3][n] for h in filling), name

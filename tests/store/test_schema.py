@@ -60,10 +60,55 @@ async def test_newer_schema_is_refused(config: StorageConfig) -> None:
     path.parent.mkdir(parents=True)
     with sqlite3.connect(path) as conn:
         conn.execute(f"PRAGMA user_version={schema.LATEST + 1}")
-    with pytest.raises(StorageError, match="newer"):
+    with pytest.raises(StorageError, match="newer") as err:
         await Store.open(config)
-    with pytest.raises(StorageError, match="newer"):
+    assert str(err.value).startswith(f"{path}: database schema v{schema.LATEST + 1} is newer")
+    assert "upgrade gpufleet" in str(err.value)
+    with pytest.raises(StorageError, match="newer") as err:
         await Store.open(config, readonly=True)
+    assert str(path) in str(err.value)
+    with sqlite3.connect(path) as conn:  # refused without touching it
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.LATEST + 1
+        assert conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()[0] == 0
+
+
+async def test_upgrade_path_from_an_older_version(config: StorageConfig,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file written at the current version, then opened by a build with one more migration: the data is
+    kept; a migration that fails half-way leaves the file at the old version, unchanged."""
+    old = schema.LATEST
+    s = await Store.open(config)
+    s.submit_snapshot("h1", snap(1000.0, [gpu(0, util=42)]), 1000.0)
+    await s.close()
+    path = config.resolved_path()
+
+    broken = ["ALTER TABLE samples ADD COLUMN sm_active REAL", "CREATE INDEX oops ON no_such_table(x)"]
+    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, broken])
+    monkeypatch.setattr(schema, "LATEST", old + 1)
+    with pytest.raises(StorageError, match="older"):  # the read-only CLI never migrates
+        await Store.open(config, readonly=True)
+    with pytest.raises(StorageError, match="no_such_table") as err:
+        await Store.open(config)
+    assert str(path) in str(err.value)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == old
+        assert "sm_active" not in {r[1] for r in conn.execute("PRAGMA table_info(samples)")}  # rolled back
+
+    fixed = ["ALTER TABLE samples ADD COLUMN sm_active REAL", "UPDATE samples SET sm_active = util / 100.0"]
+    monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS[:old], fixed])
+    s = await Store.open(config)
+    try:
+        assert [(g.ts, g.util_gpu) for g in await s.latest("h1")] == [(1000.0, 42)]
+        s.submit_snapshot("h1", snap(1001.0, [gpu(0, util=7)]), 1001.0)  # the old INSERT still fits
+        await s.flush()
+    finally:
+        await s.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == old + 1
+        assert conn.execute("SELECT ts, sm_active FROM samples ORDER BY ts").fetchall() == [
+            (1000.0, 0.42), (1001.0, None)]
+    ro = await Store.open(config, readonly=True)
+    await ro.close()
 
 
 async def test_readonly_needs_an_existing_migrated_file(config: StorageConfig) -> None:

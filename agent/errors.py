@@ -36,6 +36,19 @@ class GpuLostError(AgentError):
         self.code = code
 
 
+class EventWaitError(AgentError):
+    """Waiting on the NVML event set failed with something other than a timeout.
+
+    ``missing`` is True for the field-missing codes (NOT_SUPPORTED, FUNCTION_NOT_FOUND, ...): Xid events
+    cannot be watched on this host, so the watcher stops instead of retrying in a loop.
+    """
+
+    def __init__(self, message: str, code: int | None = None, missing: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.missing = missing
+
+
 class ScenarioError(AgentError):
     """A fake-backend scenario file is invalid; the message names the file and the key."""
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from gpufleet.agent import nvml
-from gpufleet.agent.errors import DriverError, GpuLostError
+from gpufleet.agent.errors import DriverError, EventWaitError, GpuLostError
 from gpufleet.agent.wire import CRITICAL_XIDS, WARNING_XIDS, Event
 
 log = logging.getLogger(__name__)
@@ -104,6 +104,14 @@ class XidWatcher:
             except DriverError:
                 self.failed = True
                 return
+            except EventWaitError as exc:
+                if exc.missing:  # this driver cannot wait on events: Xids are not watchable here
+                    log.warning("Xid events unavailable on this host (%s); watcher stopped", exc)
+                    self.active = False
+                    return
+                log.debug("%s; retrying", exc)
+                self.halt.wait(self.wait_ms / 1000.0)  # an immediate error must not become a hot loop
+                continue
             if ev is None or not ev.event_type & nvml.EVENT_XID:
                 continue
             gpu = self.gpus.get(nvml.handle_key(ev.handle))

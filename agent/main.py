@@ -275,11 +275,12 @@ class Agent:
             return EXIT_OK
         pending: Exception | None = None
         first: tuple[wire.Snapshot, list[wire.Event]] | None = None
+        started = self.wall()  # hello goes out first, so its ts must not be later than the first snapshot's
         try:
             first = self.sampler.sample()  # before hello, so hello can say whether pids resolve
         except DriverError as exc:
             pending = exc
-        if not self.writer.write(self.sampler.hello(self.hostname, __version__)):
+        if not self.writer.write(self.sampler.hello(self.hostname, __version__, ts=started)):
             return EXIT_OK
         if self.heartbeat > 0:
             threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True).start()
@@ -354,9 +355,11 @@ def _build(args: argparse.Namespace) -> tuple[Any, str]:
         scenario = fake.load_scenario(args.fake, hostname=args.hostname)
         lib = fake.FakeNvml(scenario)
         return Sampler(Gateway(lib, backend="fake"), fake.FakeProcs(lib)), scenario.hostname
+    from gpufleet.agent.driver import pending_upgrade
     from gpufleet.agent.procinfo import ProcReader
 
-    return Sampler(Gateway(), ProcReader()), args.hostname or socket.gethostname()
+    sampler = Sampler(Gateway(), ProcReader(), driver_check=pending_upgrade)
+    return sampler, args.hostname or socket.gethostname()
 
 
 def main(argv: list[str] | None = None, stdout: IO[bytes] | None = None) -> int:

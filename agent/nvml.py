@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import pynvml
-from gpufleet.agent.errors import DriverError, GpuLostError, NvmlUnavailable
+from gpufleet.agent.errors import DriverError, EventWaitError, GpuLostError, NvmlUnavailable
 from gpufleet.agent.wire import MigInstance
 
 log = logging.getLogger(__name__)
@@ -467,14 +467,20 @@ class Gateway:
         return True
 
     def wait_event(self, event_set: Any, timeout_ms: int) -> XidReading | None:
-        """One event, or None on timeout. Raises DriverError / GpuLostError like the other calls."""
+        """One event, or None on timeout. Raises DriverError / GpuLostError like the other calls, and
+        :class:`EventWaitError` for any other failure: returning None there would make the caller's wait
+        loop spin at 100 % CPU (an error comes back at once, where a timeout takes ``timeout_ms``).
+        """
         try:
             data = self.lib.nvmlEventSetWait(event_set, timeout_ms)
         except pynvml.NVMLError as exc:
-            if int(exc.value) == _code("TIMEOUT"):
+            code = int(exc.value)
+            if code == _code("TIMEOUT"):
                 return None
             self._fail("event wait", exc)
-            return None
+            raise EventWaitError(
+                f"nvmlEventSetWait failed: {error_name(code)}", code, missing=code in FIELD_MISSING
+            ) from None
         return XidReading(data.device, int(data.eventType), int(data.eventData))
 
     def free_event_set(self, event_set: Any) -> None:

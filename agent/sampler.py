@@ -70,6 +70,7 @@ class Sampler:
         wall: Callable[[], float] = time.time,
         slow_every: float = 30.0,
         util_hold: float = 3.0,
+        driver_check: Callable[[], str | None] | None = None,
     ) -> None:
         self.gw = gateway
         self.procs = procs
@@ -77,7 +78,11 @@ class Sampler:
         self.wall = wall
         self.slow_every = slow_every
         self.util_hold = util_hold  # how long a per-process utilization sample stays valid
+        self.driver_check = driver_check  # slow tier: an installed-but-not-loaded driver upgrade
+        self._driver_checked_at: float | None = None
+        self._driver_reported: str | None = None
         self.gpus: list[_Gpu] = []
+        self.vanished: list[_Gpu] = []  # known GPUs NVML stopped listing on a re-init (not yet reported)
         self.pid_namespace_ok: bool | None = None
         self._ns_warned = False
         self._seq = 0
@@ -85,21 +90,57 @@ class Sampler:
     # ------------------------------------------------------------------ lifecycle
 
     def open(self, require_gpu: bool = True) -> None:
-        """Initialise NVML and find the GPUs. Raises NvmlUnavailable (for a clear exit at start-up)."""
+        """Initialise NVML and find the GPUs. Raises NvmlUnavailable (for a clear exit at start-up, and so
+        that a driver that fails again right after nvmlInit is just one more failed re-init try)."""
         self.gw.init()
         try:
-            count = self.gw.device_count()
-        except Exception as exc:
+            self._enumerate(require_gpu)
+        except DriverError as exc:
             raise NvmlUnavailable(f"NVML not available: {exc}") from None
+
+    def _enumerate(self, require_gpu: bool) -> None:
+        """(Re)build the GPU list. GPUs are matched to what we knew by UUID, not by index: after a driver
+        reload a GPU that fell off the bus is no longer listed and the ones after it move down an index.
+        A known GPU that is no longer listed is kept in :attr:`vanished` until a ``gpu_lost`` event says so.
+        """
+        count = self.gw.device_count()
         if count == 0 and require_gpu:
             raise NvmlUnavailable("NVML not available: no NVIDIA GPU found (nvmlDeviceGetCount returned 0)")
-        old = {g.index: g for g in self.gpus}
-        self.gpus = []
+        old = list(self.gpus)
+        known = {g.uuid: g for g in old if not g.uuid.startswith("GPU-unknown-")}
+        probes: list[tuple[_Gpu, str | None]] = []
         for i in range(count):
-            g = old.get(i) or _Gpu(index=i, handle=None, uuid=f"GPU-unknown-{i}")
-            g.handle, g.slow_at = None, None
-            self._open_handle(g)
+            probe = _Gpu(index=i, handle=None, uuid=f"GPU-unknown-{i}")
+            self._open_handle(probe)
+            uuid = None
+            if probe.handle is not None:
+                try:
+                    uuid = self.gw.uuid(probe.handle)
+                except GpuLostError as exc:
+                    probe.lost = str(exc)
+            probes.append((probe, uuid))
+        matched: list[_Gpu | None] = [known.pop(u) if u and u in known else None for _, u in probes]
+        for i, (_, uuid) in enumerate(probes):  # UUID unreadable now: the GPU that had this index before
+            prev = next((o for o in old if o.index == i), None)
+            if matched[i] is None and uuid is None and prev is not None and known.get(prev.uuid) is prev:
+                matched[i] = known.pop(prev.uuid)
+        self.gpus = []
+        for (probe, uuid), g in zip(probes, matched, strict=True):
+            if g is None:
+                g = probe
+                if uuid:
+                    g.uuid = uuid
+            else:
+                g.index, g.handle, g.lost = probe.index, probe.handle, probe.lost or g.lost
+            g.slow_at = None
             self.gpus.append(g)
+        self.vanished.extend(known.values())
+        if old and [g.uuid for g in old] != [g.uuid for g in self.gpus]:
+            log.warning(
+                "GPU inventory changed on NVML re-init: %s -> %s",
+                ", ".join(f"{g.index}:{g.uuid}" for g in old),
+                ", ".join(f"{g.index}:{g.uuid}" for g in self.gpus) or "no GPU",
+            )
         for g in self.gpus:
             if g.handle is not None:
                 try:
@@ -289,13 +330,41 @@ class Sampler:
                             message=f"GPU {g.index} ({g.uuid}) stopped answering: {g.lost}",
                         )
                     )
+        for g in self.vanished:
+            log.error("GPU %d (%s) is no longer listed by NVML after re-initialisation", g.index, g.uuid)
+            events.append(
+                Event(
+                    ts=ts,
+                    kind="gpu_lost",
+                    gpu_index=g.index,
+                    uuid=g.uuid,
+                    message=f"GPU {g.index} ({g.uuid}) is no longer listed by NVML after the driver came "
+                    "back (fell off the bus?); the other GPUs may have moved to a lower index",
+                )
+            )
+        self.vanished = []
+        self._check_driver(now, ts, events)
         self._attribute(samples)
         self._seq += 1
         return Snapshot(ts=ts, seq=self._seq, gpus=samples), events
 
+    def _check_driver(self, now: float, ts: float, events: list[Event]) -> None:
+        """One driver_error event per distinct pending mismatch (checked every ``slow_every`` s)."""
+        if self.driver_check is None:
+            return
+        if self._driver_checked_at is not None and now - self._driver_checked_at < self.slow_every:
+            return
+        self._driver_checked_at = now
+        problem = self.driver_check()
+        if problem is not None and problem != self._driver_reported:
+            log.error("%s", problem)
+            events.append(Event(ts=ts, kind="driver_error", message=problem))
+        self._driver_reported = problem
+
     # ------------------------------------------------------------------ hello
 
-    def hello(self, hostname: str, agent_version: str) -> Hello:
+    def hello(self, hostname: str, agent_version: str, ts: float | None = None) -> Hello:
+        """The hello frame; ``ts`` (default now) lets the caller stamp it before the first snapshot."""
         try:
             info = self.gw.system_info()
         except DriverError:
@@ -303,7 +372,7 @@ class Sampler:
         return Hello(
             agent_version=agent_version,
             hostname=hostname,
-            ts=self.wall(),
+            ts=self.wall() if ts is None else ts,
             driver_version=info.driver_version,
             nvml_version=info.nvml_version,
             cuda_version=info.cuda_version,

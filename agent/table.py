@@ -42,9 +42,14 @@ def _flags(g: GpuSample) -> str:
     return ",".join(flags)
 
 
-def _process_line(p: ProcessSample, now: float) -> str:
+UNATTRIBUTED = "(unattributed: its /proc entry is not readable, or it just exited)"
+NO_PID_NAMESPACE = "(unattributed: pid not in this /proc; run the agent in the host PID namespace)"
+PROCESS_HEADER = f"     {'PID':>8}  {'USER':<10} {'GPU MEM':>10}  {'SM':>4}  {'RUNNING':>7}  S  COMMAND"
+
+
+def _process_line(p: ProcessSample, now: float, unattributed: str = UNATTRIBUTED) -> str:
     if not p.attributed:
-        who, age, state, cmd = "?", "-", "?", "(unattributed: /proc not readable)"
+        who, age, state, cmd = "?", "-", "?", unattributed
     else:
         who = p.user or "?"
         age = "-" if p.start_time is None else _duration(now - p.start_time)
@@ -59,39 +64,52 @@ def _process_line(p: ProcessSample, now: float) -> str:
         where += f" pod={p.pod[:8]}"
     sm = "-" if p.sm_util is None else f"{p.sm_util}%"
     return (
-        f"     {p.pid:>8}  {who:<10.10} {_gib(p.gpu_memory):>6} GiB  sm {sm:>4}  {age:>7}  {state}  "
+        f"     {p.pid:>8}  {who:<10.10} {_gib(p.gpu_memory):>6} GiB  {sm:>4}  {age:>7}  {state}  "
         f"{cmd[:80]}{where}"
     )
 
 
 def render(snapshot: Snapshot, hello: Hello | None = None, now: float | None = None) -> str:
+    """One line per GPU (nvidia-smi's readings, gpustat's density), its MIG instances, then its processes."""
     now = time.time() if now is None else now
     lines = []
+    unattributed = UNATTRIBUTED
     if hello is not None:
         lines.append(
             f"{hello.hostname}  driver {hello.driver_version or '-'}  CUDA {_cuda(hello.cuda_version)}  "
             f"backend {hello.backend}  {len(snapshot.gpus)} GPU(s)"
         )
+        if hello.pid_namespace_ok is False:
+            unattributed = NO_PID_NAMESPACE
+            lines.append(
+                "note: no GPU process pid exists in this /proc: the agent runs in another PID namespace "
+                "(container without --pid=host / hostPID: true), so users and commands are unknown"
+            )
+    width = min(40, max([len(g.name or "?") for g in snapshot.gpus] + [len("NAME")]))
     lines.append(
-        f"{'GPU':>3}  {'NAME':<28} {'UTIL':>5}  {'MEMORY (GiB)':>13}  {'TEMP':>5}  {'POWER (W)':>10}  FLAGS"
+        f"{'GPU':>3}  {'NAME':<{width}} {'UTIL':>5}  {'MEMORY (GiB)':>13}  {'TEMP':>5}  {'POWER (W)':>10}  "
+        f"{'FAN':>4}  FLAGS"
     )
     for g in snapshot.gpus:
+        name = f"{(g.name or '?'):<{width}.{width}}"
         if g.error:
-            lines.append(f"{g.index:>3}  {(g.name or '?'):<28.28} {g.error}")
+            lines.append(f"{g.index:>3}  {name} {g.error}")
             continue
         mem = f"{_gib(g.memory_used)}/{_gib(g.memory_total)}"
         power = f"{_num(g.power_draw)}/{_num(g.power_limit)}"
         lines.append(
-            f"{g.index:>3}  {(g.name or '?'):<28.28} {_num(g.util_gpu, '%'):>5}  {mem:>13}  "
-            f"{_num(g.temperature, 'C'):>5}  {power:>10}  {_flags(g)}"
+            f"{g.index:>3}  {name} {_num(g.util_gpu, '%'):>5}  {mem:>13}  "
+            f"{_num(g.temperature, 'C'):>5}  {power:>10}  {_num(g.fan_speed, '%'):>4}  {_flags(g)}".rstrip()
         )
         for m in g.mig_instances:
             lines.append(
                 f"     MIG gi={m.gi_id} ci={m.ci_id if m.ci_id is not None else '-'}  "
                 f"{_gib(m.memory_used)}/{_gib(m.memory_total)} GiB  {m.uuid or ''}"
             )
+        if g.processes:
+            lines.append(PROCESS_HEADER)
         for p in sorted(g.processes, key=lambda p: -(p.gpu_memory or 0)):
-            lines.append(_process_line(p, now))
+            lines.append(_process_line(p, now, unattributed))
         if not g.processes:
             lines.append("     (no processes)")
     return "\n".join(lines) + "\n"

@@ -149,6 +149,7 @@ def test_hello_then_snapshots_then_max_frames_exit(run_agent: Start) -> None:
     assert frames[0].backend == "fake" and frames[0].hostname == "gpu-node-03" and len(frames[0].gpus) == 2
     snaps = [f for f in frames if isinstance(f, wire.Snapshot)]
     assert [s.seq for s in snaps] == [1, 2, 3, 4]
+    assert frames[0].ts <= snaps[0].ts  # hello is written first, so it is not stamped later either
     assert all(isinstance(f, (wire.Snapshot, wire.Hello, wire.Heartbeat)) for f in frames)
     alice = snaps[0].gpus[0].processes[0]
     assert (alice.user, alice.pid, alice.gpu_memory) == ("alice", 31337, 40 << 30)

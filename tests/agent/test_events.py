@@ -100,3 +100,55 @@ def test_driver_error_stops_watcher(make_env: Callable[..., Env]) -> None:
 def test_xid_event_for_unknown_gpu() -> None:
     ev = xid_event(1.0, 13, None)
     assert ev.gpu_index is None and "unknown GPU" in ev.message and "info" in ev.message
+
+
+def _failing_wait(env: Env, code: str) -> list[int]:
+    """Make every nvmlEventSetWait fail at once with ``code``; returns the list of calls made."""
+    from gpufleet.agent import nvml
+
+    calls: list[int] = []
+
+    def wait(event_set: object, timeout_ms: int) -> object:
+        calls.append(timeout_ms)
+        raise nvml.make_error(nvml.ERROR_CODES[code])
+
+    env.lib.nvmlEventSetWait = wait  # type: ignore[method-assign]
+    return calls
+
+
+def test_event_wait_not_supported_stops_the_watcher(make_env: Callable[..., Env]) -> None:
+    """A driver whose event wait answers FUNCTION_NOT_FOUND at once: stop, do not spin on it."""
+    env = make_env(XIDS)
+    calls = _failing_wait(env, "FUNCTION_NOT_FOUND")
+    watcher, got, _ = watch(env)
+    watcher.start()
+    watcher._thread.join(10)
+    assert not watcher._thread.is_alive()  # the watcher gave up by itself (no stop() needed)
+    assert calls == [10] and got == [] and not watcher.active and not watcher.failed
+
+
+class _Halt(threading.Event):
+    """A halt flag that records each back-off wait and ends the watcher after a few."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.waits: list[float | None] = []
+        self.limit = limit
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        if len(self.waits) >= self.limit:
+            self.set()
+        return self.is_set()
+
+
+def test_event_wait_error_backs_off_between_tries(make_env: Callable[..., Env]) -> None:
+    """Any other immediate error: retried, but with a wait in between (was a 100 % CPU loop)."""
+    env = make_env(XIDS)
+    calls = _failing_wait(env, "INSUFFICIENT_RESOURCES")
+    watcher, got, _ = watch(env)
+    watcher.halt = _Halt(limit=3)
+    watcher.start()
+    watcher._thread.join(10)
+    assert not watcher._thread.is_alive()
+    assert len(calls) == 3 and watcher.halt.waits == [0.01, 0.01, 0.01] and got == []

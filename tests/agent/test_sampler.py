@@ -277,3 +277,71 @@ def test_pids_hidden_by_hidepid_are_not_a_namespace_problem(make_env: Callable[.
     snap, _ = env.sampler.sample()
     assert env.sampler.pid_namespace_ok is None
     assert all(not p.attributed for g in snap.gpus for p in g.processes)
+
+
+THREE_GPUS = """
+gpus:
+  - name: GPU-A
+  - name: GPU-B
+    processes: [{pid: 200, user: bob, command: python b.py, memory_mib: 100, sm_util: 10}]
+  - name: GPU-C
+    processes: [{pid: 300, user: carol, command: python c.py, memory_mib: 300, sm_util: 30}]
+timeline:
+  - {at: 3, event: driver_error, code: DRIVER_NOT_LOADED, duration: 4}
+"""
+
+
+def test_reinit_matches_gpus_by_uuid_and_reports_one_that_vanished(make_env: Callable[..., Env]) -> None:
+    """GPU 1 falls off the bus during a driver outage: after re-init GPU 2 is index 1 and keeps its UUID."""
+    env = make_env(THREE_GPUS)
+    a, b, c = (g.uuid for g in env.lib.scenario.gpus)
+    assert [g.uuid for g in env.sampler.sample()[0].gpus] == [a, b, c]
+    env.clock.advance(3.5)
+    with pytest.raises(DriverError):
+        env.sampler.sample()
+    del env.lib.scenario.gpus[1]  # the driver comes back without it; NVML renumbers the rest
+    env.lib._handles = env.lib._handles[:2]
+    env.clock.advance(4)
+    env.sampler.reopen()
+    snap, events = env.sampler.sample()
+    assert [(g.index, g.uuid, g.name, g.error) for g in snap.gpus] == [
+        (0, a, "GPU-A", None),
+        (1, c, "GPU-C", None),
+    ]
+    assert [p.pid for p in snap.gpus[1].processes] == [300]
+    assert [(e.kind, e.gpu_index, e.uuid) for e in events] == [("gpu_lost", 1, b)]
+    assert "no longer listed" in events[0].message
+    assert env.sampler.sample()[1] == []  # reported once
+    assert [(g.index, g.uuid) for g in env.sampler.hello("h", "0").gpus] == [(0, a), (1, c)]
+
+
+def test_reinit_keeps_the_uuid_of_a_gpu_that_cannot_answer_yet(make_env: Callable[..., Env]) -> None:
+    env = make_env(THREE_GPUS)
+    uuids = [g.uuid for g in env.lib.scenario.gpus]
+    env.lib.scenario.gpus[2].lost.append((5.0, 100.0))  # still lost when the driver comes back
+    env.clock.advance(7.5)
+    env.sampler.reopen()
+    snap, events = env.sampler.sample()
+    assert [g.uuid for g in snap.gpus] == uuids and snap.gpus[2].error is not None
+    assert [(e.kind, e.uuid) for e in events] == [("gpu_lost", uuids[2])]
+
+
+def test_driver_failing_right_after_init_is_a_failed_reopen(make_env: Callable[..., Env]) -> None:
+    """nvmlInit succeeds but the next call fails: reopen raises NvmlUnavailable, so the agent retries."""
+    from gpufleet.agent import nvml
+
+    env = make_env(THREE_GPUS)
+    real = env.lib.nvmlDeviceGetHandleByIndex
+    fail = [True]
+
+    def flaky(index: int) -> object:
+        if fail[0]:
+            raise nvml.make_error(nvml.ERROR_CODES["DRIVER_NOT_LOADED"])
+        return real(index)
+
+    env.lib.nvmlDeviceGetHandleByIndex = flaky  # type: ignore[method-assign]
+    with pytest.raises(NvmlUnavailable, match="DRIVER_NOT_LOADED"):
+        env.sampler.reopen()
+    fail[0] = False
+    env.sampler.reopen()
+    assert [g.error for g in env.sampler.sample()[0].gpus] == [None, None, None]

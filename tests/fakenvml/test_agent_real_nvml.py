@@ -302,3 +302,24 @@ def test_driver_mismatch_at_start_is_a_clear_exit(
         stdin=subprocess.DEVNULL,
     )
     assert result.returncode == 2 and "mismatch" in result.stderr
+
+
+def test_event_wait_missing_stops_the_xid_watcher(
+    agent_cmd: list[str], fake_nvml_build: Callable[..., Path], tmp_path: Path
+) -> None:
+    """nvmlEventSetWait_v2 missing (FUNCTION_NOT_FOUND at once): one warning, snapshots go on (no spin)."""
+    lib_dir = fake_nvml_build(("nvmlEventSetWait_v2",))
+    path = fakelib.write_state(tmp_path / "state", busy_state())
+    result = subprocess.run(
+        [*agent_cmd, "--interval", "0.1", "--max-frames", "3"],
+        env=fakelib.env_for(lib_dir, path),
+        capture_output=True,
+        timeout=60,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    frames = [wire.decode(line) for line in result.stdout.splitlines()]
+    assert [f.seq for f in frames if isinstance(f, wire.Snapshot)] == [1, 2, 3]
+    err = result.stderr.decode()
+    assert err.count("Xid events unavailable") == 1 and "FUNCTION_NOT_FOUND" in err

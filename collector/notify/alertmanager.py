@@ -11,7 +11,7 @@ import asyncio
 
 from gpufleet.collector.notify.base import Notification, Notifier
 from gpufleet.collector.notify.message import alertmanager_alerts
-from gpufleet.collector.notify.secrets import redact_url
+from gpufleet.collector.notify.secrets import redact_url, secret_parts
 from gpufleet.collector.notify.webhook import post_json_sync
 from gpufleet.collector.settings import NotifierConfig
 
@@ -35,6 +35,7 @@ class AlertmanagerNotifier(Notifier):
         self.headers = dict(config.headers)
         self.refresh_interval = refresh_interval
         self.generator_url = generator_url
+        self.secret_values = [self.url, url, *secret_parts(url), *self.headers.values()]
 
     def describe(self) -> str:
         return f"{self.name} (alertmanager {self.shown})"
@@ -47,4 +48,4 @@ class AlertmanagerNotifier(Notifier):
             return
         await asyncio.to_thread(post_json_sync, self.url, body, headers=self.headers, timeout=self.timeout,
                                 notifier=self.name, shown=self.shown,
-                                secrets=[self.url, *self.headers.values()])
+                                secrets=self.secret_values)

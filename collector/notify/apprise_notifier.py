@@ -14,7 +14,7 @@ from urllib.parse import quote
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.notify.base import DeliveryError, Notification, Notifier
 from gpufleet.collector.notify.message import body, title
-from gpufleet.collector.notify.secrets import redact_url
+from gpufleet.collector.notify.secrets import guard_apprise_logs, redact_url, secret_parts
 from gpufleet.collector.settings import NotifierConfig
 
 
@@ -45,6 +45,8 @@ class AppriseNotifier(Notifier):
         super().__init__(config)
         self._apprise = load_apprise(config.name)
         self.shown = redact_url(shown_url)
+        self.secret_values = [url, *secret_parts(url)]
+        guard_apprise_logs(self.secret_values)
         self._target = self._apprise.Apprise()
         if not self._target.add(url):
             raise ConfigError(f"apprise does not understand the URL {self.shown}",
@@ -71,6 +73,8 @@ class UserNotifier(Notifier):
         self._apprise = load_apprise(config.name)
         self.base, self.shown = base_url, redact_url(shown_url)
         self.targeted_only = True
+        self.secret_values = [base_url, *secret_parts(base_url)]
+        guard_apprise_logs(self.secret_values)
         if self._apprise.Apprise.instantiate(self.url_for("probe@example.org")) is None:
             raise ConfigError(f"apprise does not understand the user notifier URL {self.shown}",
                               key="alerting.user_notifier")

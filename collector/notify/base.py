@@ -66,6 +66,8 @@ class Notifier:
         self.name = config.name
         self.targeted_only = False  # True: only notifications naming it in ``targets``
         self.refresh_interval: float | None = None  # re-post firing alerts this often (Alertmanager)
+        #: resolved secret values (URL, tokens, header values) scrubbed from any error text before logging
+        self.secret_values: list[str] = []
 
     @property
     def timeout(self) -> float:

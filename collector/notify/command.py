@@ -23,7 +23,10 @@ class CommandNotifier(Notifier):
     def __init__(self, config: NotifierConfig, argv: list[str]) -> None:
         super().__init__(config)
         self.argv = list(argv)
-        self._secrets = [a for a, shown in zip(argv, config.command, strict=False) if a != shown]
+        # every argument, not only those read from env:/file: here: the config loader may already have
+        # expanded ${TOKEN} into a plain value, so nothing tells a token from a flag; the program is shown
+        self._secrets = list(argv[1:])
+        self.secret_values = [*self._secrets, *config.headers.values()]
 
     def describe(self) -> str:
         program = self.config.command[0] if self.config.command else "?"

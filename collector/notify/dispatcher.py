@@ -11,9 +11,11 @@ import asyncio
 import contextlib
 import logging
 import time
+import traceback
 from collections.abc import Callable
 
 from gpufleet.collector.notify.base import DeliveryError, Notification, Notifier, prepare_for
+from gpufleet.collector.notify.secrets import redact_text
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +135,13 @@ class NotificationDispatcher:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a broken channel must not kill its worker
-                error, retryable = f"notifier {notifier.name}: {type(exc).__name__}", False
-                log.debug("notifier %s raised", notifier.describe(), exc_info=True)
+                # the exception text may quote the URL (urllib's "unknown url type: '...'"): scrub it, and
+                # never hand exc_info to logging, which would print the raw text
+                detail = redact_text(str(exc), notifier.secret_values)
+                error, retryable = f"notifier {notifier.name}: {type(exc).__name__}: {detail}", False
+                trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                log.debug("notifier %s raised: %s", notifier.describe(),
+                          redact_text(trace, notifier.secret_values))
             if not retryable or attempt == attempts - 1:
                 break
             self.stats["retries"] += 1

@@ -10,9 +10,12 @@ import datetime as dt
 from typing import Any
 
 from gpufleet.collector.notify.base import Notification
+from gpufleet.collector.rules.base import keep_command
 from gpufleet.collector.store.records import AlertRecord
 
 WEBHOOK_VERSION = "4"
+#: rules whose alerts name one user's processes: the text tells that user how to keep (snooze) them
+KEEPABLE_RULES = ("wasted", "stale")
 
 
 def iso(ts: float | None) -> str:
@@ -73,25 +76,21 @@ def body(n: Notification, fmt: str = "text") -> str:
         return n.body
     bullet = "- " if fmt == "markdown" else "* "
     lines: list[str] = []
+    keeps: list[str] = []
     for a in firing(n):
         lines.append(f"{bullet}{a.annotations.get('summary', a.rule)}")
+        cmd = keep_command(a.labels, a.rule) if a.rule in KEEPABLE_RULES and a.labels.get("user") else None
+        if cmd and cmd not in keeps:
+            keeps.append(cmd)
     for a in resolved(n):
         text = a.annotations.get("resolved") or f"resolved: {a.annotations.get('summary', a.rule)}"
         lines.append(f"{bullet}RESOLVED {text}")
-    cmd = _keep_command(n) if n.kind == "user" else None
-    if cmd:
-        shown = f"`{cmd}`" if fmt == "markdown" else cmd
-        lines += ["", f"If you still need it, keep it for a while with: {shown}"]
+    if keeps:
+        lead = ("If you still need it, keep it for 2h with" if n.kind == "user"
+                else "To keep one for 2h, its user runs")
+        shown = [f"`{c}`" if fmt == "markdown" else c for c in keeps]
+        lines += ["", f"{lead}:", *(f"  {c}" for c in shown)]
     return "\n".join(lines)
-
-
-def _keep_command(n: Notification) -> str | None:
-    a = next(iter(firing(n)), None)
-    if a is None:
-        return None
-    host, gpu, rule = a.labels.get("host"), a.labels.get("gpu"), a.rule
-    gpu_part = f" --gpu {gpu}" if gpu else ""
-    return f"gpufleet silence add --host {host}{gpu_part} --rule {rule} --for 2h --comment keep"
 
 
 def alert_json(a: AlertRecord, *, ends_at: float | None = None) -> dict[str, Any]:

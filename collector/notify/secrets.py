@@ -8,7 +8,10 @@ http(s), the host; never a path, query or user info (tokens live there).
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import threading
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -63,3 +66,72 @@ def redact_text(text: str, secrets: list[str]) -> str:
     for secret in sorted((s for s in secrets if len(s) >= 4), key=len, reverse=True):
         text = text.replace(secret, "***")
     return text
+
+
+_TOKEN_SPLIT = re.compile(r"[/:@?&=#,]+")
+
+
+def secret_parts(url: str) -> list[str]:
+    """The pieces of a URL that may be quoted alone in an error (so :func:`redact_text` scrubs them too).
+
+    http(s): user, password, and the path-plus-query as one string (libraries quote ``url: /path?q``).
+    Other schemes (apprise): everything after ``://`` and each token in it of 6+ characters, since apprise
+    URLs carry tokens in the host and path (``tgram://BOTTOKEN/CHAT``, ``slack://T/B/C``).
+    """
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return [url]
+    out: list[str] = []
+    if parts.scheme.lower() in ("http", "https"):
+        with_query = parts.path + (f"?{parts.query}" if parts.query else "")
+        out += [p for p in (parts.username, parts.password, with_query) if p and p != "/"]
+        return out
+    rest = url.split("://", 1)[1] if "://" in url else url
+    out.append(rest)
+    out += [t for t in _TOKEN_SPLIT.split(rest) if len(t) >= 6]
+    out += [p for p in (parts.username, parts.password) if p]
+    return out
+
+
+class RedactingFilter(logging.Filter):
+    """Scrubs registered secrets from every record of a logger it is attached to (apprise's own logger logs
+    full request URLs, tokens included, at DEBUG: "JSON POST URL: ...", "Socket Exception: ...")."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._secrets: set[str] = set()
+        self._lock = threading.Lock()
+
+    def add(self, secrets: list[str]) -> None:
+        with self._lock:
+            self._secrets.update(s for s in secrets if len(s) >= 4)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        with self._lock:
+            secrets = list(self._secrets)
+        if not secrets:
+            return True
+        text = record.getMessage()
+        if record.exc_info:
+            text += "\n" + logging.Formatter().formatException(record.exc_info)
+            record.exc_info, record.exc_text = None, None
+        record.msg, record.args = redact_text(text, secrets), None
+        return True
+
+
+_APPRISE_FILTER = RedactingFilter()
+APPRISE_LOGGERS = ("apprise", "urllib3.connectionpool", "urllib3.poolmanager", "urllib3.util.retry")
+_installed = False
+
+
+def guard_apprise_logs(secrets: list[str]) -> None:
+    """Register secrets to scrub from the ``apprise`` logger's records (installs the filter once)."""
+    global _installed
+    _APPRISE_FILTER.add(secrets)
+    if not _installed:
+        # a logger's filters see only records logged to that very logger, so name each one: apprise logs to
+        # "apprise"; requests (under most apprise plugins) logs request lines through urllib3's loggers
+        for name in APPRISE_LOGGERS:
+            logging.getLogger(name).addFilter(_APPRISE_FILTER)
+        _installed = True

@@ -7,6 +7,7 @@ connect and each read. Environment proxies are honoured except for loopback dest
 from __future__ import annotations
 
 import asyncio
+import base64
 import http.client
 import ipaddress
 import json
@@ -15,11 +16,11 @@ import urllib.error
 import urllib.request
 from functools import lru_cache
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from gpufleet.collector.notify.base import DeliveryError, Notification, Notifier
 from gpufleet.collector.notify.message import webhook_payload
-from gpufleet.collector.notify.secrets import redact_text, redact_url
+from gpufleet.collector.notify.secrets import redact_text, redact_url, secret_parts
 from gpufleet.collector.settings import NotifierConfig
 
 USER_AGENT = "gpufleet-collector"
@@ -37,6 +38,18 @@ def _is_loopback(host: str | None) -> bool:
         return False
 
 
+def split_userinfo(url: str) -> tuple[str, dict[str, str]]:
+    """``http://user:pw@host/x`` -> (``http://host/x``, Basic auth header): urllib does not read credentials
+    from the URL (it would try to resolve ``user:pw@host``), and Alertmanager behind basic auth is common."""
+    parts = urlsplit(url)
+    if parts.username is None:
+        return url, {}
+    host = parts.netloc.rpartition("@")[2]
+    creds = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+    header = {"Authorization": "Basic " + base64.b64encode(creds).decode()}
+    return urlunsplit(parts._replace(netloc=host)), header
+
+
 @lru_cache(maxsize=2)
 def _opener(direct: bool) -> urllib.request.OpenerDirector:
     if direct:
@@ -51,8 +64,9 @@ def post_json_sync(url: str, payload: Any, *, headers: dict[str, str], timeout: 
     ``shown`` is the redacted destination used in every message; nothing else of the URL is printed.
     """
     data = json.dumps(payload, separators=(",", ":")).encode()
+    url, auth = split_userinfo(url)
     request = urllib.request.Request(url, data=data, method="POST", headers={
-        "Content-Type": "application/json", "User-Agent": USER_AGENT, **headers})
+        "Content-Type": "application/json", "User-Agent": USER_AGENT, **auth, **headers})
     opener = _opener(_is_loopback(urlsplit(url).hostname))
     try:
         with opener.open(request, timeout=timeout) as response:
@@ -78,6 +92,7 @@ class WebhookNotifier(Notifier):
         super().__init__(config)
         self.url, self.shown = url, redact_url(shown_url)
         self.headers = dict(config.headers)
+        self.secret_values = [url, *secret_parts(url), *self.headers.values()]
 
     def describe(self) -> str:
         return f"{self.name} (webhook {self.shown})"
@@ -86,4 +101,4 @@ class WebhookNotifier(Notifier):
         payload = webhook_payload(notification, self.name)
         await asyncio.to_thread(post_json_sync, self.url, payload, headers=self.headers, timeout=self.timeout,
                                 notifier=self.name, shown=self.shown,
-                                secrets=[self.url, *self.headers.values()])
+                                secrets=self.secret_values)

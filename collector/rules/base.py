@@ -185,6 +185,18 @@ def gpu_labels(host: str, gpu: wire.GpuSample) -> dict[str, str]:
     return {"host": host, "gpu": str(gpu.index), "uuid": gpu.uuid}
 
 
+def keep_command(labels: dict[str, str], rule: str, duration: str = "2h") -> str:
+    """The exact CLI line that keeps (snoozes) one user's alert on one GPU: scoped to host, GPU, user and
+    rule, so keeping your own notebook never mutes someone else's waste on a shared GPU."""
+    parts = ["gpufleet silence add", f"--host {labels.get('host', '')}"]
+    if labels.get("gpu"):
+        parts.append(f"--gpu {labels['gpu']}")
+    if labels.get("user"):
+        parts.append(f"--user {labels['user']}")
+    parts += [f"--rule {rule}", f"--for {duration}", "--comment keep"]
+    return " ".join(parts)
+
+
 def short_command(command: str | None) -> str:
     """The program name of a command line, as the status view shows it (see :mod:`procname`)."""
     return safe(procname.short_command(command, 60), 60)

@@ -2,11 +2,18 @@
 
 What "wasted" means here (DESIGN.md: combine signals, ignore short-lived gaps):
 - A GPU sample is *idle* when util_gpu < ``util_below`` and, if ``power_idle_ratio`` > 0 and power is known,
-  power_draw / power_limit < ``power_idle_ratio`` (a stuck NCCL collective shows 100 % util but little power;
-  a tokenizer step shows a short util spike). When util_gpu is unknown the highest per-process SM util is
-  used; with neither, the sample is not judged (never flagged).
-- Busy spikes up to ``spike_tolerance`` seconds (default 60) inside an idle streak are ignored: the condition
-  only clears when the GPU stays busy longer than that.
+  power_draw / power_limit < ``power_idle_ratio`` (low util but high power means work between util samples).
+  When util_gpu is unknown the highest per-process SM util is used; with neither, the sample is not judged.
+- A sample is *stuck* when util is at or above ``util_below`` but ``stuck_power_ratio`` > 0, power is known
+  and power_draw / power_limit < ``stuck_power_ratio``: a kernel is resident (NVML util counts 100 % if any
+  kernel runs) but the GPU draws near-idle power, which is what a hung NCCL collective spinning on a peer
+  looks like.
+  Per-process SM util does not veto it: NVML's per-process ``smUtil`` is "time a kernel of this process was
+  running", the same blind spot as util_gpu, so a spin-waiting kernel reads busy there too; only power tells
+  spinning from computing. Off by default (0.0): idle power differs per board (about 10-15 % of the limit on
+  A100/H100, 5 % on consumer cards), so a site sets it for its GPUs (0.2 suits A100/H100).
+- Idle and stuck samples both extend a streak. Busy spikes up to ``spike_tolerance`` seconds (default 60)
+  inside a streak are ignored: the condition only clears when the GPU stays busy longer than that.
 - One condition per (host, GPU, user) for the user's processes holding >= ``min_memory_mib`` each.
   Labels: host, gpu, uuid, user. The pid is an annotation, not a label, so restarting the same notebook
   continues the alert instead of opening a new one (and a new nag).
@@ -14,8 +21,18 @@ Zombies are left to the stale rule.
 
 "stale": implemented are (1) a zombie (state Z) still listed on the GPU, and (2) a process re-parented to
 init (ppid 1: its session or launcher is gone) that has not used the GPU for ``no_session_idle`` seconds.
-"Outlived its job/container" needs the list of live jobs/containers, which the wire protocol does not carry,
-so it is not implemented. Stale labels include the pid: each stale process is its own thing to kill.
+"Outlived its job/container" is not implemented, because it cannot be told from what the wire carries:
+- ``job`` and ``container`` come from the process's own cgroup path (agent/procinfo.py). A process that
+  survives its job (Slurm could not kill it, it sits in D state) keeps that cgroup, so its job id looks the
+  same before and after the job ends; only the scheduler or the container runtime knows the job is over, and
+  the agent asks neither (no squeue / docker ps per sample, by design).
+- The collector sees only processes that hold a GPU context. The job's other processes (slurmstepd, the
+  batch shell, srun, the container's init) never appear, so "no other process of job J on the host" is the
+  normal state of every single-GPU job. For a multi-GPU job, "its sibling ranks exited" is visible, but rank 0
+  legitimately outlives them (saving a checkpoint, evaluating), so that alone would nag healthy jobs.
+The cases that matter are caught by other signals: an idle survivor by ``wasted`` (and by reason 2 once its
+launcher is gone), a hung rank spinning at 100 % util by wasted's ``stuck`` condition.
+Stale labels include the pid: each stale process is its own thing to kill.
 """
 
 from __future__ import annotations
@@ -32,6 +49,7 @@ from gpufleet.collector.rules.base import (
     fmt_bytes,
     fmt_duration,
     gpu_labels,
+    keep_command,
     safe,
     short_command,
 )
@@ -39,6 +57,7 @@ from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.store.records import AlertRecord
 
 DEFAULT_SPIKE_TOLERANCE = 60.0
+DEFAULT_STUCK_POWER_RATIO = 0.0  # off unless configured (see the module docstring)
 IDLE_MAX_MEMORY_MIB = 256  # "nothing allocated": below this, used memory is driver/context noise
 
 
@@ -62,6 +81,7 @@ def _find_gpu(ctx: HostContext | None, labels: dict[str, str]) -> wire.GpuSample
 class _Streak:
     low_since: float | None = None  # start of the current idle streak
     busy_since: float | None = None  # start of the current busy run (None: last sample idle)
+    stuck: bool = False  # the latest idle sample was "stuck" (busy util, near-idle power)
 
 
 class WastedRule(Rule):
@@ -71,19 +91,22 @@ class WastedRule(Rule):
         super().__init__(config)
         self._streaks: dict[tuple[str, str], _Streak] = {}
 
-    def _idle_sample(self, g: wire.GpuSample) -> bool | None:
+    def _sample(self, g: wire.GpuSample) -> str | None:
+        """"idle", "stuck", "busy", or None when the sample cannot be judged."""
         util: int | None = g.util_gpu
         if util is None:
             sm = [p.sm_util for p in g.processes if p.sm_util is not None]
             util = max(sm) if sm else None
         if util is None:
             return None
+        power = g.power_draw / g.power_limit if g.power_draw is not None and g.power_limit else None
         if util >= self.param_float("util_below", 5):
-            return False
+            stuck = self.param_float("stuck_power_ratio", DEFAULT_STUCK_POWER_RATIO)
+            return "stuck" if stuck > 0 and power is not None and power < stuck else "busy"
         ratio = self.param_float("power_idle_ratio", 0.0)
-        if ratio > 0 and g.power_draw is not None and g.power_limit:
-            return g.power_draw / g.power_limit < ratio
-        return True
+        if ratio > 0 and power is not None:
+            return "idle" if power < ratio else "busy"
+        return "idle"
 
     def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
         tolerance = self.param_float("spike_tolerance", DEFAULT_SPIKE_TOLERANCE)
@@ -92,13 +115,14 @@ class WastedRule(Rule):
             key = (ctx.name, g.uuid)
             seen.add(key)
             streak = self._streaks.setdefault(key, _Streak())
-            idle = None if g.error else self._idle_sample(g)
-            if idle is None:
+            kind = None if g.error else self._sample(g)
+            if kind is None:
                 streak.low_since = streak.busy_since = None
-            elif idle:
+            elif kind != "busy":
                 if streak.low_since is None:
                     streak.low_since = now
                 streak.busy_since = None
+                streak.stuck = kind == "stuck"
             else:
                 if streak.busy_since is None:
                     streak.busy_since = now
@@ -122,11 +146,11 @@ class WastedRule(Rule):
                     continue
                 by_user.setdefault(user_of(p), []).append(p)
             for user, procs in sorted(by_user.items()):
-                out.append(self._condition(ctx.name, g, user, procs))
+                out.append(self._condition(ctx.name, g, user, procs, streak.stuck))
         return out
 
     def _condition(self, host: str, g: wire.GpuSample, user: str,
-                   procs: list[wire.ProcessSample]) -> Condition:
+                   procs: list[wire.ProcessSample], stuck: bool) -> Condition:
         held = sum(p.gpu_memory or 0 for p in procs)
         util = "?" if g.util_gpu is None else f"{g.util_gpu} %"
         if len(procs) == 1:
@@ -136,21 +160,34 @@ class WastedRule(Rule):
             listed = ", ".join(f"{short_command(p.command)} pid {p.pid}" for p in procs[:3])
             more = f" and {len(procs) - 3} more" if len(procs) > 3 else ""
             who = f"{user}'s {len(procs)} processes ({listed}{more}) hold"
-        summary = f"{who} {fmt_bytes(held)} on {host} GPU {g.index} at {util} util for {DURATION}"
         power = ""
         if g.power_draw is not None and g.power_limit:
             power = f", drawing {g.power_draw:.0f} of {g.power_limit:.0f} W"
-        description = (
-            f"GPU util has stayed under {self.params.get('util_below')} %{power} while the memory is held. "
-            f"Free it (exit the notebook or kill the process) so others can use the GPU, or keep it with "
-            f"`gpufleet silence add --host {host} --gpu {g.index} --rule wasted --for 2h --comment keep`."
-        )
         labels = {**gpu_labels(host, g), "user": user}
+        keep = keep_command(labels, self.name)
+        if stuck:
+            summary = (f"{who} {fmt_bytes(held)} on {host} GPU {g.index} at {util} util but only "
+                       f"{g.power_draw or 0:.0f} of {g.power_limit or 0:.0f} W for {DURATION}: looks stuck "
+                       f"(a hung collective?)")
+            description = (
+                f"The GPU reports {util} util (a kernel is resident) but draws under "
+                f"{self.params.get('stuck_power_ratio')} of its power limit: it is spinning, not computing, "
+                f"as a hung NCCL collective does when a peer rank died. Check the job's other ranks and kill "
+                f"it if it is hung, or keep it with `{keep}`."
+            )
+        else:
+            summary = f"{who} {fmt_bytes(held)} on {host} GPU {g.index} at {util} util for {DURATION}"
+            description = (
+                f"GPU util has stayed under {self.params.get('util_below')} %{power} while the memory is "
+                f"held. Free it (exit the notebook or kill the process) so others can use the GPU, or "
+                f"keep it with `{keep}`."
+            )
         annotations = {
             "pid": ",".join(str(p.pid) for p in procs),
             "command": safe(procs[0].command, 200),
             "memory_bytes": str(held),
             "util": "" if g.util_gpu is None else str(g.util_gpu),
+            "reason": "stuck" if stuck else "idle",
         }
         jobs = sorted({p.job for p in procs if p.job} | {p.container for p in procs if p.container})
         if jobs:

@@ -130,3 +130,37 @@ async def test_bad_silence_is_refused(harness):
         await h.engine.add_silence({}, 60)
     with pytest.raises(QueryError):
         await h.engine.add_silence({"host": "n3"}, 0)
+
+
+def _cli_matchers(command: str) -> dict[str, str]:
+    """The matchers `gpufleet silence add` builds from --host/--gpu/--user/--rule (cli/main.py)."""
+    words = command.split()
+    assert words[:3] == ["gpufleet", "silence", "add"]
+    flags = dict(zip(words[3::2], words[4::2], strict=False))
+    return {k: flags[f"--{k}"] for k in ("host", "gpu", "user", "rule") if f"--{k}" in flags}
+
+
+async def test_keep_command_in_the_notification_mutes_only_that_user(harness, clock, w):
+    """Two users idle on one shared GPU: the command the notification prints keeps alice's, not bob's."""
+    h = harness(w.config(group_wait=0.0, group_interval=60.0, repeat_interval=600.0,
+                         rules={"wasted": {"for": 0.0}}))
+    rec = h.notifiers[0]
+    await h.engine.start(run_tick=False)
+    h.up()
+    shared = w.snap(w.gpu(1, util=0, procs=[w.proc(10, "alice"), w.proc(11, "bob")]))
+    h.send(shared)
+    await h.tick()
+    [n] = rec.got
+    from gpufleet.collector.notify.message import body
+
+    text = body(n)
+    keep_alice = next(line.strip() for line in text.splitlines() if "--user alice" in line)
+    assert keep_alice == ("gpufleet silence add --host n3 --gpu 1 --user alice --rule wasted --for 2h "
+                          "--comment keep")
+    assert "--user bob" in text
+    await h.engine.add_silence(_cli_matchers(keep_alice), 7200, comment="keep")
+    h.send(shared)
+    await h.tick(clock.t + 601)  # the repeat is due: only bob's alert is re-sent
+    assert [a.labels["user"] for a in rec.got[-1].alerts] == ["bob"]
+    muted = {a.labels["user"]: h.engine.is_muted(a) for a in h.engine.active()}
+    assert muted == {"alice": True, "bob": False}

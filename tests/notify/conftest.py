@@ -132,13 +132,27 @@ def _free_port() -> int:
 @pytest.fixture
 def alertmanager(tmp_path: Path) -> Iterator[str]:
     """A real Alertmanager on loopback (cluster disabled); yields its base URL."""
+    yield from _run_alertmanager(tmp_path, (
+        "route:\n  receiver: blackhole\n  group_wait: 1h\n  group_interval: 1h\n  repeat_interval: 4h\n"
+        "receivers:\n  - name: blackhole\n"))
+
+
+@pytest.fixture
+def alertmanager_to_receiver(tmp_path: Path, receiver: Receiver) -> Iterator[str]:
+    """A real Alertmanager that routes everything at once to ``receiver`` (path /am) with send_resolved, so a
+    test sees what Alertmanager itself made of our alerts, resolved ones included."""
+    yield from _run_alertmanager(tmp_path, (
+        "route:\n  receiver: hook\n  group_by: [alertname, host]\n  group_wait: 0s\n"
+        "  group_interval: 1s\n  repeat_interval: 1h\n"
+        "receivers:\n  - name: hook\n    webhook_configs:\n"
+        f"      - url: {receiver.url}/am\n        send_resolved: true\n"))
+
+
+def _run_alertmanager(tmp_path: Path, config_text: str) -> Iterator[str]:
     if not Path(AM_BIN).exists():
         pytest.skip(f"{AM_BIN} is not installed (Debian package prometheus-alertmanager)")
     config = tmp_path / "am.yml"
-    config.write_text(
-        "route:\n  receiver: blackhole\n  group_wait: 1h\n  group_interval: 1h\n  repeat_interval: 4h\n"
-        "receivers:\n  - name: blackhole\n"
-    )
+    config.write_text(config_text)
     amtool = shutil.which("amtool")
     if amtool:
         subprocess.run([amtool, "check-config", str(config)], check=True, capture_output=True, timeout=30)

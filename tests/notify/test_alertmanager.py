@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import json
 import time
 import urllib.request
 from typing import Any
 
+import pytest
 from gpufleet.agent import wire
 from gpufleet.collector.alerts.engine import AlertEngine
 from gpufleet.collector.notify.build import build_notifiers
@@ -104,5 +107,64 @@ async def test_engine_to_alertmanager_with_refresh(alertmanager, w):
         assert a["endsAt"] > first_end
         assert a["annotations"]["summary"] == "n3 GPU 0 at 93 C (threshold 85 C) for 1m"
         assert disp.stats["sent"] == 2 and disp.stats["failed"] == 0
+    finally:
+        await engine.stop()
+
+
+async def _am_webhooks(receiver, status: str, timeout: float = 20.0) -> list[dict[str, Any]]:
+    """Webhook bodies Alertmanager sent to the receiver with this status (waits for the first)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = [r.body for r in receiver.requests if r.path == "/am" and r.body.get("status") == status]
+        if got or time.monotonic() > deadline:
+            return got
+        await asyncio.sleep(0.1)
+
+
+def _parse(stamp: str) -> float:
+    # Alertmanager writes RFC 3339 with up to nanoseconds; keep microseconds for fromisoformat
+    head, _, frac = stamp.rstrip("Z").partition(".")
+    return dt.datetime.fromisoformat(f"{head}.{(frac or '0')[:6]:0<6}+00:00").timestamp()
+
+
+async def test_resolved_alert_reaches_alertmanager_with_ends_at(alertmanager_to_receiver, receiver, w):
+    """Engine -> Alertmanager API -> Alertmanager's own webhook: the resolution arrives with our endsAt."""
+    class Clock:
+        t = time.time()
+
+        def __call__(self) -> float:
+            return self.t
+
+    clock = Clock()
+    rules = default_rules()
+    rules["overheating"].params["for"] = 0.0
+    cfg = Config(hosts=[HostConfig(name="n3")], rules=rules,
+                 alerting=AlertingConfig(group_wait=0.0, group_interval=0.0))
+    [notifier] = build_notifiers([w.config("am", "alertmanager", urls=[alertmanager_to_receiver])],
+                                 cfg.alerting)
+    disp = NotificationDispatcher([notifier], clock=clock, backoff=0.01)
+    engine = AlertEngine(cfg, None, clock=clock, dispatcher=disp)
+    await engine.start(run_tick=False)
+    try:
+        hot = wire.GpuSample(index=0, uuid="GPU-0000", temperature=93, util_gpu=50)
+        engine.frame("n3", wire.Snapshot(ts=clock.t, seq=1, gpus=[hot]), clock.t)
+        await engine.evaluate()
+        assert await disp.join(10)
+        [fired] = await _am_webhooks(receiver, "firing")
+        assert fired["alerts"][0]["labels"]["alertname"] == "overheating"
+        assert fired["alerts"][0]["endsAt"] == "0001-01-01T00:00:00Z", "no end shown while firing"
+        clock.t = time.time()
+        cool = wire.GpuSample(index=0, uuid="GPU-0000", temperature=60, util_gpu=50)
+        engine.frame("n3", wire.Snapshot(ts=clock.t, seq=2, gpus=[cool]), clock.t)
+        await engine.evaluate()
+        assert await disp.join(10)
+        resolved_at = clock.t
+        done = await _am_webhooks(receiver, "resolved")
+        assert done, f"Alertmanager never sent the resolution: {[r.body for r in receiver.requests]}"
+        [a] = done[0]["alerts"]
+        assert a["status"] == "resolved" and a["labels"]["host"] == "n3"
+        assert _parse(a["endsAt"]) == pytest.approx(resolved_at, abs=0.002), "endsAt is our resolution time"
+        assert a["annotations"]["resolved"] == "n3 GPU 0 back to 60 C"
+        assert disp.stats["failed"] == 0
     finally:
         await engine.stop()

@@ -164,7 +164,10 @@ async def test_user_mail_goes_to_the_mapped_address(w, apprise_schema):
     assert call["meta"]["qsd"]["to"] == "alice@example.org"
     assert call["meta"]["qsd"]["from"] == "gf@x.org"
     assert call["title"] == "gpufleet: your GPU on n3 is holding memory but idle"
-    assert "gpufleet silence add --host n3 --gpu 2 --rule wasted --for 2h --comment keep" in call["body"]
+    # the keep command is scoped to this user on this GPU, so it never mutes a colleague's alert there
+    assert call["body"].endswith("If you still need it, keep it for 2h with:\n"
+                                 "  gpufleet silence add --host n3 --gpu 2 --user alice --rule wasted "
+                                 "--for 2h --comment keep")
 
 
 # ------------------------------------------------------------------------------------------ dispatcher

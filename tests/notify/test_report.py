@@ -122,3 +122,82 @@ async def test_report_from_the_real_store(tmp_path: Path):
     assert users["alice"].wasted == pytest.approx(300 / 3600)
     assert users["bob"].used == pytest.approx(300 / 3600) and users["bob"].wasted == 0
     assert [u.name for u in report.top_wasters] == ["alice"]
+
+
+async def test_cli_report_since_7d_end_to_end(tmp_path: Path):
+    """`gpufleet report --since 7d` against a real store whose usage is known, numbers worked out by hand.
+
+    Two hours of samples every 10 s (721 samples: the first has no interval before it) on n3, one hour on n4:
+      n3 GPU 0: alice 20 GiB at 0 %     -> alice held 2, used 0,    wasted 2
+      n3 GPU 1: bob 10 GiB at 50 %      -> bob   held 2, used 1,    wasted 0
+      n3 GPU 2: alice 1 GiB + carol 30 GiB at 2 % (both credited the whole GPU)
+                                        -> alice held 2, used 0.04, wasted 2; carol the same
+      n4 GPU 0: bob 5 GiB at 100 %, 1 h -> bob   held 1, used 1,    wasted 0
+    Users: alice 4 / 0.04 / 4, bob 3 / 2 / 0, carol 2 / 0.04 / 2. Hosts: n3 8 / 1.08 / 6, n4 1 / 1 / 0.
+    Total 9 held, 2.08 used (23 %), 6 wasted (67 %).
+    """
+    import asyncio
+    import math
+    import os
+    import sys
+    import time
+
+    from gpufleet.collector.store import Store
+
+    db = tmp_path / "g.db"
+    gib = 1 << 30
+
+    def p(pid: int, user: str, mem: float) -> wire.ProcessSample:
+        return wire.ProcessSample(pid=pid, user=user, gpu_memory=int(mem * gib), command="python train.py")
+
+    store = await Store.open(StorageConfig(path=str(db)))
+    try:
+        t0 = math.floor((time.time() - 3 * 86400) / 3600) * 3600  # three days ago, on an hour boundary
+        for i in range(721):
+            ts = t0 + 10 * i
+            n3 = [wire.GpuSample(index=0, uuid="n3-0", util_gpu=0, memory_used=20 * gib,
+                                 processes=[p(1, "alice", 20)]),
+                  wire.GpuSample(index=1, uuid="n3-1", util_gpu=50, memory_used=10 * gib,
+                                 processes=[p(2, "bob", 10)]),
+                  wire.GpuSample(index=2, uuid="n3-2", util_gpu=2, memory_used=31 * gib,
+                                 processes=[p(3, "alice", 1), p(4, "carol", 30)])]
+            store.submit_snapshot("n3", wire.Snapshot(ts=ts, seq=i, gpus=n3), ts)
+            if i <= 360:
+                n4 = [wire.GpuSample(index=0, uuid="n4-0", util_gpu=100, memory_used=5 * gib,
+                                     processes=[p(9, "bob", 5)])]
+                store.submit_snapshot("n4", wire.Snapshot(ts=ts, seq=i, gpus=n4), ts)
+        await store.flush()
+    finally:
+        await store.close()
+
+    script = Path(sys.executable).parent / "gpufleet"
+    argv = [str(script)] if script.exists() else [sys.executable, "-m", "gpufleet.cli.main"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFLEET_", "XDG_"))}
+    env.update(HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "data"),
+               XDG_RUNTIME_DIR=str(tmp_path / "run"), XDG_CONFIG_HOME=str(tmp_path / "config"),
+               COLUMNS="120", TERM="dumb")
+    proc = await asyncio.create_subprocess_exec(
+        *argv, "--db", str(db), "report", "--since", "7d", env=env, cwd=str(tmp_path),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out_b, err_b = await asyncio.wait_for(proc.communicate(), 60)
+    out, err = out_b.decode(), err_b.decode()
+    assert proc.returncode == 0, err
+    assert f"showing stored data from {db}" in err, "says the collector is down and where numbers come from"
+    lines = out.splitlines()
+    assert lines[0].startswith("gpufleet waste report, all hosts: ") and lines[0].endswith(" (7d)")
+    assert "9.0 GPU-hours held, 2.1 used (23 %), 6.0 wasted (67 %)" in lines
+    assert lines[lines.index("Top wasters:") + 1:][:2] == [
+        "1. alice: 4.0 GPU-hours wasted of 4.0 held (100 %)",
+        "2. carol: 2.0 GPU-hours wasted of 2.0 held (100 %)"]
+    assert "bob:" not in out, "bob wasted nothing"
+    users = lines.index("By user (GPU-hours):")
+    assert [r.split() for r in lines[users + 1:users + 5]] == [
+        ["USER", "HELD", "USED", "WASTED", "WASTED", "%"],
+        ["alice", "4.0", "0.0", "4.0", "100", "%"],
+        ["carol", "2.0", "0.0", "2.0", "100", "%"],
+        ["bob", "3.0", "2.0", "0.0", "0", "%"]]
+    hosts = lines.index("By host (GPU-hours):")
+    assert [r.split() for r in lines[hosts + 1:hosts + 4]] == [
+        ["HOST", "HELD", "USED", "WASTED", "WASTED", "%"],
+        ["n3", "8.0", "1.1", "6.0", "75", "%"],
+        ["n4", "1.0", "1.0", "0.0", "0", "%"]]

@@ -139,3 +139,55 @@ def test_rules_without_snapshot_know_nothing(runner):
     for name in names:
         r = runner(name)
         assert r.rule.conditions(r.ctx, 0.0) is None, name
+
+
+def test_wasted_stuck_collective_busy_util_near_idle_power(runner, w):
+    """A hung NCCL job: 100 % util (a kernel is resident) but near-idle power; flagged when configured."""
+    def hung(ts: float):
+        return w.snap(w.gpu(0, util=100, procs=[w.proc(7, command="python train.py --nproc 8",
+                                                        sm_util=0)],
+                            power_draw=62.0, power_limit=400.0), ts=ts)
+
+    default = runner("wasted")
+    assert default.feed(hung(0.0), 0.0) == [], "off by default: idle power differs per board"
+    r = runner("wasted", stuck_power_ratio=0.2)
+    conds = r.feed(hung(0.0), 0.0)
+    assert conds is not None and len(conds) == 1
+    c = conds[0]
+    assert c.labels == {"host": "n3", "gpu": "0", "uuid": "GPU-0000", "user": "alice"}
+    assert c.annotations["reason"] == "stuck"
+    assert c.summary == (f"alice's python train.py (pid 7) holds 40.0 GiB on n3 GPU 0 at 100 % util but only "
+                         f"62 of 400 W for {DURATION}: looks stuck (a hung collective?)")
+    assert "hung NCCL collective" in c.description
+    assert "gpufleet silence add --host n3 --gpu 0 --user alice --rule wasted --for 2h" in c.description
+    assert r.feed(hung(30.0), 30.0), "stays true through the streak"
+    # real work draws power: busy longer than the spike tolerance clears it
+    working = w.snap(w.gpu(0, util=100, procs=[w.proc(7)], power_draw=330.0, power_limit=400.0))
+    assert r.feed(working, 40.0), "a short burst is tolerated"
+    assert r.feed(working, 101.0) == []
+    # power unknown: util alone decides, so a 100 % GPU is never called stuck
+    blind = w.snap(w.gpu(0, util=100, procs=[w.proc(7)]))
+    assert runner("wasted", stuck_power_ratio=0.2).feed(blind, 0.0) == []
+
+
+def test_wasted_stuck_fires_after_for_through_the_engine_clock(runner, w):
+    """Idle and stuck samples share one streak, so switching between them does not restart the duration."""
+    r = runner("wasted", stuck_power_ratio=0.2)
+    idle = w.snap(w.gpu(0, util=0, procs=[w.proc()], power_draw=55.0, power_limit=400.0))
+    stuck = w.snap(w.gpu(0, util=100, procs=[w.proc()], power_draw=70.0, power_limit=400.0))
+    assert r.feed(idle, 0.0)
+    conds = r.feed(stuck, 10.0)
+    assert conds and conds[0].annotations["reason"] == "stuck"
+    assert r.rule._streaks[("n3", "GPU-0000")].low_since == 0.0  # type: ignore[attr-defined]
+    conds = r.feed(idle, 20.0)
+    assert conds and conds[0].annotations["reason"] == "idle"
+
+
+def test_wasted_keep_command_is_scoped_to_the_user(runner, w):
+    r = runner("wasted")
+    g = w.gpu(1, util=0, procs=[w.proc(1, user="alice"), w.proc(2, user="bob")])
+    by_user = {c.labels["user"]: c for c in r.feed(w.snap(g), 0.0) or []}
+    assert by_user["alice"].description.endswith(
+        "keep it with `gpufleet silence add --host n3 --gpu 1 --user alice --rule wasted --for 2h "
+        "--comment keep`.")
+    assert "--user bob" in by_user["bob"].description

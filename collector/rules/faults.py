@@ -28,6 +28,9 @@ XID_MEANING: dict[int, str] = {
     119: "GSP RPC timeout", 120: "GSP error",
 }
 DRIVER = "driver"
+#: The agent's warning that a new driver is installed but the old kernel module still runs (an unattended
+#: upgrade): the GPUs still answer, so a healthy snapshot must not clear it; a changed driver version does.
+PENDING_PREFIX = "driver/library version mismatch pending"
 
 
 @dataclass(slots=True)
@@ -36,6 +39,7 @@ class _Lost:
     message: str
     index: int | None
     uuid: str | None
+    driver_version: str | None = None  # for a pending mismatch: the loaded driver when it was reported
 
 
 class GpuLostRule(Rule):
@@ -61,6 +65,9 @@ class GpuLostRule(Rule):
                 uuid = event.uuid or ctx.uuids.get(event.gpu_index or 0)
                 lost.setdefault(self._key(uuid, event.gpu_index),
                                 _Lost(now, event.message or "driver error", event.gpu_index, uuid))
+            elif event.message.startswith(PENDING_PREFIX):
+                loaded = ctx.hello.driver_version if ctx.hello is not None else None
+                lost.setdefault(DRIVER, _Lost(now, event.message, None, None, loaded))
             else:
                 lost.setdefault(DRIVER, _Lost(now, event.message or "driver error", None, None))
             return True
@@ -74,8 +81,12 @@ class GpuLostRule(Rule):
         for g in healthy:
             lost.pop(g.uuid, None)
             lost.pop(f"#{g.index}", None)
-        if healthy:
-            lost.pop(DRIVER, None)
+        driver = lost.get(DRIVER)
+        if healthy and driver is not None:
+            pending = driver.message.startswith(PENDING_PREFIX)
+            loaded = ctx.hello.driver_version if ctx.hello is not None else None
+            if not pending or loaded != driver.driver_version:
+                del lost[DRIVER]
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         lost = self._lost.get(ctx.name, {})

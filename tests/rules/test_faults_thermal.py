@@ -73,6 +73,21 @@ def test_driver_error_is_host_level(runner, w):
     assert r.feed(w.snap(w.gpu(0)), 2.0) == []
 
 
+def test_pending_driver_upgrade_holds_until_the_loaded_driver_changes(runner, w):
+    """The GPUs keep answering after an unattended upgrade, so healthy snapshots must not clear it."""
+    r = runner("gpu_lost")
+    r.ctx.hello = wire.Hello(agent_version="0.1.0", hostname="n3", ts=0.0, driver_version="550.54.15")
+    r.feed(w.snap(w.gpu(0)), 0.0)
+    message = ("driver/library version mismatch pending: libnvidia-ml 560.35.03 is installed but kernel "
+               "module 550.54.15 is loaded")
+    conds = r.event(wire.Event(ts=1.0, kind="driver_error", message=message), 1.0)
+    assert conds and conds[0].labels == {"host": "n3"} and "560.35.03" in conds[0].summary
+    still = r.feed(w.snap(w.gpu(0)), 2.0)
+    assert still and still[0].labels == {"host": "n3"}
+    r.ctx.hello = wire.Hello(agent_version="0.1.0", hostname="n3", ts=3.0, driver_version="560.35.03")
+    assert r.feed(w.snap(w.gpu(0)), 4.0) == []
+
+
 def test_xid_severity_and_hold(runner):
     r = runner("xid", hold=100.0)
     r.ctx.uuids[0] = "GPU-0000"

@@ -6,19 +6,15 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from gpufleet.cli import convert
+from gpufleet.cli.grid import Cell, Col, grid
 from gpufleet.cli.timeparse import fmt_duration, fmt_ts
 from gpufleet.collector.query import flag_name, natural_key
 from gpufleet.collector.store.records import AlertRecord, SilenceRecord
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 SEVERITY_STYLES = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 STATE_STYLES = {"firing": "bold red", "pending": "yellow", "resolved": "green"}
-
-
-def _table(width: int) -> Table:
-    return Table(box=None, pad_edge=False, header_style="bold dim", width=min(width, 160))
 
 
 def _labels(a: AlertRecord) -> tuple[str, str, str]:
@@ -30,83 +26,91 @@ def _sort_key(a: AlertRecord) -> tuple[int, list[Any], str]:
     return sev, natural_key(a.labels.get("host", "")), a.rule
 
 
-def active_table(alerts: Sequence[AlertRecord], width: int, now: float, muted: Collection[str] = ()) -> Table:
-    t = _table(width)
-    for name, justify in (
-        ("SEVERITY", "left"),
-        ("STATE", "left"),
-        ("RULE", "left"),
-        ("HOST", "left"),
-        ("GPU", "right"),
-        ("USER", "left"),
-        ("FOR", "right"),
-    ):
-        t.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    t.add_column("SUMMARY", overflow="fold")
+def rule_label(rule: str) -> str:
+    """``overheating (hot)``: the rule name and, where it differs, the flag the status screen shows."""
+    flag = flag_name(rule)
+    return rule if flag == rule else f"{rule} ({flag})"
+
+
+def active_table(alerts: Sequence[AlertRecord], width: int, now: float, muted: Collection[str] = ()) -> Text:
+    """FOR is how long the condition has held (since the alert went pending), the same clock as the
+    summary's own "for 2h"; a firing alert's firing time is in ``--json`` (``fired_at``)."""
+    cols = [
+        Col("SEVERITY"),
+        Col("STATE"),
+        Col("RULE"),
+        Col("HOST", shrink=True),
+        Col("GPU", right=True),
+        Col("USER", shrink=True),
+        Col("FOR", right=True),
+    ]
+    rows: list[list[Cell]] = []
     for a in sorted(alerts, key=_sort_key):
         host, gpu, user = _labels(a)
-        t.add_row(
-            Text(a.severity, SEVERITY_STYLES.get(a.severity, "")),
-            Text(
-                a.state + (" (silenced)" if a.fingerprint in muted else ""),
-                "dim" if a.fingerprint in muted else STATE_STYLES.get(a.state, ""),
-            ),
-            flag_name(a.rule) if flag_name(a.rule) == a.rule else f"{a.rule} ({flag_name(a.rule)})",
-            host,
-            gpu,
-            user,
-            fmt_duration(now - (a.fired_at or a.started_at)),
-            a.annotations.get("summary", ""),
+        state = (
+            (a.state + " (silenced)", "dim")
+            if a.fingerprint in muted
+            else (a.state, STATE_STYLES.get(a.state, ""))
         )
-    return t
+        rows.append(
+            [
+                (a.severity, SEVERITY_STYLES.get(a.severity, "")),
+                state,
+                rule_label(a.rule),
+                host,
+                gpu,
+                user,
+                fmt_duration(now - a.started_at),
+                a.annotations.get("summary", ""),
+            ]
+        )
+    return grid(cols, rows, width, tail="SUMMARY")
 
 
-def resolved_table(alerts: Sequence[AlertRecord], width: int) -> Table:
-    t = _table(width)
-    for name, justify in (
-        ("RESOLVED", "left"),
-        ("RULE", "left"),
-        ("HOST", "left"),
-        ("GPU", "right"),
-        ("USER", "left"),
-        ("LASTED", "right"),
-    ):
-        t.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    t.add_column("SUMMARY", overflow="fold")
+def resolved_table(alerts: Sequence[AlertRecord], width: int) -> Text:
+    cols = [
+        Col("RESOLVED"),
+        Col("RULE"),
+        Col("HOST", shrink=True),
+        Col("GPU", right=True),
+        Col("USER", shrink=True),
+        Col("LASTED", right=True),
+    ]
+    rows: list[list[Cell]] = []
     for a in sorted(alerts, key=lambda a: -(a.resolved_at or 0)):
         host, gpu, user = _labels(a)
-        lasted = (a.resolved_at or a.updated_at) - (a.fired_at or a.started_at)
-        t.add_row(
-            fmt_ts(a.resolved_at)[5:],
-            a.rule,
-            host,
-            gpu,
-            user,
-            fmt_duration(lasted),
-            a.annotations.get("resolved") or a.annotations.get("summary", ""),
+        lasted = (a.resolved_at or a.updated_at) - a.started_at
+        rows.append(
+            [
+                fmt_ts(a.resolved_at)[5:16],
+                rule_label(a.rule),
+                host,
+                gpu,
+                user,
+                fmt_duration(lasted),
+                a.annotations.get("resolved") or a.annotations.get("summary", ""),
+            ]
         )
-    return t
+    return grid(cols, rows, width, tail="SUMMARY")
 
 
-def silences_table(silences: Sequence[SilenceRecord], width: int, now: float) -> Table:
-    t = _table(width)
-    t.add_column("ID", justify="right", no_wrap=True)
-    t.add_column("MATCHERS", no_wrap=True)
-    t.add_column("ENDS", no_wrap=True)
-    t.add_column("BY", no_wrap=True)
-    t.add_column("COMMENT", overflow="fold")
+def silences_table(silences: Sequence[SilenceRecord], width: int, now: float) -> Text:
+    cols = [Col("ID", right=True), Col("MATCHERS", shrink=True), Col("ENDS"), Col("BY", shrink=True)]
+    rows: list[list[Cell]] = []
     for s in sorted(silences, key=lambda s: s.ends_at):
         ends = (
             f"in {fmt_duration(s.ends_at - now)}" if s.ends_at > now else f"expired {fmt_ts(s.ends_at)[5:16]}"
         )
-        t.add_row(
-            str(s.id),
-            " ".join(f"{k}={v}" for k, v in sorted(s.matchers.items())),
-            ends,
-            s.created_by or "-",
-            s.comment,
+        rows.append(
+            [
+                str(s.id),
+                " ".join(f"{k}={v}" for k, v in sorted(s.matchers.items())),
+                ends,
+                s.created_by or "-",
+                s.comment,
+            ]
         )
-    return t
+    return grid(cols, rows, width, tail="COMMENT", tail_min=20)
 
 
 def render_alerts(result: dict[str, Any], width: int, now: float, since: float) -> RenderableType:

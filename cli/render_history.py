@@ -12,11 +12,11 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gpufleet.cli import convert
-from gpufleet.cli.render_status import fmt_bytes
+from gpufleet.cli.grid import Cell, Col, grid
+from gpufleet.cli.render_status import fmt_size
 from gpufleet.cli.timeparse import fmt_duration, fmt_ts
 from gpufleet.collector.store.records import EventRow, GpuSeries, ProcessSpan, SeriesPoint, UsageRow
 from rich.console import Group, RenderableType
-from rich.table import Table
 from rich.text import Text
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -106,7 +106,7 @@ def _series_block(s: GpuSeries, since: float, until: float, width: int) -> list[
     line = Text("  mem  ", "dim")
     line.append(sparkline(mems, 0, hi), "magenta")
     if mpeak:
-        line.append(f"  peak {fmt_bytes(max(mpeak))}" + (f" of {fmt_bytes(total)}" if total else ""))
+        line.append(f"  peak {fmt_size(max(mpeak))}" + (f" of {fmt_size(total)}" if total else ""))
     lines.append(line)
 
     temps = _vals(s.points, lambda p: p.temp_max)
@@ -130,6 +130,11 @@ def _axis(since: float, until: float, width: int) -> Text:
     return Text("       " + left + " " * gap + right, "dim")
 
 
+def _hours(h: float) -> str:
+    """GPU-hours: one decimal, two below one hour (a 10-minute window is not "0.0 wasted")."""
+    return f"{h:.1f}" if h >= 1 or h == 0 else f"{h:.2f}"
+
+
 def summary_line(series: Sequence[GpuSeries], usage: Sequence[UsageRow]) -> Text:
     utils = [v for s in series for v in _vals(s.points, lambda p: p.util_mean)]
     peak: tuple[float, int] | None = None
@@ -140,41 +145,50 @@ def summary_line(series: Sequence[GpuSeries], usage: Sequence[UsageRow]) -> Text
     t = Text("Summary: ", "bold")
     t.append(f"mean util {sum(utils) / len(utils):.0f}%" if utils else "no samples")
     if peak:
-        t.append(f" · peak memory {fmt_bytes(peak[0])} (GPU {peak[1]})")
+        t.append(f" · peak memory {fmt_size(peak[0])} (GPU {peak[1]})")
     held = sum(u.gpu_hours_held for u in usage)
     used = sum(u.gpu_hours_used for u in usage)
     wasted = sum(u.gpu_hours_wasted for u in usage)
-    t.append(f" · GPU-hours {held:.1f} held, {used:.1f} used, ")
-    t.append(f"{wasted:.1f} wasted", "bold yellow" if wasted >= 0.05 else "")
+    t.append(f" · GPU-hours {_hours(held)} held, {_hours(used)} used, ")
+    t.append(f"{_hours(wasted)} wasted", "bold yellow" if wasted >= 0.05 else "")
     return t
 
 
-def process_table(procs: Sequence[ProcessSpan], width: int) -> RenderableType:
-    table = Table(box=None, pad_edge=False, header_style="bold dim", width=min(width, 140))
-    for name, justify in (
-        ("USER", "left"),
-        ("PID", "right"),
-        ("GPU", "right"),
-        ("COMMAND", "left"),
-        ("STARTED", "left"),
-        ("RAN", "right"),
-        ("MAX MEM", "right"),
-        ("SM", "right"),
-    ):
-        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis")  # type: ignore[arg-type]
-    rows = sorted(procs, key=lambda p: p.first_seen)
-    for p in rows[-MAX_PROCESS_ROWS:]:
-        table.add_row(
-            p.user or "?",
-            str(p.pid),
-            str(p.gpu_index),
-            p.command or "-",
-            fmt_ts(p.first_seen)[5:16],
-            fmt_duration(p.last_seen - p.first_seen),
-            fmt_bytes(p.max_gpu_memory),
-            "-" if p.mean_sm_util is None else f"{p.mean_sm_util:.0f}%",
+def process_table(procs: Sequence[ProcessSpan], width: int) -> Text:
+    """The processes seen on the GPUs in the range. FIRST/LAST SEEN and HELD are what the collector
+    observed within the range (a process older than the range shows the range's start), not the
+    process's own start time: the store keeps spans, not /proc start times."""
+    cols = [
+        Col("USER", shrink=True, max=16),
+        Col("PID", right=True),
+        Col("GPU", right=True),
+        Col("FIRST SEEN"),
+        Col("LAST SEEN"),
+        Col("HELD", right=True),
+        Col("MAX MEM", right=True),
+        Col("SM", right=True),
+    ]
+    rows: list[list[Cell]] = []
+    for p in sorted(procs, key=lambda p: p.first_seen)[-MAX_PROCESS_ROWS:]:
+        where = " ".join(
+            x
+            for x in (f"job {p.job}" if p.job else "", f"container {p.container}" if p.container else "")
+            if x
         )
-    return table
+        rows.append(
+            [
+                (p.user or "?", "bold" if p.user else "dim"),
+                str(p.pid),
+                str(p.gpu_index),
+                fmt_ts(p.first_seen)[5:16],
+                fmt_ts(p.last_seen)[5:16],
+                fmt_duration(p.last_seen - p.first_seen),
+                fmt_size(p.max_gpu_memory),
+                "-" if p.mean_sm_util is None else f"{p.mean_sm_util:.0f}%",
+                (p.command or "-") + (f"  [{where}]" if where else ""),
+            ]
+        )
+    return grid(cols, rows, width, tail="COMMAND", tail_min=30)
 
 
 def render_history(result: dict[str, Any], width: int) -> RenderableType:

@@ -63,6 +63,21 @@ def fmt_bytes(n: float | None) -> str:
     return f"{g:.1f}G" if g < 10 else f"{g:.0f}G"
 
 
+def fmt_size(n: float | None) -> str:
+    """``512 MiB``, ``1.5 GiB``, ``40 GiB``: the spelled-out unit for views with room (the alerts say GiB)."""
+    if n is None:
+        return "-"
+    if n < GIB:
+        return f"{n / MIB:.0f} MiB"
+    g = n / GIB
+    return f"{g:.1f} GiB" if g < 10 else f"{g:.0f} GiB"
+
+
+def plural(n: int, word: str) -> str:
+    """``1 host``, ``2 hosts``."""
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
 def fmt_mem_pair(used: int | None, total: int | None) -> str:
     """``31/80G`` (used/total GiB; one decimal on small cards)."""
     if used is None and total is None:
@@ -158,7 +173,7 @@ class Layout:
             _fit("HOST", self.host),
             _fit("GPU" if self.gpu >= 3 else "#", self.gpu, "right"),
             _fit("UTIL", self.util),
-            _fit("MEMORY", self.mem),
+            _fit("MEMORY GiB", self.mem),
             _fit("TEMP" if self.temp >= 4 else "T°", self.temp),
         ]
         if self.power:
@@ -326,20 +341,21 @@ def totals_lines(view: FleetView, width: int) -> list[Line]:
     """Hosts up/down and GPUs busy/idle/wasted/...; one line, or two when the console is narrow."""
     t = view.totals
     hosts = Line()
-    hosts.append(f"{t.hosts} hosts: ", "bold")
+    hosts.append(f"{plural(t.hosts, 'host')}: ", "bold")
     hosts.append(f"{t.hosts_up} up", "green")
     if t.hosts_down:
         hosts.append(f", {t.hosts_down} down", "bold red")
     if t.hosts_connecting:
         hosts.append(f", {t.hosts_connecting} connecting", "yellow")
     gpus = Line()
-    gpus.append(f"{t.gpus} GPUs: ", "bold")
+    gpus.append(f"{plural(t.gpus, 'GPU')}: ", "bold")
     parts = [
         (t.busy, "busy", "green"),
         (t.idle, "idle", "dim"),
         (t.wasted, "wasted", "bold yellow"),
         (t.hot, "hot", "bold red"),
         (t.stale, "stale", "magenta"),
+        (t.orphaned, "orphaned", "magenta"),
         (t.lost, "lost", "bold red"),
         (t.unknown, "unknown", "dim"),
     ]
@@ -411,67 +427,76 @@ def render_status(
 
 
 def render_by_user(view: FleetView, rows: Sequence[UserUsage], width: int) -> RenderableType:
+    from gpufleet.cli.grid import Cell, Col, grid
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
-    table = Table(box=None, pad_edge=False, header_style="bold dim")
-    table.add_column("USER", no_wrap=True, style="bold")
-    table.add_column("GPUS", justify="right")
-    table.add_column("WASTED", justify="right")
-    table.add_column("GPU MEM", justify="right")
-    table.add_column("UTIL", justify="right")
-    table.add_column("LONGEST", justify="right")
-    table.add_column("HOSTS", overflow="ellipsis", no_wrap=True)
-    for r in rows:
-        table.add_row(
-            r.user,
+    cols = [
+        Col("USER", shrink=True),
+        Col("GPUS", right=True),
+        Col("WASTED", right=True),
+        Col("GPU MEM", right=True),
+        Col("UTIL", right=True),
+        Col("LONGEST", right=True),
+    ]
+    cells_: list[list[Cell]] = [
+        [
+            (r.user, "bold"),
             str(r.gpus),
-            Text(str(r.wasted), style="bold yellow" if r.wasted else "dim"),
-            fmt_bytes(r.memory),
+            (str(r.wasted), "bold yellow" if r.wasted else "dim"),
+            fmt_size(r.memory),
             "-" if r.mean_util is None else f"{r.mean_util:.0f}%",
             fmt_duration(r.longest),
             ", ".join(r.hosts),
-        )
+        ]
+        for r in rows
+    ]
     parts: list[RenderableType] = [
         title_line(view, width, "gpufleet status --by user").text(),
         *(t.text() for t in totals_lines(view, width)),
         Text(),
     ]
-    parts.append(table if rows else Text("no processes hold a GPU", style="dim"))
+    parts.append(
+        grid(cols, cells_, width, tail="HOSTS", tail_min=20)
+        if rows
+        else Text("no processes hold a GPU", style="dim")
+    )
     return Group(*parts)
 
 
 def render_hosts(hosts: Sequence[HostInfo], width: int, now: float) -> RenderableType:
+    from gpufleet.cli.grid import Cell, Col, grid
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
-    table = Table(box=None, pad_edge=False, header_style="bold dim", width=min(width, 160))
-    table.add_column("HOST", no_wrap=True, style="bold")
-    table.add_column("STATUS", no_wrap=True)
-    table.add_column("SINCE", justify="right", no_wrap=True)
-    table.add_column("SEEN", justify="right", no_wrap=True)
-    table.add_column("GPUS", justify="right")
-    table.add_column("AGENT", no_wrap=True)
-    table.add_column("DRIVER", no_wrap=True)
-    table.add_column("TAGS", overflow="ellipsis", no_wrap=True)
-    table.add_column("REASON", overflow="fold")
+    cols = [
+        Col("HOST", shrink=True),
+        Col("STATUS"),
+        Col("SINCE", right=True),
+        Col("SEEN", right=True),
+        Col("GPUS", right=True),
+        Col("AGENT", shrink=True),
+        Col("DRIVER"),
+        Col("TAGS", shrink=True, max=24),
+    ]
+    rows: list[list[Cell]] = []
     for h in hosts:
         agent = h.agent_version or "-"
         if h.backend == "fake":
             agent += " (fake)"
-        table.add_row(
-            h.name,
-            Text(h.status, style=STATUS_STYLES.get(h.status, "")),
-            fmt_duration(now - h.since) if h.since else "-",
-            fmt_ago(h.last_seen, now) if h.last_seen else "never",
-            str(h.gpus),
-            agent,
-            h.driver_version or "-",
-            ",".join(h.tags),
-            h.reason or "",
+        rows.append(
+            [
+                (h.name, "bold"),
+                (h.status, STATUS_STYLES.get(h.status, "")),
+                fmt_duration(now - h.since) if h.since else "-",
+                fmt_ago(h.last_seen, now) if h.last_seen else "never",
+                str(h.gpus),
+                agent,
+                h.driver_version or "-",
+                ",".join(h.tags),
+                (h.reason or "", "dim"),
+            ]
         )
     up = sum(1 for h in hosts if h.status == "up")
-    head = Text(f"{len(hosts)} hosts, {up} up", style="bold")
-    return Group(head, table)
+    head = Text(f"{plural(len(hosts), 'host')}, {up} up", style="bold")
+    return Group(head, grid(cols, rows, width, tail="REASON", tail_min=40))

@@ -230,6 +230,12 @@ class StoreOps:
         known |= {h.name for h in await self.store.hosts()}  # a host with history but no longer configured
         query.check_hosts([host], known)
 
+    async def check_gpu(self, host: str, gpu: int) -> None:
+        """``--gpu 7`` on a 4-GPU host is a typo, not an empty range: say which GPUs the host has."""
+        indices = sorted({g.index for g in await self.store.latest(host)})
+        if indices and gpu not in indices:
+            raise QueryError(f"{host} has no GPU {gpu} (GPUs: {', '.join(map(str, indices))})")
+
     async def history(self, a: Args) -> dict[str, Any]:
         host = a.need_str("host")
         await self.check_host(host)
@@ -240,6 +246,8 @@ class StoreOps:
             raise QueryError(f"bad argument 'max_points': must be 1..{MAX_POINTS_LIMIT}")
         since, until = a.time_range(self.clock())
         series = await self.store.gpu_history(host, gpu=gpu, since=since, until=until, max_points=max_points)
+        if gpu is not None and not series:
+            await self.check_gpu(host, gpu)
         procs = await self.store.process_history(host, gpu=gpu, user=user, since=since, until=until)
         if user is not None:
             used = {p.gpu_index for p in procs}

@@ -399,6 +399,9 @@ class _Parser:
                 value = int(str(value).strip(), 10)
             except ValueError:
                 self.fail("expected an integer (the environment variable's value is not one)", node, key)
+        if isinstance(value, str) and value.strip().isdigit():
+            self.fail(f"expected an integer, got a string '{value}'; write it without quotes: "
+                      f"{value.strip()}", node, key)
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(f"expected an integer, got {self.kind(node)}", node, key)
         shown = "" if from_env else f", got {value}"
@@ -790,6 +793,14 @@ _Fields = dict[str, tuple[Any, Node, str]]
 def _parse_hosts(p: _Parser, node: Node | None, defaults: _Fields) -> list[tuple[HostConfig, _Fields]]:
     if node is None:
         return []
+    if p.is_null(node):
+        p.error("is empty (every entry commented out?); list at least one host, e.g. '- gpu01', "
+                "or write 'hosts: []' to watch none", node, "hosts")
+        return []
+    if isinstance(node, MappingNode):
+        p.error("expected a list, got a mapping; write each host as a list item: '- name: gpu01' "
+                "(or '- gpu01')", node, "hosts")
+        return []
     try:
         items = p.sequence(node, "hosts")
     except _Bad:
@@ -876,6 +887,7 @@ def _check_hosts(p: _Parser, hosts: list[tuple[HostConfig, _Fields]]) -> None:
             _v, node, key = fields["known_hosts"]
             p.error(f"known_hosts file not found: {host.known_hosts} (fill it with ssh-keyscan, or set "
                     "host_key_policy: accept-new to learn keys on first connect)", node, key)
+    _check_default_known_hosts(p, hosts)
     by_name = {h.name: (h, f) for h, f in hosts}
     for host, fields in hosts:
         seen = [host.name]
@@ -889,6 +901,32 @@ def _check_hosts(p: _Parser, hosts: list[tuple[HostConfig, _Fields]]) -> None:
                 break
             seen.append(hop)
             hop = by_name[hop][0].jump
+
+
+def default_known_hosts() -> Path:
+    """Where asyncssh (and gpufleet's transport) look when a host sets no known_hosts."""
+    return Path("~/.ssh/known_hosts").expanduser()
+
+
+def _check_default_known_hosts(p: _Parser, hosts: list[tuple[HostConfig, _Fields]]) -> None:
+    """SSH hosts without known_hosts use ~/.ssh/known_hosts; under ``strict`` a missing one refuses them all.
+
+    Reported once, at the first such host, with the count: the fix is the same file for every host.
+    """
+    if not p.resolve_secrets:
+        return
+    strict = [(h, f) for h, f in hosts
+              if h.transport == "ssh" and h.known_hosts is None and h.host_key_policy != "accept-new"]
+    default = default_known_hosts()
+    if not strict or default.is_file():
+        return
+    _n, node, name_key = strict[0][1]["name"]
+    entry = name_key.removesuffix(".name")
+    others = f" (and {len(strict) - 1} more host{'s' if len(strict) > 2 else ''})" if len(strict) > 1 else ""
+    p.error(f"no known_hosts set, and the default {default} does not exist; under host_key_policy strict "
+            f"every connection to {strict[0][0].name}{others} would be refused. Fill it with ssh-keyscan, "
+            "set known_hosts: to a file, or set host_key_policy: accept-new to learn keys on first connect",
+            node, f"{entry}.known_hosts")
 
 
 def _parse_rules(p: _Parser, node: Node | None) -> dict[str, RuleConfig]:
@@ -941,7 +979,7 @@ def _param_conv(param: str, default: Any) -> Conv:
     if param == "severity":
         return lambda p, n, k: p.choice(n, k, SEVERITIES)
     bounds: dict[str, tuple[float, float]] = {"util_below": (0, 100), "power_idle_ratio": (0, 1),
-                                              "missed_intervals": (1, 1000)}
+                                              "stuck_power_ratio": (0, 1), "missed_intervals": (1, 1000)}
     lo, hi = bounds.get(param, (0, math.inf))
     if isinstance(default, bool):
         return _Parser.boolean
@@ -1044,6 +1082,8 @@ def parse_config(text: str, source: str = "<config>", *, base_dir: str | Path | 
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         problem = " ".join(x for x in (exc.context, exc.problem) if x) or str(exc)
+        if "'\\t'" in problem:
+            problem += " (indent with spaces: YAML does not allow tabs)"
         raise ConfigErrors([ConfigError(f"YAML syntax error: {problem}", path=source,
                                         line=mark.line + 1 if mark else None)]) from None
     except yaml.YAMLError as exc:

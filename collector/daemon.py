@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gpufleet.agent import wire
-from gpufleet.collector.live import FanOut, FleetSink, HostState, LiveView
+from gpufleet.collector.live import FanOut, HostState, LiveView
 from gpufleet.collector.settings import Config
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ class Collector:
         self._alerts: AlertEngine | None = None
         self._dispatcher: NotificationDispatcher | None = None
         self._transport: FleetTransport | None = None
+        self._fanout: FanOut | None = None
         self._api: QueryServer | None = None
         self._metrics: MetricsServer | None = None
         self._maintenance: asyncio.Task[None] | None = None
@@ -127,8 +128,8 @@ class Collector:
                 self._metrics = MetricsServer(self, cfg.metrics.listen)
                 await self._metrics.start()
 
-            sink: FleetSink = FanOut(self.live, StoreSink(self._store), self._alerts)
-            self._transport = FleetTransport(cfg.hosts, sink, clock=self.clock)
+            self._fanout = FanOut(self.live, StoreSink(self._store), self._alerts)
+            self._transport = FleetTransport(cfg.hosts, self._fanout, clock=self.clock)
             await self._transport.start()
         except BaseException:
             await self.stop()
@@ -147,6 +148,9 @@ class Collector:
                 await self._maintenance
             self._maintenance = None
         share = max(timeout / 4, 1.0)
+        if self._fanout is not None and self._alerts in self._fanout.sinks:
+            # our own hang-ups are not hosts going down: the engine stops listening first
+            self._fanout.sinks.remove(self._alerts)
         if self._transport is not None:
             await self._guard("transport", self._transport.stop(timeout=share), share + 1)
             self._transport = None
@@ -212,6 +216,17 @@ class Collector:
 
     def flags(self, host: str, gpu: int | None = None) -> set[str]:
         return self._alerts.flags(host, gpu) if self._alerts is not None else set()
+
+    def gpu_flags(self) -> dict[tuple[str, int], set[str]]:
+        """(host, gpu) -> firing rules in one pass over the alerts (metrics: flags() per GPU rescans them)."""
+        out: dict[tuple[str, int], set[str]] = {}
+        if self._alerts is None:
+            return out
+        for alert in self._alerts.active():
+            gpu = alert.labels.get("gpu", "")
+            if alert.state == "firing" and "host" in alert.labels and gpu.isdigit():
+                out.setdefault((alert.labels["host"], int(gpu)), set()).add(alert.rule)
+        return out
 
     def stats(self) -> dict[str, float]:
         hosts = self.live.hosts.values()

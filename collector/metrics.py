@@ -2,9 +2,10 @@
 
 A custom :class:`prometheus_client` collector builds every family fresh on each scrape from the live view
 (no client-side metric objects to keep in sync, so a host that leaves leaves no stale series), and a tiny
-asyncio HTTP server serves it. Collection runs on the event loop on purpose: the live view is mutated
-there, so reading it from a thread could see a half-updated dict. Formatting the text (three quarters of
-the cost) then runs in a thread.
+asyncio HTTP server serves it. Only a cheap copy is taken on the event loop (the live view is mutated
+there, so a thread could see a half-updated host): each HostState shallow-copied (snapshots are replaced
+whole on every frame, never edited) plus the rule flags, alert counts and stats. Building the families
+and formatting the text run in a thread, so a scrape of 1,000 hosts x 8 GPUs does not stall ingest.
 
 Choices that matter to dashboards:
 - GPU series exist only for hosts whose status is ``up``: a down host's last snapshot is history, not a
@@ -19,12 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import gzip
 import logging
 import math
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from gpufleet.agent import wire
@@ -57,6 +59,11 @@ class MetricsSource(Protocol):
     def stats(self) -> dict[str, float]:
         """Collector health: frames_total, store_queue_depth, notify_queue_depth, uptime_seconds, ..."""
         ...
+
+
+#: Optional, on a source: ``gpu_flags() -> {(host, gpu index): {rule, ...}}`` for every GPU with a firing
+#: rule, in one pass. Without it the exposition calls ``flags(host, gpu)`` once per GPU.
+GPU_FLAGS_METHOD = "gpu_flags"
 
 
 # ------------------------------------------------------------------------------------------ families
@@ -210,6 +217,26 @@ def _mhz(value: int | None) -> float | None:
     return None if value is None else value * 1e6
 
 
+@dataclass(slots=True)
+class FleetView:
+    """What one scrape reads, copied on the event loop so the families can be built in a thread.
+
+    A source call that raised is kept as the error of its section (raised again while building, so the
+    section is dropped and counted exactly as if it had failed there).
+    """
+
+    hosts: list[HostState]
+    flags: dict[tuple[str, int], set[str]] = field(default_factory=dict)
+    alert_counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    stats: dict[str, float] = field(default_factory=dict)
+    errors: dict[str, BaseException] = field(default_factory=dict)
+
+    def check(self, section: str) -> None:
+        exc = self.errors.get(section)
+        if exc is not None:
+            raise exc
+
+
 class FleetCollector:
     """prometheus_client collector over a :class:`MetricsSource`; a failing section never blanks the rest."""
 
@@ -222,12 +249,52 @@ class FleetCollector:
         return [_new_family(s) for s in _SPECS]
 
     def collect(self) -> Iterable[Metric]:
+        return self.build(self.freeze())
+
+    def freeze(self) -> FleetView:
+        """Copy what a scrape needs from the source. Cheap; call it on the loop that mutates the source."""
+        hosts = []
+        for h in list(self.source.live.hosts.values()):
+            c = copy.copy(h)
+            c.tags = list(h.tags)
+            hosts.append(c)
+        view = FleetView(hosts)
+        try:
+            view.flags = self._flags(hosts)
+        except Exception as exc:  # noqa: BLE001 - reported when the gpus section is built
+            view.errors["gpus"] = exc
+        try:
+            view.alert_counts = dict(self.source.alert_counts())
+        except Exception as exc:  # noqa: BLE001
+            view.errors["alerts"] = exc
+        try:
+            view.stats = dict(self.source.stats())
+        except Exception as exc:  # noqa: BLE001
+            view.errors["collector"] = exc
+        return view
+
+    def _flags(self, hosts: list[HostState]) -> dict[tuple[str, int], set[str]]:
+        bulk: Callable[[], dict[tuple[str, int], set[str]]] | None = getattr(
+            self.source, GPU_FLAGS_METHOD, None)
+        if bulk is not None:
+            return {k: set(v) for k, v in bulk().items()}
+        out: dict[tuple[str, int], set[str]] = {}
+        for h in hosts:
+            if h.status == "up" and h.snapshot is not None:
+                for g in h.snapshot.gpus:
+                    flags = self.source.flags(h.name, g.index)
+                    if flags:
+                        out[(h.name, g.index)] = set(flags)
+        return out
+
+    def build(self, view: FleetView) -> list[Metric]:
+        """The families of one scrape from a :meth:`freeze` copy; touches nothing else (thread-safe)."""
         batch = _Batch()
-        hosts = list(self.source.live.hosts.values())
+        hosts = view.hosts
         self._section(batch, "hosts", lambda: self._hosts(batch, hosts))
-        self._section(batch, "gpus", lambda: self._gpus(batch, hosts))
-        self._section(batch, "alerts", lambda: self._alerts(batch))
-        self._section(batch, "collector", lambda: self._collector(batch, hosts))
+        self._section(batch, "gpus", lambda: self._gpus(batch, view))
+        self._section(batch, "alerts", lambda: self._alerts(batch, view))
+        self._section(batch, "collector", lambda: self._collector(batch, view))
         for section, count in sorted(self.section_errors.items()):
             batch.add("gpufleet_collector_metrics_errors_total", (section,), count)
         return list(batch.nonempty())
@@ -266,20 +333,22 @@ class FleetCollector:
                     b.add("gpufleet_host_snapshot_timestamp_seconds", lab, h.snapshot.ts)
                     b.add("gpufleet_host_gpus", lab, len(h.snapshot.gpus))
 
-    def _gpus(self, b: _Batch, hosts: list[HostState]) -> None:
+    def _gpus(self, b: _Batch, view: FleetView) -> None:
+        view.check("gpus")
         user_gpus: dict[str, set[tuple[str, int]]] = {}
-        for h in hosts:
+        no_flags: set[str] = set()
+        for h in view.hosts:
             snap = h.snapshot
             if h.status != "up" or snap is None:
                 continue
             for g in snap.gpus:
-                self._gpu(b, h.name, g)
+                self._gpu(b, h.name, g, view.flags.get((h.name, g.index), no_flags))
                 for user in self._users(b, h.name, g):
                     user_gpus.setdefault(user, set()).add((h.name, g.index))
         for user, gpus in sorted(user_gpus.items()):
             b.add("gpufleet_user_gpus", (user,), len(gpus))
 
-    def _gpu(self, b: _Batch, host: str, g: wire.GpuSample) -> None:
+    def _gpu(self, b: _Batch, host: str, g: wire.GpuSample, flags: set[str]) -> None:
         lab = (host, str(g.index), g.uuid, g.name or "")
         b.add("gpufleet_gpu_info", lab + (g.pci_bus_id or "", g.serial or ""), 1)
         b.add("gpufleet_gpu_utilization_percent", lab, g.util_gpu)
@@ -308,7 +377,6 @@ class FleetCollector:
             b.add("gpufleet_gpu_mig_memory_total_bytes", mlab, m.memory_total)
         b.add("gpufleet_gpu_processes", lab, len(g.processes))
         b.add("gpufleet_gpu_processes_unattributed", lab, sum(1 for p in g.processes if not p.attributed))
-        flags = self.source.flags(host, g.index)
         b.add("gpufleet_gpu_wasted", lab, 1 if "wasted" in flags else 0)
         for flag in sorted(flags):
             b.add("gpufleet_gpu_flag", lab + (flag,), 1)
@@ -331,17 +399,20 @@ class FleetCollector:
             b.add("gpufleet_user_gpu_memory_bytes", ulab, memory[user])
         return list(count)
 
-    def _alerts(self, b: _Batch) -> None:
-        for (rule, severity, state), n in sorted(self.source.alert_counts().items()):
+    def _alerts(self, b: _Batch, view: FleetView) -> None:
+        view.check("alerts")
+        for (rule, severity, state), n in sorted(view.alert_counts.items()):
             b.add("gpufleet_alerts", (rule, severity, state), n)
 
-    def _collector(self, b: _Batch, hosts: list[HostState]) -> None:
+    def _collector(self, b: _Batch, view: FleetView) -> None:
+        view.check("collector")
+        hosts = view.hosts
         for status in HOST_STATUSES:
             b.add("gpufleet_collector_hosts", (status,), sum(1 for h in hosts if h.status == status))
         lags = [h.lag for h in hosts if h.status == "up" and h.lag is not None]
         if lags:
             b.add("gpufleet_collector_lag_seconds", (), max(lags))
-        stats = dict(self.source.stats())
+        stats = dict(view.stats)
         for key, attr in _LIVE_TOTALS.items():
             if key not in stats:
                 stats[key] = float(sum(getattr(h, attr) for h in hosts))
@@ -365,7 +436,7 @@ _INDEX = (b"<!doctype html><html><head><title>gpufleet collector</title></head><
 
 
 class _Frozen:
-    """Families already collected on the loop, plus the process collector (it only reads /proc/self)."""
+    """One scrape's families (built from a frozen view), plus the process collector (reads /proc/self)."""
 
     def __init__(self, metrics: list[Metric], process: ProcessCollector) -> None:
         self.metrics, self.process = metrics, process
@@ -374,8 +445,10 @@ class _Frozen:
         return [*self.metrics, *self.process.collect()]
 
 
-def _render(encoder: Callable[[Any], bytes], frozen: _Frozen, compress: bool) -> bytes:
-    body = encoder(frozen)
+def _render(encoder: Callable[[Any], bytes], collector: FleetCollector, view: FleetView,
+            process: ProcessCollector, compress: bool) -> bytes:
+    """Runs in a thread: build the families from the copied view, format, compress."""
+    body = encoder(_Frozen(collector.build(view), process))
     return gzip.compress(body, compresslevel=5) if compress else body
 
 
@@ -526,10 +599,10 @@ class MetricsServer:
         compress = gzip_accepted(headers.get("accept-encoding", ""))
         try:
             encoder, content_type = choose_encoder(headers.get("accept", ""))
-            # Read the live view here, on the loop that mutates it; format (the costly part: ~0.15 s per
-            # 1000 GPUs) and compress in a thread so ingest keeps flowing during a scrape.
-            frozen = _Frozen(list(self.collector.collect()), self._process)
-            body = await asyncio.to_thread(_render, encoder, frozen, compress)
+            # Copy the live view here, on the loop that mutates it (cheap); build the families, format
+            # and compress (~0.3 s per 1000 GPUs) in a thread so ingest keeps flowing during a scrape.
+            view = self.collector.freeze()
+            body = await asyncio.to_thread(_render, encoder, self.collector, view, self._process, compress)
         except Exception as exc:  # noqa: BLE001
             log.exception("metrics: exposition failed")
             await self._respond(writer, 500, f"exposition failed: {exc}\n".encode())

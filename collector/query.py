@@ -22,6 +22,9 @@ if TYPE_CHECKING:  # annotations only: the CLI's status path must not pay for im
 
 #: Below this GPU util a GPU with no processes counts idle (matches the wasted rule's default threshold).
 BUSY_UTIL = 5
+#: A GPU with no visible process but this much memory in use is not idle: nobody else can use that memory
+#: (a leaked context, or processes in a PID namespace the agent cannot see; the orphaned rule alerts on it).
+HELD_MEMORY = 1 << 30
 
 #: Rule names as the alert engine knows them -> the short flag a person reads on the status screen.
 FLAG_NAMES: dict[str, str] = {
@@ -97,6 +100,7 @@ class Totals:
     stale: int = 0
     lost: int = 0
     unknown: int = 0
+    orphaned: int = 0  # additive (after the original fields): GPUs flagged orphaned (memory, no process)
 
 
 @dataclass(slots=True)
@@ -249,7 +253,7 @@ def _gpu_view(g: _GpuLike, flags: Iterable[str], host_up: bool, now: float) -> G
         state = "lost"
     elif not host_up:
         state = "unknown"
-    elif procs or (g.util_gpu or 0) >= BUSY_UTIL:
+    elif procs or (g.util_gpu or 0) >= BUSY_UTIL or (g.memory_used or 0) >= HELD_MEMORY:
         state = "busy"
     else:
         state = "idle"
@@ -292,6 +296,7 @@ def _totals(hosts: Sequence[HostView]) -> Totals:
             t.wasted += "wasted" in g.flags
             t.hot += "hot" in g.flags
             t.stale += "stale" in g.flags
+            t.orphaned += "orphaned" in g.flags
     return t
 
 

@@ -116,19 +116,24 @@ def report_title(report: WasteReport) -> str:
             f"({fmt_duration(report.until - report.since)})")
 
 
+def _hours(value: float) -> str:
+    """GPU-hours: two decimals under 1 so a short report never reads "0.0 wasted"."""
+    return f"{value:.2f}" if 0 < abs(value) < 1 else f"{value:.1f}"
+
+
 def _headline(report: WasteReport) -> str:
     t = report.total
     if t.held <= 0:
         return "No GPU memory was held in this period."
-    return (f"{t.held:.1f} GPU-hours held, {t.used:.1f} used ({t.used_pct:.0f} %), "
-            f"{t.wasted:.1f} wasted ({t.wasted_pct:.0f} %)")
+    return (f"{_hours(t.held)} GPU-hours held, {_hours(t.used)} used ({t.used_pct:.0f} %), "
+            f"{_hours(t.wasted)} wasted ({t.wasted_pct:.0f} %)")
 
 
 _COLUMNS = ("HELD", "USED", "WASTED", "WASTED %")
 
 
 def _cells(u: UsageLine) -> list[str]:
-    return [f"{u.held:.1f}", f"{u.used:.1f}", f"{u.wasted:.1f}", f"{u.wasted_pct:.0f} %"]
+    return [_hours(u.held), _hours(u.used), _hours(u.wasted), f"{u.wasted_pct:.0f} %"]
 
 
 def _text_table(first: str, lines: list[UsageLine]) -> list[str]:
@@ -158,8 +163,9 @@ def render_report(report: WasteReport, fmt: ReportFormat = "text") -> str:
     if report.top_wasters:
         out += ["", "### Top wasters" if md else "Top wasters:"]
         for i, u in enumerate(report.top_wasters, 1):
-            out.append(f"{i}. {'**' + u.name + '**' if md else u.name}: {u.wasted:.1f} GPU-hours wasted of "
-                       f"{u.held:.1f} held ({u.wasted_pct:.0f} %)")
+            name = f"**{u.name}**" if md else u.name
+            out.append(f"{i}. {name}: {_hours(u.wasted)} GPU-hours wasted of "
+                       f"{_hours(u.held)} held ({u.wasted_pct:.0f} %)")
     table = _md_table if md else _text_table
     if report.by_user:
         out += ["", "### By user" if md else "By user (GPU-hours):", *table("USER", report.by_user)]

@@ -9,7 +9,8 @@ writes frames itself, so a benchmark needs no process per host. ``exec_commands=
 ``/bin/sh`` in a per-host home directory, which together with the SFTP server makes ``agent: upload`` work.
 
 Run ``python -m gpufleet.collector.simfleet --hosts 1000 --mode inproc --shared`` to serve a fleet from
-another process; it prints the host configs as JSON and serves until stdin closes.
+another process; it prints the host configs as JSON (``--config FILE`` also writes a gpufleet.yaml for
+``gpufleet collector run -c FILE``) and serves until SIGTERM, or until EOF when stdin is a pipe.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import os
 import shlex
 import signal
 import socket
+import stat
 import sys
 import tempfile
 import time
@@ -68,6 +70,23 @@ class SimHost:
     sessions: set[SimSession] = dataclasses.field(default_factory=set)
     home: Path = Path()
     sessions_started: int = 0
+    session_times: list[float] = dataclasses.field(default_factory=list)  # monotonic start of each session
+
+
+class _Handshakes:
+    """How many SSH handshakes (TCP accept -> auth done) are in flight on the fleet's servers, and the most
+    seen at once: the collector's connect bound, observed from the other end."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.peak = 0
+
+    def begin(self) -> None:
+        self.now += 1
+        self.peak = max(self.peak, self.now)
+
+    def end(self) -> None:
+        self.now -= 1
 
 
 class _Listener:
@@ -87,10 +106,21 @@ class _Listener:
         class Server(asyncssh.SSHServer):
             def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
                 self.conn = conn
+                self.handshaking = True
                 listener.conns.add(conn)
+                listener.fleet.handshakes.begin()
+
+            def auth_completed(self) -> None:
+                self._handshake_over()
 
             def connection_lost(self, exc: Exception | None) -> None:
                 listener.conns.discard(self.conn)
+                self._handshake_over()
+
+            def _handshake_over(self) -> None:
+                if self.handshaking:
+                    self.handshaking = False
+                    listener.fleet.handshakes.end()
 
             def begin_auth(self, username: str) -> bool:
                 return True
@@ -161,6 +191,7 @@ class SimFleet:
         self.client_public_key: asyncssh.SSHKey | None = None
         self._listeners: list[_Listener] = []
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.handshakes = _Handshakes()
 
     # ---------------------------------------------------------------------------------------- lifecycle
 
@@ -300,6 +331,23 @@ class SimFleet:
         for sess in list(host.sessions):
             _kill(sess)
 
+    def drop(self, names: Sequence[str] | None = None) -> int:
+        """A network blip: abort the SSH connections of ``names`` (default: every host) but keep listening,
+        so the collector can reconnect at once. Works with a shared server too. Returns how many dropped."""
+        wanted = set(self.hosts if names is None else names)
+        for name in wanted:
+            self._host(name)
+        n = 0
+        for lst in self._listeners:
+            for conn in list(lst.conns):
+                if conn.get_extra_info("username") in wanted:
+                    conn.abort()
+                    n += 1
+        for name in wanted:
+            for sess in list(self.hosts[name].sessions):
+                _kill(sess)
+        return n
+
     async def restore(self, name: str) -> None:
         """The host comes back on the same port with the same host key."""
         host = self._host(name)
@@ -325,6 +373,7 @@ class SimFleet:
         sess = SimSession(host, process)
         host.sessions.add(sess)
         host.sessions_started += 1
+        host.session_times.append(time.monotonic())
         try:
             command = process.command or ""
             if self.exec_commands:
@@ -514,36 +563,80 @@ class FrameGenerator:
 # -------------------------------------------------------------------------------------------- serve
 
 
+def collector_yaml(fleet: SimFleet, path: Path) -> Path:
+    """Write a gpufleet.yaml for ``fleet`` (absolute paths; history and query socket in the fleet's dir).
+
+    What an operator needs to try ``gpufleet collector run -c FILE`` and ``gpufleet -c FILE hosts`` against
+    a simulated fleet served by another process.
+    """
+    import yaml
+
+    configs = fleet.host_configs()
+    doc: dict[str, Any] = {
+        "defaults": {"key": str(fleet.client_key_path), "known_hosts": str(fleet.known_hosts_path),
+                     "host_key_policy": "strict", "interval": fleet.interval},
+        "hosts": [{"name": c.name, "address": c.address, "port": c.port, "user": c.user,
+                   "agent_args": list(c.agent_args)} for c in configs],
+        "storage": {"path": str(fleet.dir / "fleet.db")},
+        "api": {"socket": str(fleet.dir / "api.sock")},
+    }
+    header = (f"# gpufleet.yaml for a simulated fleet of {len(configs)} hosts served by "
+              f"`python -m gpufleet.collector.simfleet` (pid {os.getpid()}).\n"
+              f"# Its ports and keys change every time the simulator starts: write this file again then.\n")
+    path.write_text(header + yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
 async def _serve(args: argparse.Namespace) -> None:
     fleet = SimFleet(args.hosts, mode=args.mode, interval=args.interval, scenario=args.scenario,
                      shared_server=args.shared, workdir=args.dir, gpus=args.gpus)
     async with fleet:
         configs = [dataclasses.asdict(c) for c in fleet.host_configs()]
-        sys.stdout.write(json.dumps({"hosts": configs, "dir": str(fleet.dir)}) + "\n")
+        written = collector_yaml(fleet, Path(args.config).resolve()) if args.config else None
+        sys.stdout.write(json.dumps({"hosts": configs, "dir": str(fleet.dir),
+                                     "config": str(written) if written else None}) + "\n")
         sys.stdout.flush()
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        reader = asyncio.StreamReader()
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-        eof = asyncio.create_task(reader.read())
-        stopper = asyncio.create_task(stop.wait())
-        await asyncio.wait([eof, stopper], return_when=asyncio.FIRST_COMPLETED)
-        eof.cancel()
-        stopper.cancel()
+        waits: list[asyncio.Task[Any]] = [asyncio.create_task(stop.wait())]
+        if _stdin_is_pipe():
+            # the parent (a test, the benchmark) holds our stdin: its EOF means "stop"
+            reader = asyncio.StreamReader()
+            await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+            waits.append(asyncio.create_task(reader.read()))
+        print(f"serving {len(fleet.hosts)} simulated hosts from {fleet.dir}"
+              + (f"; collector config: {written}" if written else "")
+              + ("; stops at EOF on stdin or SIGTERM" if len(waits) > 1 else "; stops on SIGTERM / Ctrl-C"),
+              file=sys.stderr, flush=True)
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
+
+
+def _stdin_is_pipe() -> bool:
+    """A pipe or socket on stdin is a parent's lifeline; a terminal or /dev/null (``&`` in scripts) is not."""
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Serve a simulated fleet; prints ``{"hosts": [HostConfig as dict, ...]}`` on one line."""
-    p = argparse.ArgumentParser(prog="python -m gpufleet.collector.simfleet", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m gpufleet.collector.simfleet", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--hosts", type=int, default=3)
     p.add_argument("--mode", choices=["subprocess", "inproc"], default="subprocess")
     p.add_argument("--interval", type=float, default=1.0)
-    p.add_argument("--scenario", default="busy")
+    p.add_argument("--scenario", default="busy", help=f"fake backend scenario ({', '.join(SCENARIOS)})")
     p.add_argument("--shared", action="store_true", help="one server for all hosts (by username)")
     p.add_argument("--dir", default=None, help="where keys and known_hosts go (default: a temp dir)")
     p.add_argument("--gpus", type=int, default=4, help="GPUs per host (inproc mode)")
+    p.add_argument("--config", metavar="FILE", default=None,
+                   help="also write a gpufleet.yaml for this fleet (for `gpufleet collector run -c FILE`)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     asyncio.run(_serve(args))

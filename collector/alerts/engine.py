@@ -333,8 +333,12 @@ class AlertEngine:
         host = a.labels.get("host")
         if a.rule == "host_down" or not host:
             return False
-        down = self._alerts.get(fingerprint({"host": host, "rule": "host_down"}))
-        return down is not None and down.state == "firing"
+        down_labels = {"host": host, "rule": "host_down"}
+        for labels in (down_labels, {**down_labels, "kind": "host_key"}):
+            down = self._alerts.get(fingerprint(labels))
+            if down is not None and down.state == "firing":
+                return True
+        return False
 
     def _silenced(self, a: AlertRecord, now: float) -> bool:
         return any(s.starts_at <= now < s.ends_at and matchers_match(s.matchers, a.labels)

@@ -120,7 +120,8 @@ class GpuLostRule(Rule):
         if uuid:
             labels["uuid"] = uuid
         where = "?" if index is None else index
-        return Condition(self.name, labels, f"{host} GPU {where} lost: {safe(message)}",
+        detail = message.removeprefix("GPU lost: ")  # the agent's own prefix would say it twice
+        return Condition(self.name, labels, f"{host} GPU {where} lost: {safe(detail)}",
                          "The GPU cannot be read (fallen off the bus, driver fault). Jobs on it are likely "
                          "dead; it usually needs a reset or a reboot.",
                          annotations={"error": safe(message, 300)})
@@ -200,7 +201,7 @@ class XidRule(Rule):
             where = "?" if fact.index is None else fact.index
             out.append(Condition(
                 self.name, labels,
-                f"{ctx.name} GPU {where} Xid {xid} ({meaning}){times}: {safe(fact.message)}",
+                f"{ctx.name} GPU {where} Xid {xid} ({meaning}){times}",  # the agent's text: annotations
                 f"Xid {xid}: {meaning}.",
                 value=float(fact.count), severity=self.severity_for(xid),
                 annotations={"last_at": f"{fact.last:.3f}", "message": safe(fact.message, 300)},

@@ -26,6 +26,10 @@ class _Down:
     reason: str
 
 
+HOST_KEY = "host_key"
+HOST_KEY_SUMMARY = "{host}: {reason} (collector refuses to connect)"
+
+
 class HostDownRule(Rule):
     name = "host_down"
     time_based = True
@@ -61,21 +65,26 @@ class HostDownRule(Rule):
         if down is None:  # connecting and never down, or up and fresh
             return []
         if down.reason.lower().startswith("host key"):
-            summary = f"{ctx.name}: {safe(down.reason, 200)} (collector refuses to connect)"
-            kind = "host_key"
-        else:
-            summary = f"{ctx.name} is down: {safe(down.reason, 200)}"
-            kind = "down"
+            # Its own alert (label kind=host_key), so a host that was down and comes back reinstalled
+            # with a new key is news now, not an edit of an alert already sent hours ago.
+            return [Condition(
+                self.name, {"host": ctx.name, "kind": HOST_KEY}, HOST_KEY_SUMMARY.format(
+                    host=ctx.name, reason=safe(down.reason, 600)),
+                "The host's SSH key is unknown or changed. If the change is expected, update known_hosts.",
+                annotations={"reason": safe(down.reason, 600), "kind": HOST_KEY},
+            )]
         return [Condition(
-            self.name, {"host": ctx.name}, summary,
-            "The collector cannot read this host; its other alerts are held back until it is back."
-            if kind == "down" else
-            "The host's SSH key is unknown or changed. If the change is expected, update known_hosts.",
-            annotations={"reason": safe(down.reason, 300), "kind": kind},
+            self.name, {"host": ctx.name}, f"{ctx.name} is down: {safe(down.reason, 200)}",
+            "The collector cannot read this host; its other alerts are held back until it is back.",
+            annotations={"reason": safe(down.reason, 300), "kind": "down"},
         )]
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
-        return f"{alert.labels.get('host')} is back up after {fmt_duration(now - alert.started_at)}"
+        host = alert.labels.get("host")
+        state = ctx.state if ctx is not None else None
+        if state is not None and state.status == "down":  # one reason gave way to another
+            return f"{host}: no longer '{alert.annotations.get('reason', 'down')}'; now: {state.reason}"
+        return f"{host} is back up after {fmt_duration(now - alert.started_at)}"
 
     def restore(self, alert: AlertRecord) -> None:
         host = alert.labels.get("host", "")

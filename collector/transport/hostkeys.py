@@ -190,12 +190,12 @@ class HostKeyVerifier:
         if recorded:
             numbers = self.kh.lines_for(host, addr, port, recorded)
             at = f"{self.kh.path}:{numbers[0]}" if numbers else str(self.kh.path)
+            # most useful first: alerts keep about 200 (summary) / 300 (reason) characters of this
             self.refusal = HostKeyRefused(
                 self.name, "changed",
-                f"{self.name} ({where}) offered {fingerprint(key)}, but {at} records "
-                f"{', '.join(fingerprint(k) for k in recorded)}. Someone may be intercepting the connection, "
-                f"or the host was reinstalled. If the change is expected, remove the old key with "
-                f"ssh-keygen -R '{host_pattern(host, port)}' -f {self.kh.path}")
+                f"{where} offers {fingerprint(key)}; {at} has another key (intercepted, or reinstalled?). "
+                f"If expected: ssh-keygen -R '{host_pattern(host, port)}' -f {self.kh.path} "
+                f"(old: {', '.join(fingerprint(k) for k in recorded)})")
             log.error("%s", self.refusal)
             return False
         if self.policy == "accept-new":
@@ -205,8 +205,7 @@ class HostKeyVerifier:
             return True
         self.refusal = HostKeyRefused(
             self.name, "unknown",
-            f"host key for {self.name} ({where}) is not in known_hosts {self.kh.path}; the server offered "
-            f"{fingerprint(key)}. Verify it and add it (ssh-keyscan -p {port} {host} >> {self.kh.path}), "
-            f"or set host_key_policy: accept-new")
+            f"{where} offers {fingerprint(key)}, not in {self.kh.path}. Verify it, then add it "
+            f"(ssh-keyscan -p {port} {host} >> {self.kh.path}) or set host_key_policy: accept-new")
         log.error("%s", self.refusal)
         return False

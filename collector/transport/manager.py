@@ -47,6 +47,15 @@ def raise_fd_limit() -> int:
     return target
 
 
+def quiet_asyncssh() -> None:
+    """asyncssh logs about ten INFO lines per connection; at 1,000 hosts they bury the transport's own one
+    line per change (up, down with reason). Keep its warnings, unless its level was set explicitly or the
+    collector runs with debug logging."""
+    ssh_log = logging.getLogger("asyncssh")
+    if ssh_log.level == logging.NOTSET and not logging.getLogger().isEnabledFor(logging.DEBUG):
+        ssh_log.setLevel(logging.WARNING)
+
+
 def _validate(hosts: list[HostConfig]) -> None:
     seen: set[str] = set()
     for h in hosts:
@@ -103,6 +112,7 @@ class FleetTransport:
         if self._started:
             return
         self._started = True
+        quiet_asyncssh()
         limit = raise_fd_limit()
         if limit < 2 * len(self._hosts) + 64:
             log.warning("open-file limit %d is low for %d hosts", limit, len(self._hosts))

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import os
 import shlex
+import socket
 from collections.abc import Awaitable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -168,6 +169,9 @@ def _connect_error(host: HostConfig, exc: BaseException, verifier: HostKeyVerifi
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
         return TransportError(host.name,
                               f"cannot connect to {where}: timed out after {host.connect_timeout:g} s")
+    if isinstance(exc, socket.gaierror):
+        # getaddrinfo's errors are negative EAI codes: os.strerror would say "Unknown error -2"
+        return TransportError(host.name, f"cannot resolve {host.address or host.name}: {exc.strerror or exc}")
     if isinstance(exc, OSError):
         # asyncio words a refused connect as "Connect call failed (addr)": say what errno says
         text = os.strerror(exc.errno) if exc.errno else str(exc)

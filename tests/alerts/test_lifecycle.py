@@ -143,6 +143,32 @@ async def test_host_down_inhibits_the_hosts_other_alerts(harness, clock, w):
     assert resolved.alerts[0].annotations["resolved"].startswith("n3 is back up after")
 
 
+async def test_host_back_with_a_new_key_is_news_and_still_inhibits(harness, clock, w):
+    """The reinstall case: a host down for a while returns with another SSH key. That must be sent now
+    (not folded into the alert already sent), and the host's other alerts stay muted."""
+    h = harness(w.config(rules={"overheating": {"for": 0.0}}))
+    rec = h.notifiers[0]
+    await h.engine.start(run_tick=False)
+    t0 = clock.t
+    h.up()
+    h.send(w.snap(w.gpu(0, temperature=95)))
+    h.down(reason="connection refused")
+    await h.tick(t0 + 30)
+    assert [[a.rule for a in n.alerts] for n in rec.got] == [["host_down"]]
+    clock.t = t0 + 600
+    h.down(reason="host key changed: 127.0.0.1:22 offers SHA256:new; known_hosts:3 has another key")
+    await h.tick()
+    await h.tick(t0 + 640)
+    news = [a for n in rec.got[1:] for a in n.alerts if a.state == "firing"]
+    assert [a.labels.get("kind") for a in news] == ["host_key"]
+    assert "host key changed" in news[0].annotations["summary"]
+    gone = [a for n in rec.got[1:] for a in n.alerts if a.state == "resolved"]
+    assert [a.labels.get("kind") for a in gone] == [None]
+    assert gone[0].annotations["resolved"].startswith("n3: no longer 'connection refused'; now: host key")
+    hot = next(a for a in h.engine.active() if a.rule == "overheating")
+    assert h.engine.is_muted(hot), "a host we cannot read keeps its other alerts muted"
+
+
 async def test_silent_agent_is_host_down_after_missed_intervals(harness, clock, w):
     h = harness(w.config(group_wait=0.0))
     rec = h.notifiers[0]

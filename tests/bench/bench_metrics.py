@@ -1,17 +1,22 @@
 """Cost of one /metrics scrape for a large fleet (run by hand: python tests/bench/bench_metrics.py [hosts]).
 
-Prints the part that runs on the event loop (collect: reading the live view) and the part that runs in a
-thread (formatting), for the text format and OpenMetrics.
+Prints the part that runs on the event loop (freeze: copying the live view, rule flags, alert counts and
+stats) and the part that runs in a thread (building the families and formatting), for the text format and
+OpenMetrics. The source keeps one firing alert per GPU 0 (like the daemon's alert engine, whose per-GPU
+``flags()`` scans every active alert), once with the bulk ``gpu_flags()`` and once without it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
+import urllib.request
+from typing import Any
 
 from gpufleet.agent import wire
 from gpufleet.collector.live import HostState, LiveView
-from gpufleet.collector.metrics import MetricsServer
+from gpufleet.collector.metrics import FleetCollector, MetricsServer
 from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
@@ -32,30 +37,80 @@ class Source:
             snap = wire.Snapshot(ts=1.0, seq=1, gpus=samples)
             self.live.hosts[f"h{h}"] = HostState(name=f"h{h}", status="up", agent_version="0.1", lag=0.1,
                                                  last_seen=1.0, snapshot=snap)
+        # one firing "wasted" alert on GPU 0 of every host, as (rule, labels) like the alert engine keeps
+        self.alerts = [("wasted", {"host": f"h{h}", "gpu": "0"}) for h in range(hosts)]
 
     def alert_counts(self) -> dict[tuple[str, str, str], int]:
-        return {("wasted", "warning", "firing"): 3}
+        return {("wasted", "warning", "firing"): len(self.alerts)}
 
     def flags(self, host: str, gpu: int) -> set[str]:
-        return {"wasted"} if gpu == 0 else set()
+        want = str(gpu)  # the alert engine's flags(): a scan over every active alert
+        return {r for r, lab in self.alerts if lab.get("host") == host and lab.get("gpu") == want}
 
     def stats(self) -> dict[str, float]:
         return {"frames_total": 1.0, "store_queue_depth": 0.0}
 
 
-def main() -> None:
-    for hosts in [int(a) for a in sys.argv[1:]] or [100, 500]:
-        srv = MetricsServer(Source(hosts), "127.0.0.1:0")
+class BulkSource(Source):
+    def gpu_flags(self) -> dict[tuple[str, int], set[str]]:
+        out: dict[tuple[str, int], set[str]] = {}
+        for rule, lab in self.alerts:
+            out.setdefault((lab["host"], int(lab["gpu"])), set()).add(rule)
+        return out
+
+
+def _ms(t: float) -> float:
+    return (time.perf_counter() - t) * 1000
+
+
+async def _stall(src: Any) -> tuple[float, float]:
+    """Longest gap between 1 ms ticks of the event loop while a real HTTP scrape is served, and the scrape."""
+    async with MetricsServer(src, "127.0.0.1:0") as srv:
+        loop = asyncio.get_running_loop()
+        worst = 0.0
+        done = False
+
+        async def tick() -> None:
+            nonlocal worst
+            last = loop.time()
+            while not done:
+                await asyncio.sleep(0.001)
+                now = loop.time()
+                worst, last = max(worst, now - last), now
+
+        ticker = asyncio.create_task(tick())
         t = time.perf_counter()
-        srv.collector.collect()
-        loop_ms = (time.perf_counter() - t) * 1000
-        for label, enc in (("text", generate_latest), ("openmetrics", generate_openmetrics)):
+        await asyncio.to_thread(lambda: urllib.request.urlopen(srv.url, timeout=60).read())  # noqa: S310
+        scrape = _ms(t)
+        done = True
+        await ticker
+        return worst * 1000, scrape
+
+
+def main() -> None:
+    for hosts in [int(a) for a in sys.argv[1:]] or [100, 1000]:
+        for kind in (BulkSource, Source):
+            src: Any = kind(hosts)
+            srv = MetricsServer(src, "127.0.0.1:0")
+            coll: FleetCollector = srv.collector
             t = time.perf_counter()
-            body = enc(srv.registry)
-            lines = body.count(b"\n")
-            total_ms = (time.perf_counter() - t) * 1000
-            print(f"{hosts} hosts x 8 GPUs ({hosts * 8} GPUs), {label}: on-loop collect {loop_ms:.0f} ms, "
-                  f"whole scrape {total_ms:.0f} ms, {len(body) / 1e6:.1f} MB, {lines} lines")
+            view = coll.freeze()
+            loop_ms = _ms(t)
+            flags = "bulk gpu_flags()" if kind is BulkSource else "flags() per GPU"
+            for label, enc in (("text", generate_latest), ("openmetrics", generate_openmetrics)):
+                t = time.perf_counter()
+                fams = coll.build(view)
+                build_ms = _ms(t)
+                t = time.perf_counter()
+                body = enc(srv.registry)  # collect() again: freeze + build + format
+                total_ms = _ms(t)
+                lines = body.count(b"\n")
+                print(f"{hosts} hosts x 8 GPUs ({hosts * 8} GPUs), {flags}, {label}: on-loop freeze "
+                      f"{loop_ms:.0f} ms; in thread: build {build_ms:.0f} ms, "
+                      f"whole scrape {total_ms:.0f} ms; "
+                      f"{len(body) / 1e6:.1f} MB, {lines} lines, {len(fams)} families")
+            stall, scrape = asyncio.run(_stall(src))
+            print(f"  HTTP scrape {scrape:.0f} ms; longest event-loop stall meanwhile {stall:.0f} ms")
 
 
 if __name__ == "__main__":

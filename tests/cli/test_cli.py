@@ -222,3 +222,18 @@ async def test_report(env: dict[str, str]) -> None:
     assert r.rc == 1 and r.err.startswith("gpufleet: no notifiers configured")
     r = await run_cli("report", "--host", "n42", env=env)
     assert r.rc == 1 and r.err.startswith("gpufleet: unknown host 'n42'")
+
+
+async def test_history_unknown_gpu_is_one_line(env: dict[str, str]) -> None:
+    """--gpu 7 on a 4-GPU host is a typo; an empty "no samples" screen would hide it."""
+    r = await run_cli("history", "--host", "n1", "--gpu", "7", env=env)
+    assert (r.rc, r.out) == (1, "")
+    assert r.err == "gpufleet: n1 has no GPU 7 (GPUs: 0, 1, 2, 3)\n"
+    r = await run_cli("history", "--host", "n1", "--gpu", "2", "--since", "1h", env=env)
+    assert r.rc == 0 and r.out.startswith("gpufleet history n1 GPU 2"), r.err
+
+
+async def test_one_host_one_gpu_reads_right(env: dict[str, str]) -> None:
+    r = await run_cli("status", "--host", "n3", "--user", "bob", env=env)
+    assert r.rc == 0, r.err
+    assert r.out.splitlines()[1].startswith("1 host: 1 up   1 GPU: 1 busy"), r.out

@@ -143,7 +143,7 @@ async def test_config_check_reports_file_line_key(home: Path) -> None:
     r = await run_cli("config", "check", "-c", str(bad), env=cli_env(home))
     assert r.rc == 1
     lines = r.err.splitlines()
-    assert lines[0].startswith(f"{bad}:3: hosts[n1].intervl: unknown key")
+    assert any(line.startswith(f"{bad}:3: hosts[n1].intervl: unknown key") for line in lines), lines
     assert any(line.startswith(f"{bad}:6: rules.wasted.for: ") for line in lines)
     assert lines[-1] == f"gpufleet: {bad}: {len(lines) - 1} errors"
     r = await run_cli("status", "-c", str(bad), env=cli_env(home))
@@ -152,8 +152,7 @@ async def test_config_check_reports_file_line_key(home: Path) -> None:
 
 async def test_demo_runs_and_exits_cleanly(home: Path) -> None:
     """The README's first command, with no GPU and no config: runs, shows the fleet, cleans up."""
-    before = {p.name for p in Path("/tmp").glob("gpufleet-demo-*")}
-    env = cli_env(home, COLUMNS="100")
+    env = cli_env(home, COLUMNS="100", TMPDIR=str(home))  # its own temp dir: other demos may be running
     r = await run_cli("demo", "--seconds", "15", "--interval", "0.5", env=env, timeout=90)
     assert r.rc == 0, r.err[-3000:]
     assert "gpufleet demo" in r.out
@@ -163,4 +162,107 @@ async def test_demo_runs_and_exits_cleanly(home: Path) -> None:
     assert "stale" in r.out  # the zombie shows within seconds
     assert r.out.rstrip().endswith("demo stopped; the simulated fleet and its temp data are gone.")
     assert "Traceback" not in r.err
-    assert {p.name for p in Path("/tmp").glob("gpufleet-demo-*")} <= before  # temp data removed
+    assert not list(home.glob("gpufleet-demo-*"))  # temp data removed
+
+
+def _children(pid: int) -> dict[int, str]:
+    """pid -> command line of ``pid``'s direct children (from /proc, no psutil)."""
+    out: dict[int, str] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+            if ppid == pid:
+                out[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def _alive(pid: int, cmd: str) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        same = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode() == cmd
+    except OSError:
+        return False
+    return same and stat[stat.rindex(")") + 2] != "Z"
+
+
+async def test_demo_ctrl_c_leaves_nothing_behind(home: Path) -> None:
+    """Ctrl-C (SIGINT to the whole foreground process group, as a terminal sends it) stops the demo with
+    exit 0; its six agent subprocesses are gone, its SSH servers with it, and its temp dir is removed."""
+    import os
+
+    proc = await asyncio.create_subprocess_exec(
+        *gpufleet_argv(),
+        "demo",
+        "--no-screen",
+        "--interval",
+        "0.5",
+        env=cli_env(home, TMPDIR=str(home)),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    agents: dict[int, str] = {}
+    try:
+
+        async def six_agents() -> Any:
+            kids = {p: c for p, c in _children(proc.pid).items() if "gpufleet.agent" in c}
+            return kids if len(kids) == 6 else None
+
+        agents = await until(six_agents)
+        workdirs = set(home.glob("gpufleet-demo-*"))
+        assert len(workdirs) == 1 and (next(iter(workdirs)) / "gpufleet.sock").exists()
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()[-3000:]
+        assert "Traceback" not in err.decode() and "KeyboardInterrupt" not in err.decode()
+        assert out.decode().rstrip().endswith("demo stopped; the simulated fleet and its temp data are gone.")
+        assert not any(w.exists() for w in workdirs)
+        left = {p: c for p, c in agents.items() if _alive(p, c)}
+        assert not left, f"agent processes left behind: {left}"
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        for p, c in agents.items():
+            if _alive(p, c):
+                os.kill(p, signal.SIGKILL)
+
+
+async def test_collector_without_config_watches_this_machine(home: Path) -> None:
+    """No config anywhere: `collector run` watches this host (default_config) and a bare `gpufleet status`
+    finds it at the default socket ($XDG_RUNTIME_DIR/gpufleet/gpufleet.sock)."""
+    import socket as _socket
+
+    env = cli_env(home)
+    proc = await asyncio.create_subprocess_exec(
+        *gpufleet_argv(),
+        "collector",
+        "run",
+        cwd=str(home),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+
+        async def live() -> Any:
+            r = await run_cli("status", "--json", env=env, cwd=home)
+            return json.loads(r.out) if r.rc == 0 and r.err == "" else None
+
+        view = await until(live)
+        assert view["source"] == "live"
+        assert [h["name"] for h in view["hosts"]] == [_socket.gethostname()]
+        assert (home / "run" / "gpufleet" / "gpufleet.sock").exists()
+        r = await run_cli("hosts", env=env, cwd=home)
+        assert r.rc == 0 and _socket.gethostname() in r.out, r.err
+    finally:
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGTERM)
+        _out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert "no config file found; watching this machine only" in err.decode()

@@ -155,3 +155,21 @@ def test_from_dict_tolerates_new_and_reordered_fields() -> None:
     d["totals"]["new_total"] = 3
     back = query.fleet_view_from_dict(d)
     assert back.hosts[0].gpus[0] == v.hosts[0].gpus[0] and back.totals == v.totals
+
+
+def test_orphaned_memory_is_not_idle() -> None:
+    """12 GiB held with no process visible: nobody can use that GPU, so it must not count as idle."""
+    live = synthetic_live({"n1": "idle"}, gpus=2, now=NOW)
+    snap = live.hosts["n1"].snapshot
+    assert snap is not None
+    snap.gpus[0].memory_used = 12 << 30
+
+    def flags(host: str, gpu: int | None) -> set[str]:
+        return {"orphaned_memory"} if gpu == 0 else set()
+
+    v = query.build_fleet_view(live.hosts.values(), flags, now=NOW)
+    states = [g.state for g in v.hosts[0].gpus]
+    assert states == ["busy", "idle"]
+    assert (v.totals.busy, v.totals.idle, v.totals.orphaned) == (1, 1, 1)
+    assert v.hosts[0].gpus[0].flags == ["orphaned"]
+    assert query.fleet_view_from_dict(json.loads(json.dumps(v, default=query.jsonable))).totals.orphaned == 1

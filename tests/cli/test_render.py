@@ -104,7 +104,75 @@ async def test_history_render_and_csv() -> None:
         lines = show(render_history(result, width), width)
         assert max(cell_width(line) for line in lines) <= width
     text = "\n".join(lines)
-    assert "GPU 0" in text and "GPU 1" in text and "peak memory 31G (GPU 1)" in text
+    assert "GPU 0" in text and "GPU 1" in text and "peak memory 31 GiB (GPU 1)" in text
     csv_text = history_csv(result)
     assert csv_text.splitlines()[0].startswith("host,gpu,uuid,resolution,ts,time,util_mean")
     assert len(csv_text.splitlines()) == 1 + 2 * 60
+
+
+def _words(lines: list[str]) -> str:
+    return " ".join(" ".join(lines).split())
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_list_views_stay_readable_when_narrow(width: int) -> None:
+    """rich's Table folded the long column (summary, reason, command) into a few cells a line at 80
+    columns and dropped others; every long text must survive whole (word order intact) and no line may
+    exceed the width, with the short columns all present."""
+    from gpufleet.cli.render_history import process_table
+    from gpufleet.cli.render_status import render_hosts
+    from gpufleet.collector.store.records import ProcessSpan
+
+    live = synthetic_live({"gpu-node-07": "hot", "gpu-node-12": "down"}, gpus=2)
+    alerts = StandinAlerts(live).active()
+    for a in alerts:
+        a.annotations["summary"] = f"{a.labels['host']} has a long summary that needs many words to say what"
+    now = time.time()
+    lines = show(
+        render_alerts(as_dict({"active": alerts, "recent": [], "silences": []}), width, now, now), width
+    )
+    assert max(cell_width(x) for x in lines) <= width
+    assert lines[1].split()[:7] == ["SEVERITY", "STATE", "RULE", "HOST", "GPU", "USER", "FOR"]
+    text = _words(lines)
+    for a in alerts:
+        assert a.annotations["summary"] in text
+    assert any("has a long summary that needs" in x for x in lines)  # not folded into a sliver
+
+    reason = "ssh: connection refused by 127.0.0.1 port 2222 (is sshd running? check the firewall)"
+    hosts = [
+        query.HostInfo(
+            name="gpu-node-12",
+            status="down",
+            reason=reason,
+            since=now - 60,
+            last_seen=now - 90,
+            tags=["a100", "prod"],
+            gpus=8,
+            agent_version="0.1.0",
+            driver_version="550.54.15",
+        ),
+    ]
+    lines = show(render_hosts(hosts, width, now), width)
+    assert max(cell_width(x) for x in lines) <= width
+    assert lines[1].split()[:8] == ["HOST", "STATUS", "SINCE", "SEEN", "GPUS", "AGENT", "DRIVER", "TAGS"]
+    assert reason in _words(lines) and " 8 " in lines[2]
+    assert any("connection refused by 127.0.0.1" in x for x in lines)
+
+    cmd = "python -m torch.distributed.run --nproc-per-node 8 train.py --config configs/llama-70b.yaml"
+    span = ProcessSpan(
+        host="n1",
+        gpu_index=3,
+        uuid="GPU-x",
+        pid=424242,
+        user="alice",
+        command=cmd,
+        first_seen=now - 7200,
+        last_seen=now - 60,
+        max_gpu_memory=70 << 30,
+        mean_sm_util=88.0,
+    )
+    lines = show(process_table([span], width), width)
+    assert max(cell_width(x) for x in lines) <= width
+    assert lines[0].split()[:5] == ["USER", "PID", "GPU", "FIRST", "SEEN"]
+    assert lines[1].split()[:3] == ["alice", "424242", "3"] and "1h59m" in lines[1] and "70 GiB" in lines[1]
+    assert cmd in _words(lines)

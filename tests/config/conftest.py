@@ -14,6 +14,17 @@ Loader = Callable[..., Config]
 Failer = Callable[..., ConfigErrors]
 
 
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A HOME with an (empty) ~/.ssh/known_hosts, so hosts without known_hosts pass the strict-policy check
+    wherever the suite runs; tests of that check remove it."""
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "known_hosts").write_text("")
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
 @pytest.fixture
 def write(tmp_path: Path) -> Callable[[str], Path]:
     def _write(text: str, name: str = "gpufleet.yaml") -> Path:

@@ -205,3 +205,50 @@ def test_operator_guide_mentions_only_files_that_exist() -> None:
     quoted = set(re.findall(r"`(gpufleet_[a-z0-9_]+)`", guide))
     assert quoted - METRIC_NAMES == set()
     assert METRIC_NAMES - quoted == set()
+
+
+def _guide_commands() -> list[list[str]]:
+    """Every `gpufleet ...` command line in the guide (code blocks and inline code), as tokens."""
+    guide = (DEPLOY / "OPERATOR.md").read_text()
+    code = [ln.strip() for ln in guide.splitlines() if ln.startswith("    ")]
+    code += re.findall(r"`([^`\n]+)`", guide)
+    out = []
+    for text in code:
+        toks = text.split()
+        for i, tok in enumerate(toks):
+            if tok.rsplit("/", 1)[-1] != "gpufleet" or (i and toks[i - 1].startswith("-")):
+                continue  # e.g. sudo -u gpufleet ...
+            cmd = []
+            for t in toks[i + 1:]:
+                if t in ("&&", "|", "||", ";") or t.startswith("#"):
+                    break
+                cmd.append(t)
+            if cmd:  # a bare `gpufleet` is the user or a directory like /var/lib/gpufleet
+                out.append(cmd)
+    return out
+
+
+def test_operator_guide_commands_exist() -> None:
+    import click
+    from gpufleet.cli.main import cli
+
+    commands = _guide_commands()
+    assert len(commands) >= 8 and ["config", "check", "-c", "/etc/gpufleet/gpufleet.yaml"] in commands
+    for cmd in commands:
+        node: click.Command = cli
+        rest = list(cmd)
+        while isinstance(node, click.Group) and rest and not rest[0].startswith("-"):
+            sub = node.commands.get(rest[0])
+            assert sub is not None, f"gpufleet {' '.join(cmd)}: no command {rest[0]!r}"
+            node, rest = sub, rest[1:]
+        assert not isinstance(node, click.Group), f"gpufleet {' '.join(cmd)}: incomplete command"
+        opts = {o for p in node.params for o in (*p.opts, *p.secondary_opts)}
+        for tok in rest:
+            if tok.startswith("-"):
+                assert tok.split("=", 1)[0] in opts, f"gpufleet {' '.join(cmd)}: no option {tok}"
+
+
+def test_operator_guide_deploy_files_all_exist() -> None:
+    guide = (DEPLOY / "OPERATOR.md").read_text()
+    for ref in set(re.findall(r"\bdeploy/[\w.\-]+", guide)):
+        assert (DEPLOY.parent / ref).is_file(), ref

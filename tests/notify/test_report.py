@@ -193,8 +193,8 @@ async def test_cli_report_since_7d_end_to_end(tmp_path: Path):
     users = lines.index("By user (GPU-hours):")
     assert [r.split() for r in lines[users + 1:users + 5]] == [
         ["USER", "HELD", "USED", "WASTED", "WASTED", "%"],
-        ["alice", "4.0", "0.0", "4.0", "100", "%"],
-        ["carol", "2.0", "0.0", "2.0", "100", "%"],
+        ["alice", "4.0", "0.04", "4.0", "100", "%"],  # 2 h at 2 % on n3-2: under 1 h, two decimals
+        ["carol", "2.0", "0.04", "2.0", "100", "%"],
         ["bob", "3.0", "2.0", "0.0", "0", "%"]]
     hosts = lines.index("By host (GPU-hours):")
     assert [r.split() for r in lines[hosts + 1:hosts + 4]] == [

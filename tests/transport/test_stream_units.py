@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 from gpufleet.agent import wire
@@ -119,3 +120,18 @@ def test_full_jitter_spreads_a_returning_fleet() -> None:
 def test_backoff_rejects_nonsense() -> None:
     with pytest.raises(ValueError):
         Backoff(0.0, 1.0)
+
+
+def test_connect_error_wording() -> None:
+    import socket
+
+    from gpufleet.collector.settings import HostConfig
+    from gpufleet.collector.transport.hostkeys import HostKeyVerifier, KnownHostsFile
+    from gpufleet.collector.transport.ssh import _connect_error
+
+    host = HostConfig(name="gpu07", address="gpu07.cluster.example", port=22)
+    verifier = HostKeyVerifier("gpu07", KnownHostsFile(Path("/nonexistent/known_hosts")), "strict")
+    dns = _connect_error(host, socket.gaierror(socket.EAI_NONAME, "Name or service not known"), verifier)
+    assert str(dns) == "gpu07: cannot resolve gpu07.cluster.example: Name or service not known"
+    refused = _connect_error(host, ConnectionRefusedError(111, "Connect call failed"), verifier)
+    assert str(refused) == "gpu07: cannot connect to gpu07.cluster.example:22: Connection refused"

@@ -12,6 +12,7 @@ can put it straight into a FanOut.
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
@@ -95,7 +96,7 @@ class Store:
                 await call(reader, setup_reader)
                 await call(reader, schema.check_readable)
                 return cls(path, config, reader, None, None, tuning)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            _create_private(path)
             writer_conn = await connect(path, readonly=False)
             await call(writer_conn, setup_writer)
             await call(writer_conn, schema.migrate)
@@ -307,3 +308,19 @@ class Store:
         """``PRAGMA wal_checkpoint(PASSIVE)``: (busy, frames in the WAL, frames checkpointed)."""
         result: tuple[int, int, int] = await self._w().call(rollup.checkpoint, standalone=True)
         return result
+
+
+#: History holds user names and command lines: owner read-write, the group (operators who may use the
+#: CLI's read-only fallback) read-only, nobody else. SQLite gives the -wal/-shm files the same mode.
+DB_FILE_MODE = 0o640
+DB_DIR_MODE = 0o750
+
+
+def _create_private(path: Path) -> None:
+    """Create the database directory and an empty file with restrictive modes (the umask may be 022)."""
+    if not path.parent.exists():
+        path.parent.mkdir(mode=DB_DIR_MODE, parents=True, exist_ok=True)
+    if not path.exists():
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, DB_FILE_MODE)
+        os.close(fd)
+        os.chmod(path, DB_FILE_MODE)  # the umask may have removed bits we wanted; never adds any

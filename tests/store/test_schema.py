@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 from pathlib import Path
 
 import pytest
@@ -127,3 +129,20 @@ async def test_not_a_database_is_a_storage_error(config: StorageConfig) -> None:
     path.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StorageError, match="gpufleet.db"):
         await Store.open(config)
+
+
+async def test_new_database_is_not_world_readable(tmp_path: Path) -> None:
+    """History names users and their command lines: the file and its WAL are owner rw, group r only."""
+    old = os.umask(0o022)
+    try:
+        store = await Store.open(StorageConfig(path=str(tmp_path / "state" / "fleet.db")))
+        try:
+            await store.flush()
+            modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "state").iterdir()}
+        finally:
+            await store.close()
+    finally:
+        os.umask(old)
+    assert modes["fleet.db"] == 0o640
+    assert all(mode & 0o007 == 0 for mode in modes.values()), modes
+    assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o750

@@ -496,6 +496,19 @@ def _err(name: str) -> Exception:
     return err
 
 
+def _unversioned(v3: Callable[[Any], list[_Obj]], handle: Any) -> list[_Obj]:
+    """An unversioned process call as pynvml makes it: the _v3 symbol, and where that is missing the
+    library-mismatch error rather than FUNCTION_NOT_FOUND."""
+    try:
+        return v3(handle)
+    except nvml.NVMLError as exc:
+        if int(getattr(exc, "value", 0)) == nvml.ERROR_CODES["FUNCTION_NOT_FOUND"]:
+            raise nvml.library_mismatch(
+                "Unversioned function called and the pyNVML version does not match the NVML lib version."
+            ) from None
+        raise
+
+
 class FakeNvml:
     """The pynvml surface the agent uses, answering from a scenario at time ``clock() - start``."""
 
@@ -795,14 +808,7 @@ class FakeNvml:
             raise nvml.make_error(gpu.errors["processes_v3"])
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[_Obj]:
-        try:
-            return self.nvmlDeviceGetComputeRunningProcesses_v3(handle)
-        except nvml.NVMLError as exc:
-            if int(getattr(exc, "value", 0)) == nvml.ERROR_CODES["FUNCTION_NOT_FOUND"]:
-                raise nvml.library_mismatch(
-                    "Unversioned function called and the pyNVML version does not match the NVML lib version."
-                ) from None
-            raise
+        return _unversioned(self.nvmlDeviceGetComputeRunningProcesses_v3, handle)
 
     def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any) -> list[_Obj]:
         self._v3(handle)
@@ -812,14 +818,7 @@ class FakeNvml:
         return self._procs(handle, "processes", ("compute", "compute+graphics"))
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[_Obj]:
-        try:
-            return self.nvmlDeviceGetGraphicsRunningProcesses_v3(handle)
-        except nvml.NVMLError as exc:
-            if int(getattr(exc, "value", 0)) == nvml.ERROR_CODES["FUNCTION_NOT_FOUND"]:
-                raise nvml.library_mismatch(
-                    "Unversioned function called and the pyNVML version does not match the NVML lib version."
-                ) from None
-            raise
+        return _unversioned(self.nvmlDeviceGetGraphicsRunningProcesses_v3, handle)
 
     def nvmlDeviceGetGraphicsRunningProcesses_v3(self, handle: Any) -> list[_Obj]:
         self._v3(handle)

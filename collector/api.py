@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from gpufleet.collector import query
+from gpufleet.collector.aioserver import close_server, close_writer
 from gpufleet.collector.errors import QueryError
 from gpufleet.collector.live import LiveView
 from gpufleet.collector.settings import DEFAULT_RULES, Config
@@ -604,13 +605,7 @@ class QueryServer:
         for _ in range(10):
             await asyncio.sleep(0)
         self._refuse_pending()
-        self._server.close()
-        for task in list(self._conns):
-            task.cancel()
-        if self._conns:
-            await asyncio.gather(*self._conns, return_exceptions=True)
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._server.wait_closed(), 5.0)
+        await close_server(self._server, self._conns)
         self._server = None
         self._sock = None
         with contextlib.suppress(OSError):
@@ -644,9 +639,7 @@ class QueryServer:
         finally:
             if task is not None:
                 self._conns.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), 1.0)
+            await close_writer(writer)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:

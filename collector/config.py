@@ -16,7 +16,7 @@ import shlex
 import socket
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 import yaml
@@ -220,6 +220,7 @@ class _Bad(Exception):
 
 
 Conv = Callable[["_Parser", Node, str], Any]
+_T = TypeVar("_T")
 
 _TAG = "tag:yaml.org,2002:"
 _ENV_REF = re.compile(r"\$(\$)?\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
@@ -463,31 +464,25 @@ class _Parser:
             self.fail(f"must be one of {', '.join(opts)}, got '{raw}'{_did_you_mean(raw, opts)}", node, key)
         return value
 
-    def str_list(self, node: Node, key: str) -> list[str]:
+    def each(self, node: Node, key: str, conv: Callable[[Node, str], _T]) -> list[_T]:
+        """Each item of a sequence through ``conv``; every bad item is reported before the list fails."""
         items = self.sequence(node, key)
-        out: list[str] = []
+        out: list[_T] = []
         bad = False
         for i, item in enumerate(items):
             try:
-                out.append(self.string(item, f"{key}[{i}]"))
+                out.append(conv(item, f"{key}[{i}]"))
             except _Bad:
                 bad = True
         if bad:
             raise _Bad
         return out
 
+    def str_list(self, node: Node, key: str) -> list[str]:
+        return self.each(node, key, self.string)
+
     def int_list(self, node: Node, key: str, *, lo: int | None = None) -> list[int]:
-        items = self.sequence(node, key)
-        out: list[int] = []
-        bad = False
-        for i, item in enumerate(items):
-            try:
-                out.append(self.integer(item, f"{key}[{i}]", lo=lo))
-            except _Bad:
-                bad = True
-        if bad:
-            raise _Bad
-        return out
+        return self.each(node, key, lambda n, k: self.integer(n, k, lo=lo))
 
     def argv(self, node: Node, key: str, *, allow_empty: bool = True) -> list[str]:
         """A command line: a string (split like a shell would, without running one) or a list."""
@@ -551,17 +546,7 @@ class _Parser:
         return first
 
     def secret_list(self, node: Node, key: str) -> list[str]:
-        items = self.sequence(node, key)
-        out: list[str] = []
-        bad = False
-        for i, item in enumerate(items):
-            try:
-                out.append(self.secret(item, f"{key}[{i}]"))
-            except _Bad:
-                bad = True
-        if bad:
-            raise _Bad
-        return out
+        return self.each(node, key, self.secret)
 
     # ---- host key verification
 

@@ -19,7 +19,6 @@ Choices that matter to dashboards:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import gzip
 import logging
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from gpufleet.agent import wire
+from gpufleet.collector.aioserver import close_server, close_writer
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.live import HostState, LiveView
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -524,13 +524,7 @@ class MetricsServer:
     async def stop(self) -> None:
         if self._server is None:
             return
-        self._server.close()
-        for task in list(self._conns):
-            task.cancel()
-        if self._conns:
-            await asyncio.gather(*self._conns, return_exceptions=True)
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._server.wait_closed(), 5.0)
+        await close_server(self._server, self._conns)
         self._server = None
 
     async def __aenter__(self) -> MetricsServer:
@@ -557,9 +551,7 @@ class MetricsServer:
             log.exception("metrics: request failed")
         finally:
             self._conns.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), 1.0)
+            await close_writer(writer)
 
     async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

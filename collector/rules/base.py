@@ -7,6 +7,7 @@ two apart lets each rule be tested from hand-built snapshots, and the lifecycle 
 
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -68,16 +69,18 @@ class Rule:
     on_snapshot: ClassVar[bool] = True
 
     def __init__(self, config: RuleConfig) -> None:
-        self.config = config
-        self.params: dict[str, Any] = {**DEFAULT_RULES.get(config.name, {}), **config.params}
+        # the defaults under what was configured, so a hand-built RuleConfig (tests) reads like a loaded one
+        params = {**DEFAULT_RULES.get(config.name, {}), **config.params}
+        self.config = dataclasses.replace(config, params=params)
+        self.params: dict[str, Any] = params
 
     @property
     def for_seconds(self) -> float:
-        return float(self.params.get("for", 0.0))
+        return self.config.for_seconds
 
     @property
     def severity(self) -> str:
-        return str(self.params.get("severity", "warning"))
+        return self.config.severity
 
     def param_float(self, key: str, default: float) -> float:
         value = self.params.get(key, default)

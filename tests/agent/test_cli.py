@@ -286,6 +286,17 @@ def test_no_nvml_exit_2_with_one_line(run_agent: Start) -> None:
     ]
 
 
+def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+    """``code`` in the agent's interpreter and environment, to completion."""
+    return subprocess.run(
+        [*agent_cmd()[:1], "-c", code],
+        capture_output=True,
+        env=env,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def test_yaml_not_imported_without_fake(agent_env: dict[str, str]) -> None:
     code = (
         "import sys\n"
@@ -293,13 +304,7 @@ def test_yaml_not_imported_without_fake(agent_env: dict[str, str]) -> None:
         "main(['--once', '--json'])\n"
         "print('yaml' in sys.modules, file=sys.stderr)\n"
     )
-    res = subprocess.run(
-        [*agent_cmd()[:1], "-c", code],
-        capture_output=True,
-        env=agent_env,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    res = run_python(code, agent_env)
     assert res.stderr.strip().splitlines()[-1] == b"False"
 
 
@@ -316,13 +321,7 @@ def test_stray_output_cannot_reach_the_frame_stream(agent_env: dict[str, str]) -
         "sampler.Sampler.sample = noisy\n"
         "sys.exit(main.main(['--fake', 'idle', '--interval', '0.05', '--max-frames', '3']))\n"
     )
-    res = subprocess.run(
-        [*agent_cmd()[:1], "-c", code],
-        capture_output=True,
-        env=agent_env,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-    )
+    res = run_python(code, agent_env)
     assert res.returncode == 0, res.stderr
     frames = [wire.decode(line) for line in res.stdout.splitlines(keepends=True)]
     assert [type(f) for f in frames] == [wire.Hello] + [wire.Snapshot] * 3

@@ -18,15 +18,22 @@ from gpufleet.agent import wire
 GIB = 1 << 30
 
 
-def run_once(agent_cmd: list[str], lib_dir: Path, state: Path) -> wire.Snapshot:
-    result = subprocess.run(
-        [*agent_cmd, "--once", "--json"],
+def run_agent(
+    agent_cmd: list[str], lib_dir: Path, state: Path, *args: str
+) -> subprocess.CompletedProcess[bytes]:
+    """The agent to completion against the fake library in ``lib_dir`` driven by the state file ``state``."""
+    return subprocess.run(
+        [*agent_cmd, *args],
         env=fakelib.env_for(lib_dir, state),
         capture_output=True,
         timeout=60,
         check=False,
         stdin=subprocess.DEVNULL,
     )
+
+
+def run_once(agent_cmd: list[str], lib_dir: Path, state: Path) -> wire.Snapshot:
+    result = run_agent(agent_cmd, lib_dir, state, "--once", "--json")
     assert result.returncode == 0, result.stderr.decode()
     lines = result.stdout.splitlines()
     assert len(lines) == 1
@@ -207,14 +214,7 @@ def test_stream_decodes_and_a_lost_gpu_does_not_stop_the_others(
     state = busy_state()
     state["gpus"][1]["lost"] = True
     path = fakelib.write_state(tmp_path / "state", state)
-    result = subprocess.run(
-        [*agent_cmd, "--interval", "0.1", "--max-frames", "3"],
-        env=fakelib.env_for(fake_nvml_dir, path),
-        capture_output=True,
-        timeout=60,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
+    result = run_agent(agent_cmd, fake_nvml_dir, path, "--interval", "0.1", "--max-frames", "3")
     assert result.returncode == 0, result.stderr.decode()
     frames = [wire.decode(line) for line in result.stdout.splitlines()]
     assert isinstance(frames[0], wire.Hello)
@@ -274,17 +274,9 @@ def test_state_changes_reach_later_snapshots(
 
 
 def test_driver_missing_is_a_clear_exit(agent_cmd: list[str], fake_nvml_dir: Path, tmp_path: Path) -> None:
-    result = subprocess.run(
-        [*agent_cmd, "--once", "--json"],
-        env=fakelib.env_for(fake_nvml_dir, tmp_path / "absent"),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
-    assert result.returncode == 2 and result.stdout == ""
-    assert "not loaded" in result.stderr
+    result = run_agent(agent_cmd, fake_nvml_dir, tmp_path / "absent", "--once", "--json")
+    assert result.returncode == 2 and result.stdout == b""
+    assert "not loaded" in result.stderr.decode()
 
 
 @pytest.mark.parametrize("code", [18])  # LIB_RM_VERSION_MISMATCH, as after an unattended driver upgrade
@@ -292,16 +284,8 @@ def test_driver_mismatch_at_start_is_a_clear_exit(
     agent_cmd: list[str], fake_nvml_dir: Path, tmp_path: Path, code: int
 ) -> None:
     path = fakelib.write_state(tmp_path / "state", {**fakelib.default_state(1), "init_error": code})
-    result = subprocess.run(
-        [*agent_cmd, "--once", "--json"],
-        env=fakelib.env_for(fake_nvml_dir, path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
-    assert result.returncode == 2 and "mismatch" in result.stderr
+    result = run_agent(agent_cmd, fake_nvml_dir, path, "--once", "--json")
+    assert result.returncode == 2 and "mismatch" in result.stderr.decode()
 
 
 def test_event_wait_missing_stops_the_xid_watcher(
@@ -310,14 +294,7 @@ def test_event_wait_missing_stops_the_xid_watcher(
     """nvmlEventSetWait_v2 missing (FUNCTION_NOT_FOUND at once): one warning, snapshots go on (no spin)."""
     lib_dir = fake_nvml_build(("nvmlEventSetWait_v2",))
     path = fakelib.write_state(tmp_path / "state", busy_state())
-    result = subprocess.run(
-        [*agent_cmd, "--interval", "0.1", "--max-frames", "3"],
-        env=fakelib.env_for(lib_dir, path),
-        capture_output=True,
-        timeout=60,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
+    result = run_agent(agent_cmd, lib_dir, path, "--interval", "0.1", "--max-frames", "3")
     assert result.returncode == 0, result.stderr.decode()
     frames = [wire.decode(line) for line in result.stdout.splitlines()]
     assert [f.seq for f in frames if isinstance(f, wire.Snapshot)] == [1, 2, 3]

@@ -74,22 +74,34 @@ async def test_bad_alert_is_a_final_4xx(alertmanager, w):
     assert "HTTP 400" in disp.last_error["am"]
 
 
-async def test_engine_to_alertmanager_with_refresh(alertmanager, w):
-    class Clock:
-        t = time.time()
+class Clock:
+    """Wall time a test moves by hand (Alertmanager compares our timestamps with its own clock)."""
 
-        def __call__(self) -> float:
-            return self.t
+    def __init__(self) -> None:
+        self.t = time.time()
 
+    def __call__(self) -> float:
+        return self.t
+
+
+async def overheating_engine(
+    url: str, w: Any, **alerting: float
+) -> tuple[Clock, AlertEngine, NotificationDispatcher]:
+    """A started engine whose overheating rule fires at once, posting to the Alertmanager at ``url``."""
     clock = Clock()
     rules = default_rules()
     rules["overheating"].params["for"] = 0.0
     cfg = Config(hosts=[HostConfig(name="n3")], rules=rules,
-                 alerting=AlertingConfig(group_wait=0.0))
-    [notifier] = build_notifiers([w.config("am", "alertmanager", urls=[alertmanager])], cfg.alerting)
+                 alerting=AlertingConfig(group_wait=0.0, **alerting))
+    [notifier] = build_notifiers([w.config("am", "alertmanager", urls=[url])], cfg.alerting)
     disp = NotificationDispatcher([notifier], clock=clock, backoff=0.01)
     engine = AlertEngine(cfg, None, clock=clock, dispatcher=disp)
     await engine.start(run_tick=False)
+    return clock, engine, disp
+
+
+async def test_engine_to_alertmanager_with_refresh(alertmanager, w):
+    clock, engine, disp = await overheating_engine(alertmanager, w)
     try:
         gpu = wire.GpuSample(index=0, uuid="GPU-0000", temperature=93, util_gpu=50)
         engine.frame("n3", wire.Snapshot(ts=clock.t, seq=1, gpus=[gpu]), clock.t)
@@ -129,22 +141,7 @@ def _parse(stamp: str) -> float:
 
 async def test_resolved_alert_reaches_alertmanager_with_ends_at(alertmanager_to_receiver, receiver, w):
     """Engine -> Alertmanager API -> Alertmanager's own webhook: the resolution arrives with our endsAt."""
-    class Clock:
-        t = time.time()
-
-        def __call__(self) -> float:
-            return self.t
-
-    clock = Clock()
-    rules = default_rules()
-    rules["overheating"].params["for"] = 0.0
-    cfg = Config(hosts=[HostConfig(name="n3")], rules=rules,
-                 alerting=AlertingConfig(group_wait=0.0, group_interval=0.0))
-    [notifier] = build_notifiers([w.config("am", "alertmanager", urls=[alertmanager_to_receiver])],
-                                 cfg.alerting)
-    disp = NotificationDispatcher([notifier], clock=clock, backoff=0.01)
-    engine = AlertEngine(cfg, None, clock=clock, dispatcher=disp)
-    await engine.start(run_tick=False)
+    clock, engine, disp = await overheating_engine(alertmanager_to_receiver, w, group_interval=0.0)
     try:
         hot = wire.GpuSample(index=0, uuid="GPU-0000", temperature=93, util_gpu=50)
         engine.frame("n3", wire.Snapshot(ts=clock.t, seq=1, gpus=[hot]), clock.t)

@@ -80,7 +80,8 @@ def post_json_sync(url: str, payload: Any, *, headers: dict[str, str], timeout: 
         reason = exc.reason
         text = "timed out" if isinstance(reason, (TimeoutError, socket.timeout)) else str(reason)
         text = redact_text(text, secrets or [])
-        raise DeliveryError(notifier, f"{shown}: {text}", retryable=True) from None
+        # a network failure (an OSError reason) may pass; "unknown url type" and the like never will
+        raise DeliveryError(notifier, f"{shown}: {text}", retryable=isinstance(reason, OSError)) from None
     except TimeoutError:
         raise DeliveryError(notifier, f"{shown}: timed out after {timeout:g} s", retryable=True) from None
     except (OSError, http.client.HTTPException) as exc:

@@ -105,6 +105,17 @@ async def test_connection_refused_is_retried(w):
     await disp.stop()
 
 
+async def test_a_url_that_can_never_work_is_not_retried(w):
+    """Built in code (the config loader only lets http(s) through): a scheme urllib cannot open."""
+    [notifier] = build_notifiers([w.config(urls=["gopher://127.0.0.1/x"], retries=3)], AlertingConfig())
+    disp = NotificationDispatcher([notifier], backoff=0.01)
+    await disp.start()
+    disp.submit(w.notification())
+    assert await disp.join(5)
+    assert disp.stats["retries"] == 0 and disp.stats["failed"] == 1
+    await disp.stop()
+
+
 async def test_secrets_never_reach_the_logs(w, receiver, monkeypatch, caplog):
     monkeypatch.setenv("HOOK_URL", receiver.url + "/services/T000/B000/topsecretpath")
     monkeypatch.setenv("HOOK_TOKEN", "Bearer very-secret-token")

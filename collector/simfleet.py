@@ -43,6 +43,10 @@ Mode = Literal["subprocess", "inproc"]
 SCENARIOS: tuple[str, ...] = ("busy", "wasting", "hot", "zombie", "lost", "idle")
 AGENT_NAME = "gpufleet-agent"
 LOOPBACK = "127.0.0.1"
+#: A shared server takes the whole fleet's TCP connects at once (the collector connects before it takes a
+#: connect slot): asyncssh's default backlog of 100 would drop SYNs and add 1 s retransmits. The kernel caps
+#: it at net.core.somaxconn.
+LISTEN_BACKLOG = 4096
 
 
 @dataclasses.dataclass(eq=False)
@@ -74,12 +78,15 @@ class SimHost:
 
 
 class _Handshakes:
-    """How many SSH handshakes (TCP accept -> auth done) are in flight on the fleet's servers, and the most
-    seen at once: the collector's connect bound, observed from the other end."""
+    """How many SSH handshakes (the client's first byte -> auth done) are in flight on the fleet's servers,
+    and the most seen at once: the collector's connect bound, observed from the other end. The clock starts
+    at the client's version line, not at accept: the collector connects TCP before it takes a slot.
+    ``accepted`` counts TCP connections accepted."""
 
     def __init__(self) -> None:
         self.now = 0
         self.peak = 0
+        self.accepted = 0
 
     def begin(self) -> None:
         self.now += 1
@@ -106,9 +113,19 @@ class _Listener:
         class Server(asyncssh.SSHServer):
             def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
                 self.conn = conn
-                self.handshaking = True
+                self.handshaking = False
                 listener.conns.add(conn)
-                listener.fleet.handshakes.begin()
+                listener.fleet.handshakes.accepted += 1
+                received = conn.data_received
+
+                def first_data(data: bytes, datatype: asyncssh.DataType = None) -> None:
+                    # the handshake starts when the client speaks; then get out of the way
+                    setattr(conn, "data_received", received)  # noqa: B010 - an instance override
+                    self.handshaking = True
+                    listener.fleet.handshakes.begin()
+                    received(data, datatype)
+
+                setattr(conn, "data_received", first_data)  # noqa: B010 - mypy refuses method assignment
 
             def auth_completed(self) -> None:
                 self._handshake_over()
@@ -144,7 +161,8 @@ class _Listener:
         self.acceptor = await asyncssh.listen(
             LOOPBACK, port, server_host_keys=[self.key], server_factory=Server,
             process_factory=self.fleet._session, sftp_factory=sftp_factory, encoding=None,
-            allow_scp=False, keepalive_interval=0, login_timeout=30, reuse_address=True)
+            allow_scp=False, keepalive_interval=0, login_timeout=30, reuse_address=True,
+            backlog=LISTEN_BACKLOG)
         self.port = self.acceptor.get_port()
         return self.port
 

@@ -2,7 +2,8 @@
 
 ``FleetTransport(hosts, sink).start()`` is all the daemon needs; the modules below it are
 :mod:`.backoff` (retry delays), :mod:`.stream` (framing + validation), :mod:`.hostkeys` (known_hosts),
-:mod:`.ssh`, :mod:`.local`, :mod:`.zipapp` (``agent: upload``) and :mod:`.manager`.
+:mod:`.reach` (TCP + banner before a connect slot), :mod:`.ssh`, :mod:`.local`, :mod:`.zipapp`
+(``agent: upload``) and :mod:`.manager`.
 """
 
 from gpufleet.collector.transport.backoff import Backoff

@@ -2,9 +2,11 @@
 
 Each host loops dial -> stream -> down -> backoff -> dial. Hosts never share fate: a protocol error, a hung
 agent or a changed host key ends only that host's stream. Handshakes are CPU-bound, so at most
-``max_concurrent_connects`` run at once; the rest queue. Status reaches the sink on every change:
-``connecting`` (first attempt only), ``up`` (a valid hello arrived), ``down`` with a reason (the host stays
-``down`` across retries, so alerts do not flap while it is unreachable).
+``max_concurrent_connects`` run at once; the rest queue. A direct host is reached first (TCP connect and the
+server's banner, outside the bound), so dead hosts wait on their timers without holding a slot. Status
+reaches the sink on every change: ``connecting`` (first attempt only), ``up`` (a valid hello arrived),
+``down`` with a reason (the host stays ``down`` across retries, so alerts do not flap while it is
+unreachable).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""One SSH session to one host: dial (through a jump host if configured), verify the host key, run the
-agent (installed, or the uploaded zipapp), and pump its stdout into an :class:`AgentStream`.
+"""One SSH session to one host: reach it (reach.py), dial (through a jump host if configured), verify the
+host key, run the agent (installed, or the uploaded zipapp), and pump its stdout into an
+:class:`AgentStream`.
 
 Everything asyncssh-specific lives here; failures leave as :class:`TransportError` subclasses with the
 host in the message. The manager decides about retries.
@@ -21,6 +22,7 @@ import asyncssh
 from gpufleet.collector.errors import AgentError, ConfigError, TransportError
 from gpufleet.collector.settings import HostConfig
 from gpufleet.collector.transport.hostkeys import HostKeyRefused, HostKeyVerifier, KnownHostsStore
+from gpufleet.collector.transport.reach import reach
 from gpufleet.collector.transport.stream import AgentStream
 from gpufleet.collector.transport.zipapp import AgentZipapp, build_agent_zipapp, ensure_uploaded
 
@@ -34,6 +36,11 @@ ENCRYPTION_ALGS = ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20
                    "aes128-ctr", "aes256-ctr"]
 CLOSE_GRACE = 2.0
 MAX_JUMP_DEPTH = 4
+#: A reached socket that waited longer than this for a connect slot is replaced by a fresh one before the
+#: handshake. The server's login timer runs from accept (OpenSSH LoginGraceTime: 120 s by default, 30 s or
+#: less on hardened hosts), and the wait is not counted in connect_timeout, so that a large fleet starting
+#: at once (queueing for slots by design) does not time out. 15 s keeps clear of a 30 s grace time.
+FRESH_FOR = 15.0
 
 
 class SshContext:
@@ -43,6 +50,7 @@ class SshContext:
                  known_hosts: KnownHostsStore | None = None) -> None:
         self.hosts = hosts
         self.connect_slots = connect_slots
+        self.fresh_for = FRESH_FOR
         self.known_hosts = known_hosts or KnownHostsStore()
         self._keys: dict[str, asyncssh.SSHKey] = {}
         self._zipapp: AgentZipapp | None = None
@@ -199,14 +207,34 @@ async def _dial(host: HostConfig, ctx: SshContext, tunnel: asyncssh.SSHClientCon
     if key is not None:
         options["client_keys"] = [key]
         options["agent_path"] = None  # an explicit key: do not also offer whatever ssh-agent holds
-    if tunnel is not None:
-        options["tunnel"] = tunnel
+    address = host.address or host.name
+    sock: socket.socket | None = None
     try:
+        if tunnel is not None:  # the jump host's channel: nothing to reach first, the slot covers it all
+            options["tunnel"] = tunnel
+            async with ctx.connect_slots:
+                return await _handshake(address, options, host)
+        # a dead or wedged host costs a timer here, not a connect slot (see reach.py)
+        sock = await reach(address, host.port, host.connect_timeout)
+        reached = asyncio.get_running_loop().time()
         async with ctx.connect_slots:
-            return await asyncio.wait_for(asyncssh.connect(host.address or host.name, **options),
-                                          host.connect_timeout + 5.0)
+            if asyncio.get_running_loop().time() - reached > ctx.fresh_for:
+                # sshd's LoginGraceTime runs from accept: do not hand it a socket that idled in the queue
+                sock.close()
+                sock = await reach(address, host.port, host.connect_timeout)
+            conn = await _handshake(address, {**options, "sock": sock}, host)
+            sock = None  # the connection owns it now
+            return conn
     except (asyncssh.Error, OSError, asyncio.TimeoutError, ValueError) as exc:
         raise _connect_error(host, exc, verifier) from None
+    finally:
+        if sock is not None:
+            sock.close()
+
+
+async def _handshake(address: str, options: dict[str, Any], host: HostConfig) -> asyncssh.SSHClientConnection:
+    """Key exchange and auth: asyncssh's connect_timeout bounds it, the outer wait_for is a backstop."""
+    return await asyncio.wait_for(asyncssh.connect(address, **options), host.connect_timeout + 5.0)
 
 
 async def open_connection(host: HostConfig, ctx: SshContext) -> list[asyncssh.SSHClientConnection]:

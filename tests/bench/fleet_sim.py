@@ -12,6 +12,10 @@ Run by hand (not part of the test suite):
 
     .venv/bin/python tests/bench/fleet_sim.py --hosts 50,200,500,1000 --seconds 20 --mode inproc
 
+``--black-holes K`` adds K hosts that drop SYNs (a listener with a full accept queue; Linux drops SYNs
+to it), dialled first, with a 10 s connect timeout: "conn s" is still the time until every reachable host
+is up, so it shows whether reachable hosts queue behind dead ones.
+
 ``--mode subprocess`` runs the real agent (fake backend) once per host: realistic frames, but one Python
 process per host, so keep N small there.
 """
@@ -20,14 +24,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
 import json
 import logging
 import os
 import resource
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from gpufleet.agent import wire
@@ -46,7 +54,7 @@ class LagSink:
         self.down = 0
 
     def host_state(self, state: HostState) -> None:
-        if state.status == "down" and self.recording:
+        if state.status == "down" and self.recording and not state.name.startswith("hole-"):
             self.down += 1
 
     def frame(self, host: str, frame: wire.Frame, received: float) -> None:
@@ -102,10 +110,26 @@ def _pct(values: list[float], q: float) -> float:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
-async def run_step(configs: list[HostConfig], seconds: float, server_pid: int) -> Step:
+@contextlib.contextmanager
+def _dropping_listener() -> Iterator[int]:
+    """A loopback port whose accept queue is full: connects to it hang like to a powered-off host."""
+    lst, filler = socket.socket(), socket.socket()
+    try:
+        lst.bind(("127.0.0.1", 0))
+        lst.listen(0)
+        filler.connect(lst.getsockname())
+        yield lst.getsockname()[1]
+    finally:
+        filler.close()
+        lst.close()
+
+
+async def run_step(configs: list[HostConfig], seconds: float, server_pid: int,
+                   holes: Sequence[HostConfig] = ()) -> Step:
     sink = LagSink()
     view = LiveView()
-    transport = FleetTransport(configs, FanOut(sink, view), max_concurrent_connects=32)
+    transport = FleetTransport([*holes, *configs], FanOut(sink, view), max_concurrent_connects=32)
+    good = {c.name for c in configs}
     t0 = time.monotonic()
     await transport.start()
     deadline = t0 + 60 + len(configs) * 0.2
@@ -121,7 +145,7 @@ async def run_step(configs: list[HostConfig], seconds: float, server_pid: int) -
     wall = time.monotonic() - w0
     cpu, srv, frames = _cpu() - cpu0, _proc_cpu(server_pid) - srv0, sink.frames - frames0
     sink.recording = False
-    up = sum(1 for s in transport.states().values() if s.status == "up")
+    up = sum(1 for s in transport.states().values() if s.status == "up" and s.name in good)
     rss = _rss_mb()
     await transport.stop(timeout=10)
     n = len(configs)
@@ -145,12 +169,16 @@ async def main_async(args: argparse.Namespace) -> list[Step]:
             desc = json.loads(server.stdout.readline())
             configs = [HostConfig(**h) for h in desc["hosts"]]
             steps = []
-            for n in sizes:
-                step = await run_step(configs[:n], args.seconds, server.pid)
-                steps.append(step)
-                print(_row(step), flush=True)
-                if args.stop_on_fail and not step.ok:
-                    break
+            with _dropping_listener() as port:
+                holes = [dataclasses.replace(configs[0], name=f"hole-{i:03d}", port=port,
+                                             connect_timeout=10.0)
+                         for i in range(args.black_holes)]
+                for n in sizes:
+                    step = await run_step(configs[:n], args.seconds, server.pid, holes)
+                    steps.append(step)
+                    print(_row(step), flush=True)
+                    if args.stop_on_fail and not step.ok:
+                        break
             return steps
         finally:
             if server.stdin is not None:
@@ -179,6 +207,7 @@ def main() -> None:
     p.add_argument("--interval", type=float, default=1.0)
     p.add_argument("--gpus", type=int, default=8, help="GPUs per simulated host (inproc)")
     p.add_argument("--stop-on-fail", action="store_true")
+    p.add_argument("--black-holes", type=int, default=0, help="extra hosts that drop SYNs, dialled first")
     args = p.parse_args()
     logging.basicConfig(level=logging.WARNING)
     print(f"cores: {os.cpu_count()}  mode: {args.mode}  interval: {args.interval} s  gpus/host: {args.gpus}")

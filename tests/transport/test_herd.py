@@ -21,7 +21,7 @@ async def test_connect_bound_limits_handshakes_in_flight(sink: CollectingSink,
         t = transport_for(fleet.host_configs(), sink, max_concurrent_connects=8)
         await t.start()  # all 200 want to dial now
         await sink.wait_for(lambda: _all_up(sink, fleet.hosts), what="all 200 up")
-        # seen from the server: never more than 8 handshakes (TCP accept -> auth done) at once ...
+        # seen from the server: never more than 8 handshakes (client speaks -> auth done) at once ...
         assert fleet.handshakes.peak <= 8, fleet.handshakes.peak
         assert fleet.handshakes.peak >= 2  # ... and they did overlap (the bound was what held them)
         assert fleet.handshakes.now == 0

@@ -7,6 +7,7 @@ Secrets come from ``${ENV}`` references or ``file:/path`` and are never echoed i
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import itertools
 import math
@@ -688,7 +689,8 @@ _SELECTOR_SPEC: dict[str, Conv] = {
     "exclude_users": _Parser.str_list,
 }
 
-_TOP_KEYS = ("defaults", "hosts", "storage", "rules", "notifiers", "alerting", "api", "metrics")
+_TOP_KEYS = ("defaults", "hosts", "storage", "rules", "notifiers", "alerting", "api", "metrics",
+             "max_concurrent_connects")
 
 
 def _host_name(p: _Parser, node: Node, key: str) -> str:
@@ -1106,6 +1108,10 @@ def parse_config(text: str, source: str = "<config>", *, base_dir: str | Path | 
                     where, "alerting.notify_users")
     config.api = ApiConfig(**_values(_section(p, top.get("api"), "api", _API_SPEC)))
     config.metrics = MetricsConfig(**_values(_section(p, top.get("metrics"), "metrics", _METRICS_SPEC)))
+    if "max_concurrent_connects" in top:
+        with contextlib.suppress(_Bad):
+            config.max_concurrent_connects = p.integer(top["max_concurrent_connects"],
+                                                       "max_concurrent_connects", lo=1, hi=1024)
 
     if p.errors:
         unique = {(e.line, e.key, e.reason): e for e in p.errors}

@@ -129,7 +129,8 @@ class Collector:
                 await self._metrics.start()
 
             self._fanout = FanOut(self.live, StoreSink(self._store), self._alerts)
-            self._transport = FleetTransport(cfg.hosts, self._fanout, clock=self.clock)
+            self._transport = FleetTransport(cfg.hosts, self._fanout, clock=self.clock,
+                                             max_concurrent_connects=cfg.max_concurrent_connects)
             await self._transport.start()
         except BaseException:
             await self.stop()

@@ -182,6 +182,7 @@ class Config:
     alerting: AlertingConfig = field(default_factory=AlertingConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    max_concurrent_connects: int = 32  # SSH handshakes at once (CPU-bound); TCP connects are not limited
     source: str | None = None  # the file it came from
 
     def host(self, name: str) -> HostConfig | None:

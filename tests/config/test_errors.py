@@ -59,6 +59,13 @@ def test_negative_and_zero_interval(fail: Any) -> None:
     assert "negative" in errs.errors[0].reason and "greater than 0" in errs.errors[1].reason
 
 
+def test_max_concurrent_connects_is_a_positive_integer(fail: Any, load: Any) -> None:
+    assert load("max_concurrent_connects: 8\nhosts: []\n").max_concurrent_connects == 8
+    assert load("hosts: []\n").max_concurrent_connects == 32
+    e = only(fail("hosts: []\nmax_concurrent_connects: 0\n"))
+    assert (e.line, e.key) == (2, "max_concurrent_connects") and "at least 1" in e.reason
+
+
 def test_missing_key_file(fail: Any, tmp_path: Path) -> None:
     errs = fail("""
         defaults:

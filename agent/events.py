@@ -70,6 +70,9 @@ class XidWatcher:
         except DriverError:
             self.failed = True
             return
+        except GpuLostError as exc:  # UNKNOWN (e.g. no event set left): not a GPU loss, and not fatal
+            log.warning("cannot create an NVML event set (%s); Xid events unavailable", exc)
+            return
         if event_set is None:
             log.debug("NVML event sets not supported; Xid events unavailable")
             return

@@ -83,7 +83,7 @@ class Curve:
             return pts[0][1]
         if t >= pts[-1][0]:
             return pts[-1][1]
-        i = bisect.bisect_right([p[0] for p in pts], t)
+        i = bisect.bisect_right(pts, t, key=lambda p: p[0])
         (t0, v0), (t1, v1) = pts[i - 1], pts[i]
         if self.step or t1 == t0:
             return v0

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
 import signal
 import socket
@@ -39,7 +40,7 @@ def _positive(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value != value or value == float("inf"):
+    if not 0 < value < math.inf:  # also refuses NaN
         raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
     return value
 
@@ -55,8 +56,12 @@ def _count(text: str) -> int:
 
 
 def _non_negative(text: str) -> float:
-    if text in ("0", "0.0"):
-        return 0.0
+    """0 ("never") or a positive number, however 0 is spelt ("0", "0.00", "0e0")."""
+    try:
+        if float(text) == 0:
+            return 0.0
+    except ValueError:
+        pass
     return _positive(text)
 
 
@@ -260,8 +265,8 @@ class Agent:
             try:
                 self.sampler.reopen()
             except NvmlUnavailable as again:
-                log.info("re-init failed (%s); next try in %.1f s", again, min(delay * 2, 30.0))
                 delay = min(delay * 2, 30.0)
+                log.info("re-init failed (%s); next try in %.1f s", again, delay)
                 continue
             log.warning("NVML re-initialised")
             self._start_watcher()
@@ -270,25 +275,24 @@ class Agent:
     def run(self) -> int:
         from gpufleet.agent.errors import DriverError
 
-        if self.stop.is_set():  # a signal during start-up
-            self.sampler.close()
-            return EXIT_OK
-        pending: Exception | None = None
-        first: tuple[wire.Snapshot, list[wire.Event]] | None = None
-        started = self.wall()  # hello goes out first, so its ts must not be later than the first snapshot's
         try:
-            first = self.sampler.sample()  # before hello, so hello can say whether pids resolve
-        except DriverError as exc:
-            pending = exc
-        if not self.writer.write(self.sampler.hello(self.hostname, __version__, ts=started)):
-            return EXIT_OK
-        if self.heartbeat > 0:
-            threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True).start()
-        self._start_watcher()
-        if first is not None:
-            self._publish(*first)
-        next_at = self.clock() + self.interval
-        try:
+            if self.stop.is_set():  # a signal during start-up
+                return EXIT_OK
+            pending: Exception | None = None
+            first: tuple[wire.Snapshot, list[wire.Event]] | None = None
+            started = self.wall()  # hello goes out first: its ts must not be later than the first snapshot's
+            try:
+                first = self.sampler.sample()  # before hello, so hello can say whether pids resolve
+            except DriverError as exc:
+                pending = exc
+            if not self.writer.write(self.sampler.hello(self.hostname, __version__, ts=started)):
+                return EXIT_OK  # stdout already gone
+            if self.heartbeat > 0:
+                threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True).start()
+            self._start_watcher()
+            if first is not None:
+                self._publish(*first)
+            next_at = self.clock() + self.interval
             while not self.stop.is_set():
                 if pending is not None:
                     self._recover(pending)

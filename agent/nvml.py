@@ -375,15 +375,14 @@ class Gateway:
         """Clock event reasons (newer name), falling back to the deprecated throttle-reasons call."""
         if self._reasons_fn == "nvmlDeviceGetCurrentClocksEventReasons":
             fn = getattr(self.lib, self._reasons_fn, None)
-            try:
-                if fn is None:
-                    raise make_error(_code("FUNCTION_NOT_FOUND"))
-                return decode_throttle(int(fn(h)))
-            except pynvml.NVMLError as exc:
-                if int(exc.value) != _code("FUNCTION_NOT_FOUND"):
-                    self._fail("clock event reasons", exc)
-                    return None
-                self._reasons_fn = "nvmlDeviceGetCurrentClocksThrottleReasons"
+            if fn is not None:
+                try:
+                    return decode_throttle(int(fn(h)))
+                except pynvml.NVMLError as exc:
+                    if int(exc.value) != _code("FUNCTION_NOT_FOUND"):
+                        self._fail("clock event reasons", exc)
+                        return None
+            self._reasons_fn = "nvmlDeviceGetCurrentClocksThrottleReasons"
         mask = self._q("clock throttle reasons", self._reasons_fn, h)
         return None if mask is None else decode_throttle(int(mask))
 

@@ -101,7 +101,9 @@ def parse_stat(text: str) -> tuple[str, str, int, int]:
 def parse_status_uid(text: str) -> int | None:
     for line in text.splitlines():
         if line.startswith("Uid:"):
-            return int(line.split()[1])  # real uid
+            fields = line.split()
+            # real uid; a malformed line (a fake /proc, a kernel oddity) means unknown, never a crash
+            return int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else None
     return None
 
 

@@ -274,15 +274,13 @@ def _obj(value: Any, where: str) -> dict[str, Any]:
 
 def _process(raw: Any, where: str) -> ProcessSample:
     o = _obj(raw, where)
-    sm = _typed(o, "sm_util", _INT, where)
-    mu = _typed(o, "mem_util", _INT, where)
     attributed = _typed(o, "attributed", _BOOL, where)
     return ProcessSample(
         pid=_typed(o, "pid", _INT, where, required=True),
         kind=_typed(o, "kind", _STR, where) or "compute",
         gpu_memory=_typed(o, "gpu_memory", _INT, where),
-        sm_util=None if sm is None else max(0, min(100, sm)),
-        mem_util=None if mu is None else max(0, min(100, mu)),
+        sm_util=_pct(_typed(o, "sm_util", _INT, where)),
+        mem_util=_pct(_typed(o, "mem_util", _INT, where)),
         user=_typed(o, "user", _STR, where),
         uid=_typed(o, "uid", _INT, where),
         command=_typed(o, "command", _STR, where),

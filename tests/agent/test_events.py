@@ -152,3 +152,26 @@ def test_event_wait_error_backs_off_between_tries(make_env: Callable[..., Env]) 
     watcher._thread.join(10)
     assert not watcher._thread.is_alive()
     assert len(calls) == 3 and watcher.halt.waits == [0.01, 0.01, 0.01] and got == []
+
+
+def test_event_set_create_unknown_error_ends_the_watcher_quietly(make_env: Callable[..., Env]) -> None:
+    """nvmlEventSetCreate answering UNKNOWN (mapped like a lost GPU) must not kill the thread with a trace."""
+    from gpufleet.agent import nvml
+
+    env = make_env(XIDS)
+
+    def create() -> object:
+        raise nvml.make_error(nvml.ERROR_CODES["UNKNOWN"])
+
+    env.lib.nvmlEventSetCreate = create
+    crashed: list[BaseException | None] = []
+    old_hook = threading.excepthook
+    threading.excepthook = lambda args: crashed.append(args.exc_value)
+    try:
+        watcher, got, _ = watch(env)
+        watcher.start()
+        watcher._thread.join(10)
+    finally:
+        threading.excepthook = old_hook
+    assert not watcher._thread.is_alive()
+    assert crashed == [] and got == [] and not watcher.active and not watcher.failed

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from gpufleet.agent.procinfo import ProcReader, parse_cgroup, parse_stat
+from gpufleet.agent.procinfo import ProcReader, parse_cgroup, parse_stat, parse_status_uid
 
 CTR = "d0f631ca1ddba8db3bcfcb9e057cdc98d0379f1bee00e75a545147a27dadd982"
 POD = "e00dcbd6-facc-5d2d-9da1-eee11a20fe71"
@@ -178,3 +178,13 @@ def test_real_proc_of_this_process() -> None:
 
 def test_real_proc_missing_pid() -> None:
     assert ProcReader().lookup(2**22 + 12345).status == "missing"
+
+
+@pytest.mark.parametrize(("text", "uid"), [
+    ("Name:\tpython\nUid:\t1000\t1000\t1000\t1000\n", 1000),
+    ("Name:\tpython\n", None),
+    ("Uid:\n", None),
+    ("Uid:\tabc\n", None),
+])
+def test_status_uid_never_raises_on_odd_lines(text: str, uid: int | None) -> None:
+    assert parse_status_uid(text) == uid

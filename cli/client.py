@@ -41,6 +41,10 @@ class CollectorUnavailable(CliError):
         super().__init__(message, EXIT_UNREACHABLE)
 
 
+class SocketForbidden(CollectorUnavailable):
+    """The socket exists but this user may not open it: a collector runs, so stored data would mislead."""
+
+
 class ApiError(CliError):
     """The collector answered ``ok: false``; the message is its one-line error."""
 
@@ -79,7 +83,7 @@ class ApiClient:
             raise CollectorUnavailable(f"collector not running (no socket at {self.path})") from None
         except PermissionError:
             s.close()
-            raise CollectorUnavailable(
+            raise SocketForbidden(
                 f"permission denied on the collector socket {self.path} (it is "
                 "readable by the collector's user only; run as that user or set "
                 "api.mode)"
@@ -210,13 +214,7 @@ class Endpoints:
         self._loaded = True
         from gpufleet.collector.settings import ApiConfig, StorageConfig
 
-        path: Path | None
-        if self.config_path:
-            path = Path(self.config_path)
-        else:
-            from gpufleet.collector.config import find_config
-
-            path = find_config()
+        path = self.config_file()
         if path is not None:
             from gpufleet.collector.config import load_config
             from gpufleet.collector.errors import ConfigError
@@ -232,6 +230,14 @@ class Endpoints:
             self.socket = str(api.resolved_socket())
         if self.db is None:
             self.db = str(storage.resolved_path())
+
+    def config_file(self) -> Path | None:
+        """``-c/--config``, else the first file :func:`~gpufleet.collector.config.find_config` finds."""
+        if self.config_path:
+            return Path(self.config_path)
+        from gpufleet.collector.config import find_config
+
+        return find_config()
 
     def socket_path(self) -> str:
         if self.socket is None:
@@ -259,7 +265,7 @@ def connect(
         client.connect()
         return client
     except CollectorUnavailable as exc:
-        if not fallback or "permission denied" in str(exc):
+        if not fallback or isinstance(exc, SocketForbidden):
             raise
         reason = str(exc)
     db = ends.db_path()

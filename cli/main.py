@@ -17,12 +17,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from gpufleet.cli.client import (
+    EXIT_RUNTIME,
     EXIT_USAGE,
     Backend,
     CliError,
     Endpoints,
     connect,
 )
+from gpufleet.collector.errors import CollectorError
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -54,22 +56,15 @@ class State:
 pass_state = click.make_pass_decorator(State, ensure=True)
 
 
-def _set_config(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    if value is not None:
-        ctx.ensure_object(State).ends.config_path = value
-    return value
+def _set_endpoint(attr: str) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
+    """The callback of ``--config`` / ``--socket`` / ``--db``: store the value on the shared Endpoints."""
 
+    def callback(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+        if value is not None:
+            setattr(ctx.ensure_object(State).ends, attr, value)
+        return value
 
-def _set_socket(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    if value is not None:
-        ctx.ensure_object(State).ends.socket = value
-    return value
-
-
-def _set_db(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    if value is not None:
-        ctx.ensure_object(State).ends.db = value
-    return value
+    return callback
 
 
 def where_options(f: F) -> F:
@@ -78,7 +73,7 @@ def where_options(f: F) -> F:
         "--db",
         metavar="PATH",
         expose_value=False,
-        callback=_set_db,
+        callback=_set_endpoint("db"),
         is_eager=True,
         help="SQLite history to read when the collector is down [env GPUFLEET_DB].",
     )(f)
@@ -86,7 +81,7 @@ def where_options(f: F) -> F:
         "--socket",
         metavar="PATH",
         expose_value=False,
-        callback=_set_socket,
+        callback=_set_endpoint("socket"),
         is_eager=True,
         help="The collector's query socket [env GPUFLEET_SOCKET].",
     )(f)
@@ -95,7 +90,7 @@ def where_options(f: F) -> F:
         "--config",
         metavar="FILE",
         expose_value=False,
-        callback=_set_config,
+        callback=_set_endpoint("config_path"),
         is_eager=True,
         help="gpufleet.yaml (default: $GPUFLEET_CONFIG, ./gpufleet.yaml, ~/.config/gpufleet/, "
         "/etc/gpufleet/).",
@@ -117,13 +112,11 @@ def _print_json(obj: Any) -> None:
 
 
 def _range(since: str | None, until: str | None, default: str) -> tuple[float, float]:
-    from gpufleet.cli.timeparse import TimeParseError, parse_range
+    from gpufleet.cli.timeparse import parse_range
 
     try:
         return parse_range(since, until, default_since=default)
-    except TimeParseError as exc:
-        raise CliError(str(exc), EXIT_USAGE) from None
-    except ValueError as exc:
+    except ValueError as exc:  # TimeParseError, or since not before until
         raise CliError(str(exc), EXIT_USAGE) from None
 
 
@@ -495,12 +488,10 @@ def collector_run(state: State, log_level: str) -> None:
 
 
 def _load_config(state: State) -> Any:
-    from pathlib import Path
-
-    from gpufleet.collector.config import default_config, find_config, load_config
+    from gpufleet.collector.config import default_config, load_config
     from gpufleet.collector.errors import ConfigError
 
-    path = Path(state.ends.config_path) if state.ends.config_path else find_config()
+    path = state.ends.config_file()
     if path is None:
         click.echo(
             "gpufleet: no config file found; watching this machine only (see `gpufleet config check`)",
@@ -528,12 +519,10 @@ def config() -> None:
 @pass_state
 def config_check(state: State) -> None:
     """Validate gpufleet.yaml; print every mistake as file:line: key: message."""
-    from pathlib import Path
-
-    from gpufleet.collector.config import find_config, load_config
+    from gpufleet.collector.config import load_config
     from gpufleet.collector.errors import ConfigError
 
-    path = Path(state.ends.config_path) if state.ends.config_path else find_config()
+    path = state.ends.config_file()
     if path is None:
         click.echo(
             "no config file found ($GPUFLEET_CONFIG, ./gpufleet.yaml, ~/.config/gpufleet/gpufleet.yaml, "
@@ -574,6 +563,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     except CliError as exc:
         _stderr_line(f"gpufleet: {exc}")
         code = exc.code
+    except CollectorError as exc:  # e.g. a malformed answer from a broken collector: one line, no traceback
+        _stderr_line(f"gpufleet: {exc}")
+        code = EXIT_RUNTIME
     except BrokenPipeError:
         _quiet_stdout()
         code = 0

@@ -67,13 +67,22 @@ def bucket(
     return [sums[i] / counts[i] if counts[i] else None for i in range(width)]
 
 
+def _spark_width(width: int) -> int:
+    """Cells of a sparkline (and of the time axis under it) at console ``width``."""
+    return max(min(width - 6 - 30, 120), 10)
+
+
+def _mem_peak(p: SeriesPoint) -> float | None:
+    """A point's memory peak: the bucket's max where rolled up, else its mean (a raw sample: the value)."""
+    return p.mem_used_max if p.mem_used_max is not None else p.mem_used_mean
+
+
 def _vals(points: Iterable[SeriesPoint], value: Callable[[SeriesPoint], float | None]) -> list[float]:
     return [v for v in (value(p) for p in points) if v is not None]
 
 
 def _series_block(s: GpuSeries, since: float, until: float, width: int) -> list[Text]:
-    label_w = 6
-    spark_w = max(min(width - label_w - 30, 120), 10)
+    spark_w = _spark_width(width)
     head = Text()
     head.append(f"GPU {s.index}", "bold")
     if s.name:
@@ -93,15 +102,8 @@ def _series_block(s: GpuSeries, since: float, until: float, width: int) -> list[
     lines.append(line)
 
     total = float(s.memory_total) if s.memory_total else None
-    mems = bucket(
-        s.points,
-        since,
-        until,
-        spark_w,
-        lambda p: p.mem_used_max if p.mem_used_max is not None else p.mem_used_mean,
-        "max",
-    )
-    mpeak = _vals(s.points, lambda p: p.mem_used_max if p.mem_used_max is not None else p.mem_used_mean)
+    mems = bucket(s.points, since, until, spark_w, _mem_peak, "max")
+    mpeak = _vals(s.points, _mem_peak)
     hi = total or (max(mpeak) if mpeak else 1.0)
     line = Text("  mem  ", "dim")
     line.append(sparkline(mems, 0, hi), "magenta")
@@ -124,7 +126,7 @@ def _series_block(s: GpuSeries, since: float, until: float, width: int) -> list[
 
 
 def _axis(since: float, until: float, width: int) -> Text:
-    spark_w = max(min(width - 6 - 30, 120), 10)
+    spark_w = _spark_width(width)
     left, right = fmt_ts(since)[5:16], fmt_ts(until)[5:16]
     gap = max(spark_w - len(left) - len(right), 1)
     return Text("       " + left + " " * gap + right, "dim")
@@ -139,7 +141,7 @@ def summary_line(series: Sequence[GpuSeries], usage: Sequence[UsageRow]) -> Text
     utils = [v for s in series for v in _vals(s.points, lambda p: p.util_mean)]
     peak: tuple[float, int] | None = None
     for s in series:
-        for v in _vals(s.points, lambda p: p.mem_used_max if p.mem_used_max is not None else p.mem_used_mean):
+        for v in _vals(s.points, _mem_peak):
             if peak is None or v > peak[0]:
                 peak = (v, s.index)
     t = Text("Summary: ", "bold")

@@ -231,6 +231,19 @@ class StoreOps:
         known |= {h.name for h in await self.store.hosts()}  # a host with history but no longer configured
         query.check_hosts([host], known)
 
+    async def opt_host(self, a: Args) -> str | None:
+        """The optional ``host`` argument, checked like a required one when given."""
+        host = a.opt_str("host")
+        if host:
+            await self.check_host(host)
+        return host
+
+    async def recent_resolved(self, a: Args) -> list[AlertRecord]:
+        """Alerts resolved since ``since`` (default the last 24 h), for both alerts ops."""
+        since = a.opt_float("since", self.clock() - DEFAULT_SINCE)
+        rows = await self.store.load_alerts(active_only=False, since=since)
+        return [r for r in rows if r.state == "resolved"]
+
     async def check_gpu(self, host: str, gpu: int) -> None:
         """``--gpu 7`` on a 4-GPU host is a typo, not an empty range: say which GPUs the host has."""
         indices = sorted({g.index for g in await self.store.latest(host)})
@@ -272,9 +285,7 @@ class StoreOps:
         }
 
     async def processes(self, a: Args) -> list[ProcessSpan]:
-        host = a.opt_str("host")
-        if host:
-            await self.check_host(host)
+        host = await self.opt_host(a)
         since, until = a.time_range(self.clock())
         rows: list[ProcessSpan] = await self.store.process_history(
             host, gpu=a.opt_int("gpu"), user=a.opt_str("user"), since=since, until=until
@@ -282,9 +293,7 @@ class StoreOps:
         return rows
 
     async def usage(self, a: Args) -> list[UsageRow]:
-        host = a.opt_str("host")
-        if host:
-            await self.check_host(host)
+        host = await self.opt_host(a)
         since, until = a.time_range(self.clock())
         rows: list[UsageRow] = await self.store.usage_by_user(
             since=since, until=until, host=host, by_host=a.flag("by_host")
@@ -292,9 +301,7 @@ class StoreOps:
         return rows
 
     async def events(self, a: Args) -> list[EventRow]:
-        host = a.opt_str("host")
-        if host:
-            await self.check_host(host)
+        host = await self.opt_host(a)
         since, until = a.time_range(self.clock())
         rows: list[EventRow] = await self.store.events(host=host, since=since, until=until)
         return rows
@@ -302,9 +309,7 @@ class StoreOps:
     async def report(self, a: Args) -> dict[str, Any]:
         from gpufleet.collector.report import FORMATS, build_report, render_report
 
-        host = a.opt_str("host")
-        if host:
-            await self.check_host(host)
+        host = await self.opt_host(a)
         fmt = a.opt_str("format", "text") or "text"
         if fmt not in FORMATS:
             raise QueryError(f"bad argument 'format': {fmt!r} (use one of {', '.join(FORMATS)})")
@@ -344,12 +349,8 @@ class StoreOps:
         return query.host_infos_from_store(await self.store.hosts(), await self.store.latest())
 
     async def stored_alerts(self, a: Args) -> dict[str, Any]:
-        now = self.clock()
-        since = a.opt_float("since", now - DEFAULT_SINCE)
         active = await self.store.load_alerts(active_only=True)
-        recent = [
-            r for r in await self.store.load_alerts(active_only=False, since=since) if r.state == "resolved"
-        ]
+        recent = await self.recent_resolved(a)
         silences = await self.store.list_silences(include_expired=False)
         return {"active": active, "recent": recent, "silences": silences, "muted": []}
 
@@ -425,12 +426,8 @@ class LiveOps(StoreOps):
         return query.host_infos(self.collector.live.hosts.values())
 
     async def alerts(self, a: Args) -> dict[str, Any]:
-        now = self.clock()
-        since = a.opt_float("since", now - DEFAULT_SINCE)
         engine = self.collector.alerts
-        recent = [
-            r for r in await self.store.load_alerts(active_only=False, since=since) if r.state == "resolved"
-        ]
+        recent = await self.recent_resolved(a)
         active = engine.active()
         is_muted = getattr(engine, "is_muted", None)
         muted = [x.fingerprint for x in active if is_muted is not None and is_muted(x)]
@@ -643,21 +640,16 @@ class QueryServer:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
+            line: bytes | None
             try:
                 line = await asyncio.wait_for(reader.readline(), self.idle_timeout)
             except ValueError:  # over the StreamReader limit
-                await self._send(
-                    writer,
-                    {"ok": False, "error": f"request too large (limit {self.max_request_bytes} bytes)"},
-                )
+                line = None
+            if line is None or len(line) > self.max_request_bytes:
+                too = f"request too large (limit {self.max_request_bytes} bytes)"
+                await self._send(writer, {"ok": False, "error": too})
                 return
             if not line:
-                return
-            if len(line) > self.max_request_bytes:
-                await self._send(
-                    writer,
-                    {"ok": False, "error": f"request too large (limit {self.max_request_bytes} bytes)"},
-                )
                 return
             if not line.strip():
                 continue

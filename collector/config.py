@@ -47,6 +47,7 @@ __all__ = [
     "load_config",
     "parse_config",
     "parse_duration",
+    "parse_listen",
     "redact",
 ]
 
@@ -728,14 +729,40 @@ def _socket_mode(p: _Parser, node: Node, key: str) -> int:
     return value
 
 
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``"127.0.0.1:9835"`` / ``"[::1]:9835"`` -> (host, port); port 0 picks a free one.
+
+    Here, not in the metrics module, so ``config check`` accepts exactly what the metrics server can bind.
+    """
+    where = "metrics.listen"
+    host, sep, port_s = listen.strip().rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"{listen!r} is not host:port (e.g. 127.0.0.1:9835; 0.0.0.0:9835 for all "
+                          "interfaces)", key=where)
+    if host.startswith("["):
+        if not host.endswith("]") or len(host) == 2:
+            raise ConfigError(f"{listen!r}: unbalanced or empty [ ] around an IPv6 address", key=where)
+        host = host[1:-1]
+    elif ":" in host:
+        raise ConfigError(f"{listen!r}: write IPv6 addresses in brackets, e.g. [::1]:9835", key=where)
+    if not port_s.isdigit():
+        raise ConfigError(f"{listen!r}: port {port_s!r} is not a number", key=where)
+    port = int(port_s)
+    if port > 65535:
+        raise ConfigError(f"{listen!r}: port {port} out of range", key=where)
+    return host, port
+
+
 def _listen(p: _Parser, node: Node, key: str) -> str | None:
     value, _ = p.env_scalar(node, key)
     if value is None or value is False:
         return None
     text = p.string(node, key).strip()
-    host, sep, port = text.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+    try:
+        port = parse_listen(text)[1]
+    except ConfigError:
+        port = 0
+    if port == 0:  # the raw text in the message: an expanded ${VAR} may be a secret
         p.fail(f"expected host:port like 127.0.0.1:9835, got '{p.raw(node)}'", node, key)
     return text
 

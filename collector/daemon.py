@@ -13,7 +13,7 @@ import contextlib
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from gpufleet.agent import wire
@@ -73,6 +73,7 @@ class Collector:
         self._maintenance: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self._running = False
+        self._closed = False  # stop() ran: a second one (serve_forever after a failed start) does nothing
 
     # ------------------------------------------------------------------ parts (valid after start)
     @property
@@ -143,6 +144,9 @@ class Collector:
         """Stop in reverse order. Each part gets a share of ``timeout``; the store is always closed last
         so everything already received is committed."""
         self._running = False
+        if self._closed:
+            return
+        self._closed = True
         if self._maintenance is not None:
             self._maintenance.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -168,9 +172,9 @@ class Collector:
             await self._guard("store", self._store.close(), max(share + 5, STORE_CLOSE_TIMEOUT))
         self._stopped.set()
 
-    async def _guard(self, what: str, aw: object, timeout: float) -> None:
+    async def _guard(self, what: str, aw: Awaitable[object], timeout: float) -> None:
         try:
-            await asyncio.wait_for(aw, timeout)  # type: ignore[arg-type]
+            await asyncio.wait_for(aw, timeout)
         except asyncio.TimeoutError:
             log.error("stopping %s timed out after %.0f s", what, timeout)
         except Exception:

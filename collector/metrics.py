@@ -30,6 +30,7 @@ from typing import Any, Literal, Protocol
 
 from gpufleet.agent import wire
 from gpufleet.collector.aioserver import close_server, close_writer
+from gpufleet.collector.config import parse_listen
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.live import HostState, LiveView
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -194,7 +195,8 @@ class _Batch:
         fam.add_metric(list(labels), float(value))
 
     def extra(self, name: str, value: float) -> None:
-        """A stats() key with no spec: counter if it ends in _total, else gauge."""
+        """A collector stat: its spec'd family, or for a key with no spec a new one (counter if it ends in
+        _total, else gauge)."""
         if name not in self.families:
             kind: Kind = "counter" if name.endswith("_total") else "gauge"
             spec = _Spec(name, kind, f"Collector statistic {name[len('gpufleet_collector_'):]}.")
@@ -420,10 +422,7 @@ class FleetCollector:
             name = stat_metric_name(key)
             if name is None or value is None or not math.isfinite(value):
                 continue
-            if name in b.families:
-                b.add(name, (), value)
-            else:
-                b.extra(name, value)
+            b.extra(name, value)
 
 
 # ---------------------------------------------------------------------------------------- HTTP server
@@ -450,28 +449,6 @@ def _render(encoder: Callable[[Any], bytes], collector: FleetCollector, view: Fl
     """Runs in a thread: build the families from the copied view, format, compress."""
     body = encoder(_Frozen(collector.build(view), process))
     return gzip.compress(body, compresslevel=5) if compress else body
-
-
-def parse_listen(listen: str) -> tuple[str, int]:
-    """``"127.0.0.1:9835"`` / ``"[::1]:9835"`` -> (host, port); port 0 picks a free one."""
-    where = "metrics.listen"
-    host, sep, port_s = listen.strip().rpartition(":")
-    if not sep or not host:
-        raise ConfigError(f"{listen!r} is not host:port (e.g. 127.0.0.1:9835; 0.0.0.0:9835 for all "
-                          "interfaces)", key=where)
-    if host.startswith("["):
-        if not host.endswith("]"):
-            raise ConfigError(f"{listen!r}: unbalanced [ ] around an IPv6 address", key=where)
-        host = host[1:-1]
-    elif ":" in host:
-        raise ConfigError(f"{listen!r}: write IPv6 addresses in brackets, e.g. [::1]:9835", key=where)
-    try:
-        port = int(port_s)
-    except ValueError:
-        raise ConfigError(f"{listen!r}: port {port_s!r} is not a number", key=where) from None
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"{listen!r}: port {port} out of range", key=where)
-    return host, port
 
 
 class MetricsServer:

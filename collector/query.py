@@ -35,8 +35,6 @@ FLAG_NAMES: dict[str, str] = {
     "host_down": "down",
 }
 
-#: Interpreters whose first script argument says more than the interpreter's name.
-
 FlagSource = Callable[[str, "int | None"], Iterable[str]]
 
 
@@ -572,6 +570,8 @@ _PROC_FIELDS = tuple(f.name for f in fields(ProcView))
 _TOTALS_FIELDS = tuple(f.name for f in fields(Totals))
 _GPU_FIELDS = tuple(f.name for f in fields(GpuView))
 _HOST_FIELDS = tuple(f.name for f in fields(HostView))
+_USER_USAGE_FIELDS = tuple(f.name for f in fields(UserUsage))
+_HOST_INFO_FIELDS = tuple(f.name for f in fields(HostInfo))
 assert _GPU_FIELDS[-1] == "processes" and _HOST_FIELDS[-1] == "gpus"
 
 
@@ -623,8 +623,9 @@ def fleet_view_from_dict(d: Mapping[str, Any]) -> FleetView:
 
 
 def user_usage_from_dict(d: Mapping[str, Any]) -> UserUsage:
-    return UserUsage(**d)
+    return UserUsage(**_known(d, _USER_USAGE_FIELDS))
 
 
 def host_info_from_dict(d: Mapping[str, Any]) -> HostInfo:
-    return HostInfo(**d)
+    """Fields a newer collector added are ignored, as in :func:`fleet_view_from_dict`."""
+    return HostInfo(**_known(d, _HOST_INFO_FIELDS))

@@ -36,6 +36,8 @@ from typing import Any, Literal
 import asyncssh
 from gpufleet.agent import wire
 from gpufleet.collector.settings import HostConfig
+from gpufleet.collector.transport.hostkeys import host_pattern
+from gpufleet.collector.transport.local import signal_name
 
 log = logging.getLogger(__name__)
 
@@ -273,16 +275,12 @@ class SimFleet:
     def write_known_hosts(self, path: Path | None = None) -> Path:
         """known_hosts lines for every virtual host's *current* key (the fleet writes it once at start)."""
         target = path or self.known_hosts_path
-        lines = []
-        seen = set()
+        entries: dict[str, None] = {}  # a shared server's one key is one line
         for host in self.hosts.values():
             assert host.host_key is not None
-            entry = f"[{LOOPBACK}]:{host.port} {host.host_key.export_public_key().decode().split()[0]} " \
-                    f"{host.host_key.export_public_key().decode().split()[1]}"
-            if entry not in seen:
-                seen.add(entry)
-                lines.append(entry)
-        target.write_text("\n".join(lines) + "\n")
+            alg, blob = host.host_key.export_public_key().decode().split()[:2]
+            entries[f"{host_pattern(LOOPBACK, host.port)} {alg} {blob}"] = None
+        target.write_text("\n".join(entries) + "\n")
         return target
 
     def host_configs(self, **overrides: Any) -> list[HostConfig]:
@@ -464,7 +462,7 @@ class SimFleet:
                 await asyncio.shield(agent.wait())
         with contextlib.suppress(Exception):
             if code < 0:
-                process.exit_with_signal(signal.Signals(-code).name.removeprefix("SIG"))
+                process.exit_with_signal(signal_name(-code))
             else:
                 process.exit(code)
 

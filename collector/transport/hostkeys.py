@@ -179,7 +179,6 @@ class HostKeyVerifier:
         self.kh = kh
         self.policy = policy
         self.refusal: HostKeyRefused | None = None
-        self.accepted_line: int | None = None
 
     def check(self, host: str, addr: str, port: int, key: asyncssh.SSHKey) -> bool:
         """``host`` as dialled, ``addr`` the peer address; True accepts the key."""
@@ -199,9 +198,9 @@ class HostKeyVerifier:
             log.error("%s", self.refusal)
             return False
         if self.policy == "accept-new":
-            self.accepted_line = self.kh.append(host, port, key)
+            line = self.kh.append(host, port, key)
             log.warning("%s: accepted new host key %s for %s, recorded at %s:%d", self.name, fingerprint(key),
-                        where, self.kh.path, self.accepted_line)
+                        where, self.kh.path, line)
             return True
         self.refusal = HostKeyRefused(
             self.name, "unknown",

@@ -34,6 +34,14 @@ def local_argv(host: HostConfig) -> list[str]:
     return [*base, "--interval", f"{host.interval:g}", *host.agent_args]
 
 
+def signal_name(number: int) -> str:
+    """``9`` -> ``"KILL"``; a signal without a name (real-time ones: 35..63 on Linux) as its number."""
+    try:
+        return signal.Signals(number).name.removeprefix("SIG")
+    except ValueError:
+        return str(number)
+
+
 class _AgentProtocol(asyncio.SubprocessProtocol):
     def __init__(self, stream: AgentStream) -> None:
         self.stream = stream
@@ -41,7 +49,6 @@ class _AgentProtocol(asyncio.SubprocessProtocol):
         self.transport: asyncio.SubprocessTransport | None = None
         self._stdout_open = True
         self._code: int | None = None
-        self._has_exited = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.SubprocessTransport)
@@ -61,18 +68,17 @@ class _AgentProtocol(asyncio.SubprocessProtocol):
     def process_exited(self) -> None:
         assert self.transport is not None
         self._code = self.transport.get_returncode()
-        self._has_exited = True
         if not self.exited.done():
             self.exited.set_result(None)
         self._report()
 
     def _report(self) -> None:
         # asyncio may report the exit before the last stdout bytes: wait for both, so no frame is lost
-        if self._stdout_open or not self._has_exited:
+        if self._stdout_open or not self.exited.done():
             return
         code = self._code
         if code is not None and code < 0:
-            self.stream.exited(None, signal.Signals(-code).name.removeprefix("SIG"))
+            self.stream.exited(None, signal_name(-code))
         else:
             self.stream.exited(code)
 

@@ -208,8 +208,6 @@ class FleetTransport:
             reason, slow = f"config error: {exc}", True
         except TransportError as exc:
             reason = str(exc).removeprefix(f"{cfg.name}: ")
-        except asyncio.CancelledError:
-            raise
         except Exception as exc:  # noqa: BLE001 - one host's surprise must not end its task
             log.exception("%s: unexpected transport failure", cfg.name)
             reason = f"internal error: {type(exc).__name__}: {exc}"

@@ -153,7 +153,11 @@ async def _until_stopped(aw: Awaitable[T], stream: AgentStream) -> T | None:
     """Await ``aw`` unless the stream is ended first (collector stopping): then cancel it, return None."""
     task = asyncio.ensure_future(aw)
     either: list[asyncio.Future[Any]] = [task, stream.done]
-    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    try:
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()  # asyncio.wait leaves it running: a dial must not outlive its session
+        raise
     if task.done():
         return task.result()
     task.cancel()

@@ -70,19 +70,17 @@ class AgentStream:
     """
 
     def __init__(self, state: HostState, sink: FleetSink, *, max_line_bytes: int = wire.MAX_LINE_BYTES,
-                 clock: Callable[[], float] = time.time, on_up: Callable[[wire.Hello], None] | None = None,
-                 on_protocol_error: Callable[[str], None] | None = None) -> None:
+                 clock: Callable[[], float] = time.time,
+                 on_up: Callable[[wire.Hello], None] | None = None) -> None:
         self.state = state
         self.sink = sink
         self.clock = clock
         self.on_up = on_up
-        self.on_protocol_error = on_protocol_error
         self.framer = LineFramer(max_line_bytes)
         self.loop = asyncio.get_running_loop()
         self.done: asyncio.Future[str] = self.loop.create_future()
         self.last_rx = self.loop.time()  # monotonic time of the last complete line
         self.hello: wire.Hello | None = None
-        self.protocol_error: str | None = None
         self.graceful = False  # ended by the collector (stop/restart): close politely with EOF
         self.grace = 2.0  # seconds a graceful close may wait for the agent to exit
         self.timed_out = False  # ended by the read deadline: the agent may be stopped or hung
@@ -197,10 +195,7 @@ class AgentStream:
     def _bad(self, message: str) -> None:
         self.state.bad_frames += 1
         reason = f"protocol error: {message}"
-        self.protocol_error = reason
         log.warning("%s: closing the agent stream: %s", self.state.name, reason)
-        if self.on_protocol_error is not None:
-            self.on_protocol_error(reason)
         self.finish(reason)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import io
 import json
@@ -200,6 +201,27 @@ async def test_config_socket_is_used(home: Path, standin: StandinCollector) -> N
         assert r.rc == 0, r.err
     finally:
         await srv.stop()
+
+
+async def test_malformed_answer_from_a_broken_collector_is_one_line(home: Path) -> None:
+    """Something listening on the socket that answers nonsense: one line and exit 1, no traceback."""
+    sock = home / "broken.sock"
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readline()
+        writer.write(b'{"ok": true, "result": {"hosts": "not a list"}}\n')
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_unix_server(answer, path=str(sock))
+    try:
+        r = await run_cli("status", "--socket", str(sock), env=cli_env(home))
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert r.rc == 1, (r.out, r.err)
+    assert r.err.startswith("gpufleet: malformed fleet view") and r.err.count("\n") == 1, r.err
+    assert "Traceback" not in r.err
 
 
 async def test_usage_errors(env: dict[str, str]) -> None:

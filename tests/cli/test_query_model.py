@@ -157,6 +157,17 @@ def test_from_dict_tolerates_new_and_reordered_fields() -> None:
     assert back.hosts[0].gpus[0] == v.hosts[0].gpus[0] and back.totals == v.totals
 
 
+def test_hosts_and_by_user_rows_tolerate_new_fields() -> None:
+    """``gpufleet hosts`` against a newer collector: an added field used to be a TypeError traceback."""
+    live = synthetic_live({"a1": "busy"}, gpus=2, now=NOW)
+    info = query.host_infos(live.hosts.values())[0]
+    d = {**json.loads(json.dumps(info, default=query.jsonable)), "added_in_a_newer_collector": 1}
+    assert query.host_info_from_dict(d) == info
+    row = query.by_user(query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=NOW))[0]
+    d = {**json.loads(json.dumps(row, default=query.jsonable)), "new": [1]}
+    assert query.user_usage_from_dict(d) == row
+
+
 def test_orphaned_memory_is_not_idle() -> None:
     """12 GiB held with no process visible: nobody can use that GPU, so it must not count as idle."""
     live = synthetic_live({"n1": "idle"}, gpus=2, now=NOW)

@@ -267,3 +267,17 @@ def test_unsafe_yaml_tag_is_an_error() -> None:
 def test_notify_users_needs_a_way_to_mail(fail: Any) -> None:
     errs = fail("alerting:\n  notify_users: true\n")
     assert [(e.line, e.key) for e in errs.errors] == [(2, "alerting.notify_users")] * 2
+
+
+def test_metrics_listen_accepts_only_what_the_metrics_server_can_bind(fail: Any, load: Any) -> None:
+    """config check used to pass unbracketed or unbalanced IPv6 and an empty [] host, which the metrics
+    server then refused (or, for [], bound on every interface) at start-up."""
+    from gpufleet.collector.metrics import parse_listen
+
+    for bad in ("::1:9835", "[::1:9835", "[]:9835", "127.0.0.1:+80", "127.0.0.1:0", "h:65536"):
+        e = only(fail(f'metrics: {{listen: "{bad}"}}\n'))
+        assert (e.line, e.key) == (1, "metrics.listen") and f"got '{bad}'" in e.reason
+        if not bad.endswith(":0"):
+            with pytest.raises(ConfigError):
+                parse_listen(bad)
+    assert load('metrics: {listen: "[::1]:9835"}\n').metrics.listen == "[::1]:9835"

@@ -134,3 +134,17 @@ async def test_stopping_the_collector_is_not_a_host_down(tmp_path: Path, hook: H
         # the store and live view may say why the host is no longer watched; the alerts must not
         assert c.live.hosts["sim-001"].reason == "collector stopping"
         assert [a.annotations.get("summary") for a in c.alerts.active()] == []
+
+
+async def test_a_second_stop_does_nothing(tmp_path: Path, hook: Hook) -> None:
+    """serve_forever stops again after a start that failed (and stopped): nothing is saved twice."""
+    async with SimFleet(1, mode="inproc", interval=0.2) as fleet:
+        await fleet.rekey("sim-001")
+        c = _collector(fleet, tmp_path, hook.url, group_wait=0.0)
+        await c.start()
+        try:
+            await CollectingSink().wait_for(lambda: _host_key_alert(c, "sim-001") is not None)
+        finally:
+            await c.stop()
+        await c.stop()  # the store is closed now: a second save of the active alerts would fail
+        assert c.alerts.stats["save_errors"] == 0

@@ -94,3 +94,14 @@ def _exists(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+async def test_local_agent_killed_by_a_signal_without_a_name(sink: CollectingSink,
+                                                             transport_for: MakeTransport) -> None:
+    """Real-time signals have numbers only: the exit is still reported at once, not as a read timeout."""
+    die = f"{shlex.quote(sys.executable)} -c 'import os; os.kill(os.getpid(), 40)'"
+    cfg = HostConfig(name="here", transport="local", agent_command=die, read_timeout=60.0)
+    t = transport_for([cfg], sink)
+    await t.start()
+    await sink.wait_for(lambda: bool(sink.reasons("here")), timeout=10.0)
+    assert sink.reasons("here")[0] == "agent killed by signal 40"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 
 from gpufleet.agent import wire
@@ -111,3 +112,25 @@ async def test_through_a_jump_host(fleet: SimFleet, sink: CollectingSink,
     listener = fleet.hosts["sim-001"].listener
     assert listener is not None and len(listener.conns) == 3
     assert fleet.hosts["sim-002"].sessions_started == 1 and fleet.hosts["sim-003"].sessions_started == 1
+
+
+async def test_a_cancelled_session_does_not_dial_on_behind_it(sink: CollectingSink) -> None:
+    """Cancelling run_ssh while it waits for a connect slot cancels the dial too: no late handshake."""
+    from gpufleet.collector.live import HostState
+    from gpufleet.collector.transport.ssh import SshContext, run_ssh
+    from gpufleet.collector.transport.stream import AgentStream
+
+    async with SimFleet(["h1"], mode="inproc", interval=0.1) as fleet:
+        cfg = fleet.host_configs()[0]
+        slots = asyncio.Semaphore(1)
+        await slots.acquire()  # every slot taken: the dial reaches the host, then queues
+        stream = AgentStream(HostState(name=cfg.name), sink)
+        session = asyncio.create_task(run_ssh(cfg, stream, SshContext({cfg.name: cfg}, slots)))
+        while fleet.handshakes.accepted == 0:
+            await asyncio.sleep(0.01)
+        session.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await session
+        slots.release()
+        await asyncio.sleep(0.5)
+        assert fleet.handshakes.peak == 0 and fleet.hosts["h1"].sessions_started == 0

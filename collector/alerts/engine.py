@@ -34,8 +34,10 @@ from gpufleet.collector.alerts.fingerprint import fingerprint, group_key
 from gpufleet.collector.errors import QueryError
 from gpufleet.collector.live import HostState
 from gpufleet.collector.notify.base import Notification, Status
+from gpufleet.collector.notify.build import USER_NOTIFIER
 from gpufleet.collector.rules.base import (
     DURATION,
+    USER_RULES,
     Condition,
     HostContext,
     Rule,
@@ -53,8 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-USER_RULES = ("wasted", "stale")  # rules whose alerts may also go to the user they name
-USER_NOTIFIER = "users"  # name of the notifier build_notifiers creates for user mail
 TICK = 1.0
 SILENCE_RELOAD = 30.0  # pick up silences written to the store by others (the CLI while we run)
 NAGGED_AT = "user_notified_at"  # annotation: when the user was last told about this alert
@@ -465,11 +465,13 @@ class AlertEngine:
                   for a in batch.values()]
         try:
             await self.store.save_alerts(copies)
-        except Exception as exc:  # noqa: BLE001 - keep them dirty and try again next tick
-            self._counters["save_errors"] += 1
-            log.warning("could not save %d alerts: %s", len(copies), exc)
+        except BaseException as exc:  # keep them dirty: the next tick, or stop() when cancelled, saves them
             for fp, a in batch.items():
                 self._dirty.setdefault(fp, a)
+            if not isinstance(exc, Exception):
+                raise
+            self._counters["save_errors"] += 1
+            log.warning("could not save %d alerts: %s", len(copies), exc)
 
     # ------------------------------------------------------------------------------------ silences
 

@@ -14,6 +14,7 @@ from gpufleet.collector.notify.base import Notifier
 from gpufleet.collector.notify.command import CommandNotifier
 from gpufleet.collector.notify.secrets import resolve_secret
 from gpufleet.collector.notify.webhook import WebhookNotifier
+from gpufleet.collector.rules.base import USER_RULES
 from gpufleet.collector.settings import AlertingConfig, NotifierConfig
 
 USER_NOTIFIER = "users"
@@ -66,6 +67,6 @@ def build_notifiers(configs: list[NotifierConfig], alerting: AlertingConfig) -> 
 
         base = resolve_secret(alerting.user_notifier, where="alerting.user_notifier")
         cfg = NotifierConfig(name=USER_NOTIFIER, kind="apprise", urls=[alerting.user_notifier],
-                             rules=["wasted", "stale"])
+                             rules=list(USER_RULES))
         out.append(UserNotifier(cfg, base, alerting.user_notifier))
     return out

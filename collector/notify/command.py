@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 
 from gpufleet.collector.notify.base import DeliveryError, Notification, Notifier
 from gpufleet.collector.notify.message import title, webhook_payload
@@ -45,9 +46,11 @@ class CommandNotifier(Notifier):
                                 retryable=False) from None
         try:
             _, stderr = await asyncio.wait_for(proc.communicate(data), self.timeout)
+        except asyncio.CancelledError:  # the dispatcher is stopping: leave nothing running
+            _kill_session(proc)
+            raise
         except asyncio.TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+            _kill_session(proc)
             with contextlib.suppress(Exception):
                 await proc.wait()
             raise DeliveryError(self.name, f"{self.config.command[0]} timed out after {self.timeout:g} s",
@@ -57,3 +60,10 @@ class CommandNotifier(Notifier):
             tail = redact_text(tail, self._secrets)
             raise DeliveryError(self.name, f"{self.config.command[0]} exited {proc.returncode}"
                                 + (f": {tail}" if tail else ""), retryable=True)
+
+
+def _kill_session(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL the program's whole session (start_new_session: its id is the pid): a child of a hook script
+    that holds the stderr pipe would otherwise outlive it, and proc.wait() waits for that pipe to close."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)

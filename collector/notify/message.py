@@ -9,13 +9,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from gpufleet.collector.notify.base import Notification
-from gpufleet.collector.rules.base import keep_command
+from gpufleet.collector.notify.base import Notification, severity_rank
+from gpufleet.collector.rules.base import USER_RULES, keep_command
 from gpufleet.collector.store.records import AlertRecord
 
 WEBHOOK_VERSION = "4"
-#: rules whose alerts name one user's processes: the text tells that user how to keep (snooze) them
-KEEPABLE_RULES = ("wasted", "stale")
 
 
 def iso(ts: float | None) -> str:
@@ -64,7 +62,7 @@ def title(n: Notification) -> str:
         return n.title
     f, r = firing(n), resolved(n)
     if f:
-        worst = max((a.severity for a in f), key=lambda s: {"info": 0, "warning": 1, "critical": 2}.get(s, 1))
+        worst = max((a.severity for a in f), key=severity_rank)
         more = f", {len(r)} resolved" if r else ""
         return f"[FIRING:{len(f)}{more}] {worst}: {_subject(n)}"
     return f"[RESOLVED] {_subject(n)}"
@@ -79,7 +77,7 @@ def body(n: Notification, fmt: str = "text") -> str:
     keeps: list[str] = []
     for a in firing(n):
         lines.append(f"{bullet}{a.annotations.get('summary', a.rule)}")
-        cmd = keep_command(a.labels, a.rule) if a.rule in KEEPABLE_RULES and a.labels.get("user") else None
+        cmd = keep_command(a.labels, a.rule) if a.rule in USER_RULES and a.labels.get("user") else None
         if cmd and cmd not in keeps:
             keeps.append(cmd)
     for a in resolved(n):

@@ -24,6 +24,8 @@ DURATION = "{duration}"
 
 MIB = 1 << 20
 SEVERITIES = ("info", "warning", "critical")
+#: Rules whose alerts name one user's processes: the text says how to keep them, and the user may be mailed.
+USER_RULES = ("wasted", "stale")
 
 
 @dataclass(slots=True)
@@ -186,6 +188,17 @@ def safe(text: str | None, limit: int = 120) -> str:
 
 def gpu_labels(host: str, gpu: wire.GpuSample) -> dict[str, str]:
     return {"host": host, "gpu": str(gpu.index), "uuid": gpu.uuid}
+
+
+def find_gpu(ctx: HostContext | None, labels: dict[str, str]) -> wire.GpuSample | None:
+    """The GPU an alert's labels name in the host's latest snapshot (by uuid, else by index)."""
+    if ctx is None or ctx.snapshot is None:
+        return None
+    uuid, index = labels.get("uuid"), labels.get("gpu")
+    for g in ctx.snapshot.gpus:
+        if (uuid and g.uuid == uuid) or (not uuid and str(g.index) == index):
+            return g
+    return None
 
 
 def keep_command(labels: dict[str, str], rule: str, duration: str = "2h") -> str:

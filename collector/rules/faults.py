@@ -33,6 +33,11 @@ DRIVER = "driver"
 PENDING_PREFIX = "driver/library version mismatch pending"
 
 
+def _uuid(ctx: HostContext, uuid: str | None, index: int | None) -> str | None:
+    """The GPU's uuid, from the agent's own or else from the index (events may carry only the index)."""
+    return uuid or (ctx.uuids.get(index) if index is not None else None)
+
+
 @dataclass(slots=True)
 class _Lost:
     since: float
@@ -55,17 +60,15 @@ class GpuLostRule(Rule):
 
     def observe_event(self, ctx: HostContext, event: wire.Event, now: float) -> bool:
         lost = self._lost.setdefault(ctx.name, {})
-        if event.kind == "gpu_lost":
-            uuid = event.uuid or (ctx.uuids.get(event.gpu_index) if event.gpu_index is not None else None)
+        one_gpu = event.gpu_index is not None or bool(event.uuid)
+        if event.kind == "gpu_lost" or (event.kind == "driver_error" and one_gpu):
+            uuid = _uuid(ctx, event.uuid, event.gpu_index)
+            default = "GPU is lost" if event.kind == "gpu_lost" else "driver error"
             lost.setdefault(self._key(uuid, event.gpu_index),
-                            _Lost(now, event.message or "GPU is lost", event.gpu_index, uuid))
+                            _Lost(now, event.message or default, event.gpu_index, uuid))
             return True
         if event.kind == "driver_error":
-            if event.gpu_index is not None or event.uuid:
-                uuid = event.uuid or ctx.uuids.get(event.gpu_index or 0)
-                lost.setdefault(self._key(uuid, event.gpu_index),
-                                _Lost(now, event.message or "driver error", event.gpu_index, uuid))
-            elif event.message.startswith(PENDING_PREFIX):
+            if event.message.startswith(PENDING_PREFIX):
                 loaded = ctx.hello.driver_version if ctx.hello is not None else None
                 lost.setdefault(DRIVER, _Lost(now, event.message, None, None, loaded))
             else:
@@ -111,8 +114,7 @@ class GpuLostRule(Rule):
                     "an upgrade needs a reboot or module reload).",
                     annotations={"error": safe(fact.message, 300)})
             elif key not in out and (fact.uuid is None or fact.uuid not in out):
-                uuid = fact.uuid or (ctx.uuids.get(fact.index) if fact.index is not None else None)
-                out[key] = self._gpu(ctx.name, fact.index, uuid, fact.message)
+                out[key] = self._gpu(ctx.name, fact.index, _uuid(ctx, fact.uuid, fact.index), fact.message)
         return list(out.values())
 
     def _gpu(self, host: str, index: int | None, uuid: str | None, message: str) -> Condition:
@@ -174,7 +176,7 @@ class XidRule(Rule):
     def observe_event(self, ctx: HostContext, event: wire.Event, now: float) -> bool:
         if event.kind != "xid" or event.xid is None:
             return False
-        uuid = event.uuid or (ctx.uuids.get(event.gpu_index) if event.gpu_index is not None else None)
+        uuid = _uuid(ctx, event.uuid, event.gpu_index)
         key = (uuid or f"#{event.gpu_index}", event.xid)
         seen = self._seen.setdefault(ctx.name, {})
         fact = seen.get(key)

@@ -26,8 +26,7 @@ def build_rules(configs: dict[str, RuleConfig]) -> dict[str, Rule]:
         raise ConfigError(f"unknown rule(s): {', '.join(sorted(unknown))}", key="rules")
     rules: dict[str, Rule] = {}
     for name, cls in RULE_TYPES.items():
-        cfg = configs.get(name) or RuleConfig(name=name, params=dict(DEFAULT_RULES[name]))
+        cfg = configs.get(name) or RuleConfig(name=name)
         if cfg.enabled:
-            rules[name] = cls(RuleConfig(name=name, enabled=True,
-                                         params={**DEFAULT_RULES[name], **cfg.params}, select=cfg.select))
+            rules[name] = cls(cfg)  # Rule.__init__ lays the configured params over DEFAULT_RULES[name]
     return rules

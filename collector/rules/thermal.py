@@ -3,14 +3,8 @@
 from __future__ import annotations
 
 from gpufleet.agent import wire
-from gpufleet.collector.rules.base import DURATION, Condition, HostContext, Rule, gpu_labels
+from gpufleet.collector.rules.base import DURATION, Condition, HostContext, Rule, find_gpu, gpu_labels
 from gpufleet.collector.store.records import AlertRecord
-
-
-def _current(ctx: HostContext | None, labels: dict[str, str]) -> wire.GpuSample | None:
-    if ctx is None or ctx.snapshot is None:
-        return None
-    return next((g for g in ctx.snapshot.gpus if g.uuid == labels.get("uuid")), None)
 
 
 def _slowdown(ctx: HostContext, g: wire.GpuSample) -> int | None:
@@ -52,7 +46,7 @@ class OverheatingRule(Rule):
         return out
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
-        g = _current(ctx, alert.labels)
+        g = find_gpu(ctx, alert.labels)
         temp = f"{g.temperature} C" if g is not None and g.temperature is not None else "normal"
         return f"{alert.labels.get('host')} GPU {alert.labels.get('gpu')} back to {temp}"
 

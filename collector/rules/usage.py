@@ -46,6 +46,7 @@ from gpufleet.collector.rules.base import (
     Condition,
     HostContext,
     Rule,
+    find_gpu,
     fmt_bytes,
     fmt_duration,
     gpu_labels,
@@ -67,16 +68,6 @@ def user_of(p: wire.ProcessSample) -> str:
     return f"uid{p.uid}" if p.uid is not None else "unknown"
 
 
-def _find_gpu(ctx: HostContext | None, labels: dict[str, str]) -> wire.GpuSample | None:
-    if ctx is None or ctx.snapshot is None:
-        return None
-    uuid, index = labels.get("uuid"), labels.get("gpu")
-    for g in ctx.snapshot.gpus:
-        if (uuid and g.uuid == uuid) or (not uuid and str(g.index) == index):
-            return g
-    return None
-
-
 @dataclass(slots=True)
 class _Streak:
     low_since: float | None = None  # start of the current idle streak
@@ -89,7 +80,7 @@ class WastedRule(Rule):
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
-        self._streaks: dict[tuple[str, str], _Streak] = {}
+        self._streaks: dict[str, dict[str, _Streak]] = {}  # host -> uuid -> streak
 
     def _sample(self, g: wire.GpuSample) -> str | None:
         """"idle", "stuck", "busy", or None when the sample cannot be judged."""
@@ -110,11 +101,10 @@ class WastedRule(Rule):
 
     def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
         tolerance = self.param_float("spike_tolerance", DEFAULT_SPIKE_TOLERANCE)
-        seen: set[tuple[str, str]] = set()
+        old = self._streaks.get(ctx.name, {})
+        streaks = self._streaks[ctx.name] = {}  # GPUs gone from the snapshot drop out
         for g in snapshot.gpus:
-            key = (ctx.name, g.uuid)
-            seen.add(key)
-            streak = self._streaks.setdefault(key, _Streak())
+            streak = streaks[g.uuid] = old.get(g.uuid) or _Streak()
             kind = None if g.error else self._sample(g)
             if kind is None:
                 streak.low_since = streak.busy_since = None
@@ -128,16 +118,15 @@ class WastedRule(Rule):
                     streak.busy_since = now
                 if now - streak.busy_since > tolerance:
                     streak.low_since = None
-        for key in [k for k in self._streaks if k[0] == ctx.name and k not in seen]:
-            del self._streaks[key]
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
             return None
         min_bytes = self.param_float("min_memory_mib", 256) * MIB
         out: list[Condition] = []
+        streaks = self._streaks.get(ctx.name, {})
         for g in ctx.snapshot.gpus:
-            streak = self._streaks.get((ctx.name, g.uuid))
+            streak = streaks.get(g.uuid)
             if streak is None or streak.low_since is None:
                 continue
             by_user: dict[str, list[wire.ProcessSample]] = {}
@@ -197,7 +186,7 @@ class WastedRule(Rule):
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         host, gpu, user = alert.labels.get("host"), alert.labels.get("gpu"), alert.labels.get("user")
         took = fmt_duration(now - alert.started_at)
-        g = _find_gpu(ctx, alert.labels)
+        g = find_gpu(ctx, alert.labels)
         min_bytes = self.param_float("min_memory_mib", 256) * MIB
         still = g is not None and any(
             user_of(p) == user and (p.gpu_memory or 0) >= min_bytes for p in g.processes
@@ -208,8 +197,7 @@ class WastedRule(Rule):
         return f"{user}'s work on {host} GPU {gpu} is busy again ({util} util) after {took} idle"
 
     def forget_host(self, host: str) -> None:
-        for key in [k for k in self._streaks if k[0] == host]:
-            del self._streaks[key]
+        self._streaks.pop(host, None)
 
 
 class IdleRule(Rule):
@@ -237,7 +225,7 @@ class IdleRule(Rule):
         return out
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
-        g = _find_gpu(ctx, alert.labels)
+        g = find_gpu(ctx, alert.labels)
         host, gpu = alert.labels.get("host"), alert.labels.get("gpu")
         users = sorted({user_of(p) for p in g.processes}) if g is not None else []
         by = f" by {', '.join(users)}" if users else ""
@@ -249,8 +237,8 @@ class StaleRule(Rule):
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
-        # (host, uuid, pid, start_time) -> when the orphaned process was last seen using the GPU
-        self._unused_since: dict[tuple[str, str, int, float | None], float] = {}
+        # host -> (uuid, pid, start_time) -> when the orphaned process was last seen using the GPU
+        self._unused_since: dict[str, dict[tuple[str, int, float | None], float]] = {}
 
     def _used(self, g: wire.GpuSample, p: wire.ProcessSample) -> bool:
         if p.sm_util is not None:
@@ -260,19 +248,14 @@ class StaleRule(Rule):
         return g.util_gpu >= self.param_float("util_below", 5)
 
     def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
-        seen: set[tuple[str, str, int, float | None]] = set()
+        old = self._unused_since.get(ctx.name, {})
+        unused = self._unused_since[ctx.name] = {}  # processes gone from the snapshot drop out
         for g in snapshot.gpus:
             for p in g.processes:
                 if p.ppid != 1:
                     continue
-                key = (ctx.name, g.uuid, p.pid, p.start_time)
-                seen.add(key)
-                if self._used(g, p):
-                    self._unused_since[key] = now
-                else:
-                    self._unused_since.setdefault(key, now)
-        for key in [k for k in self._unused_since if k[0] == ctx.name and k not in seen]:
-            del self._unused_since[key]
+                key = (g.uuid, p.pid, p.start_time)
+                unused[key] = now if self._used(g, p) else old.get(key, now)
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
@@ -288,7 +271,7 @@ class StaleRule(Rule):
                                           "The process exited but was not reaped; the GPU memory stays "
                                           "allocated until its parent reaps it or is killed."))
                     continue
-                since = self._unused_since.get((ctx.name, g.uuid, p.pid, p.start_time))
+                since = self._unused_since.get(ctx.name, {}).get((g.uuid, p.pid, p.start_time))
                 if p.ppid == 1 and since is not None and now - since >= idle_needed:
                     out.append(self._cond(
                         ctx.name, g, p, "orphaned",
@@ -310,7 +293,7 @@ class StaleRule(Rule):
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         host, gpu, pid = alert.labels.get("host"), alert.labels.get("gpu"), alert.labels.get("pid")
-        g = _find_gpu(ctx, alert.labels)
+        g = find_gpu(ctx, alert.labels)
         gone = g is None or all(str(p.pid) != pid for p in g.processes)
         what = "is gone" if gone else "is no longer stale"
         return f"pid {pid} of {alert.labels.get('user')} on {host} GPU {gpu} {what}"
@@ -324,12 +307,12 @@ class StaleRule(Rule):
             start_time = float(start) if start else None
         except ValueError:
             return
-        key = (alert.labels.get("host", ""), alert.labels.get("uuid", ""), pid, start_time)
-        self._unused_since.setdefault(key, alert.started_at - self.param_float("no_session_idle", 3600.0))
+        key = (alert.labels.get("uuid", ""), pid, start_time)
+        self._unused_since.setdefault(alert.labels.get("host", ""), {}).setdefault(
+            key, alert.started_at - self.param_float("no_session_idle", 3600.0))
 
     def forget_host(self, host: str) -> None:
-        for key in [k for k in self._unused_since if k[0] == host]:
-            del self._unused_since[key]
+        self._unused_since.pop(host, None)
 
 
 class OrphanedMemoryRule(Rule):
@@ -348,8 +331,7 @@ class OrphanedMemoryRule(Rule):
         for g in ctx.snapshot.gpus:
             if g.error or g.mig_mode or g.processes or g.memory_used is None:
                 continue
-            accounted = sum(p.gpu_memory or 0 for p in g.processes)
-            orphan = g.memory_used - accounted
+            orphan = g.memory_used  # no process is listed, so none of it is accounted for
             if orphan < min_bytes:
                 continue
             out.append(Condition(
@@ -363,7 +345,7 @@ class OrphanedMemoryRule(Rule):
         return out
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
-        g = _find_gpu(ctx, alert.labels)
+        g = find_gpu(ctx, alert.labels)
         host, gpu = alert.labels.get("host"), alert.labels.get("gpu")
         if g is not None and g.processes:
             return f"{host} GPU {gpu}: processes visible again"

@@ -13,6 +13,7 @@ on each commit, so committed samples survive a power loss too. The writer commit
 from __future__ import annotations
 
 import errno
+import logging
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import TypeVar, cast
 import aiosqlite
 from gpufleet.collector.errors import StorageError, StorageFull
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 BUSY_TIMEOUT_MS = 5000
@@ -58,6 +60,27 @@ async def connect(path: Path, *, readonly: bool) -> aiosqlite.Connection:
     else:
         conn = await aiosqlite.connect(str(path), isolation_level=None, check_same_thread=False)
     return conn
+
+
+def rollback(conn: sqlite3.Connection) -> None:
+    """Roll back if a transaction is open (SQLITE_FULL may already have rolled it back)."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            log.exception("rollback failed")
+
+
+def in_tx(conn: sqlite3.Connection, fn: Callable[[], T]) -> T:
+    """Run ``fn()`` in one ``BEGIN IMMEDIATE`` transaction: committed if it returns, rolled back if not."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        result = fn()
+        conn.execute("COMMIT")
+        return result
+    except BaseException:
+        rollback(conn)
+        raise
 
 
 def setup_writer(conn: sqlite3.Connection) -> None:

@@ -22,12 +22,10 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Final, TypeVar
+from typing import Final
 
+from gpufleet.collector.store._db import in_tx
 from gpufleet.collector.store.queries import meta_float
-from gpufleet.collector.store.writer import rollback
-
-T = TypeVar("T")
 
 #: Re-roll this many seconds before the 1-minute high-water mark on each run (late samples).
 REDO_SECONDS: Final = 120
@@ -69,17 +67,6 @@ class Policy:
     batch: int = 5000  # rows deleted per transaction
     grace: float = 10.0  # seconds after a minute ends before it is rolled up
     vacuum_slack: int = 1024  # free pages kept before incremental_vacuum gives pages back
-
-
-def in_tx(conn: sqlite3.Connection, fn: Callable[[], T]) -> T:
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        result = fn()
-        conn.execute("COMMIT")
-        return result
-    except BaseException:
-        rollback(conn)
-        raise
 
 
 def _set_meta(conn: sqlite3.Connection, key: str, value: float, *, only_up: bool = False) -> None:

@@ -22,6 +22,7 @@ import sqlite3
 from typing import Final
 
 from gpufleet.collector.errors import StorageError
+from gpufleet.collector.store._db import in_tx
 
 _V1: Final = [
     """CREATE TABLE meta (
@@ -206,18 +207,15 @@ def migrate(conn: sqlite3.Connection) -> int:
         # writes it) the mode only changes through a VACUUM, which is instant on an empty file.
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
         conn.execute("VACUUM")
-    conn.execute("BEGIN IMMEDIATE")
-    try:
+
+    def run() -> None:
         current = user_version(conn)  # another process may have migrated while we waited for the lock
         for version in range(current, LATEST):
             for statement in MIGRATIONS[version]:
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version={version + 1}")
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
+
+    in_tx(conn, run)
     return found
 
 

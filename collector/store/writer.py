@@ -30,7 +30,7 @@ from typing import Any, TypeAlias
 import aiosqlite
 from gpufleet.agent import wire
 from gpufleet.collector.errors import StorageError
-from gpufleet.collector.store._db import call, is_transient, storage_error
+from gpufleet.collector.store._db import call, in_tx, is_transient, rollback, storage_error
 from gpufleet.collector.store.ingest import (
     FrameItem,
     HostStateItem,
@@ -117,24 +117,10 @@ def _write_batch(conn: sqlite3.Connection, state: IngestState, items: Sequence[I
         raise
 
 
-def rollback(conn: sqlite3.Connection) -> None:
-    """Roll back if a transaction is open (SQLITE_FULL may already have rolled it back)."""
-    if conn.in_transaction:
-        try:
-            conn.execute("ROLLBACK")
-        except sqlite3.Error:
-            log.exception("rollback failed")
-
-
 def _probe_write(conn: sqlite3.Connection) -> None:
     """A tiny real write: tells whether writes work again when nothing else is waiting."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('writer_probe', ?)", (time.time(),))
-        conn.execute("COMMIT")
-    except BaseException:
-        rollback(conn)
-        raise
+    in_tx(conn, partial(conn.execute, "INSERT OR REPLACE INTO meta (key, value) VALUES ('writer_probe', ?)",
+                        (time.time(),)))
 
 
 class Writer:
@@ -383,6 +369,7 @@ class Writer:
                 log.error("%s: writer did not drain within %.0f s; %d items lost", self._where, timeout,
                           len(self._q))
                 task.cancel()
+                await asyncio.gather(task, return_exceptions=True)  # let it finish unwinding before close
         err = StorageError(f"{self._where}: store closed")
         for item in self._q:
             if isinstance(item, (FlushItem, JobItem)):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from gpufleet.agent import wire
+from gpufleet.collector.store.records import AlertRecord
 
 
 async def test_restart_does_not_resend_a_notified_alert(harness, clock, store, w):
@@ -126,3 +129,28 @@ async def test_silences_are_loaded_from_the_store(harness, clock, store, w):
     h2.send(w.snap(w.gpu(0, temperature=90)))
     await h2.tick()
     assert h2.notifiers[0].got == []
+
+
+async def test_a_save_cut_short_by_stop_is_saved_by_stop(harness, clock, store, w, monkeypatch):
+    """stop() cancels the tick; if that lands inside the tick's save, the batch must not be lost (here: a
+    pending alert that resolved and was dropped from memory in that same tick)."""
+    h = harness(w.config(rules={"overheating": {"for": 600.0}}))
+    await h.engine.start(run_tick=False)
+    h.send(w.snap(w.gpu(0, temperature=90)))
+    await h.tick()
+    [fp] = store.alerts
+    h.send(w.snap(w.gpu(0, temperature=40)))
+    entered, save = asyncio.Event(), store.save_alerts
+
+    async def stuck(alerts: list[AlertRecord]) -> None:
+        entered.set()
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(store, "save_alerts", stuck)
+    tick = asyncio.create_task(h.engine.evaluate())
+    await asyncio.wait_for(entered.wait(), 5)
+    tick.cancel()  # what stop() does to its own tick task
+    await asyncio.gather(tick, return_exceptions=True)
+    monkeypatch.setattr(store, "save_alerts", save)
+    await h.engine.stop()
+    assert store.alerts[fp].state == "resolved"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from gpufleet.collector.errors import ConfigError
-from gpufleet.collector.notify.base import Notification, Notifier
+from gpufleet.collector.notify.base import DeliveryError, Notification, Notifier
 from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.notify.dispatcher import NotificationDispatcher
 from gpufleet.collector.notify.secrets import redact_url
@@ -75,6 +75,46 @@ async def test_command_failure_and_timeout(w, tmp_path):
     assert await disp2.join(10)
     await disp2.stop()
     assert "timed out" in disp2.last_error["cmd"]
+
+
+async def test_command_timeout_kills_the_programs_children_too(w, tmp_path):
+    """A hook script whose child hangs (curl to a dead host) holds the stderr pipe; killing only the script
+    would leave the child running and the send waiting for the pipe to close."""
+    pidfile = tmp_path / "child.pid"
+    cfg = w.config("cmd", "command", timeout=0.3, retries=0,
+                   command=["/bin/sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"])
+    [notifier] = build_notifiers([cfg], AlertingConfig())
+    with pytest.raises(DeliveryError, match="timed out"):
+        await asyncio.wait_for(notifier.send(w.notification()), 10)
+    await _gone(int(pidfile.read_text()))
+
+
+async def test_stopping_the_dispatcher_kills_a_running_command(w, tmp_path):
+    pidfile = tmp_path / "child.pid"
+    cfg = w.config("cmd", "command", timeout=60, retries=0,
+                   command=["/bin/sh", "-c", f"sleep 60 & echo $! > {pidfile}; wait"])
+    disp = NotificationDispatcher(build_notifiers([cfg], AlertingConfig()))
+    await disp.start()
+    disp.submit(w.notification())
+    for _ in range(200):
+        if pidfile.exists() and pidfile.read_text().strip():
+            break
+        await asyncio.sleep(0.02)
+    await disp.stop(timeout=0.1)
+    await _gone(int(pidfile.read_text()))
+
+
+async def _gone(pid: int) -> None:
+    """Wait until ``pid`` has exited (a zombie counts: killed, waiting for init to reap it)."""
+    for _ in range(100):
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return
+        if state == "Z":
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the hook's child {pid} still runs")
 
 
 async def test_command_missing_program_is_final(w):

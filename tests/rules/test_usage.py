@@ -178,7 +178,7 @@ def test_wasted_stuck_fires_after_for_through_the_engine_clock(runner, w):
     assert r.feed(idle, 0.0)
     conds = r.feed(stuck, 10.0)
     assert conds and conds[0].annotations["reason"] == "stuck"
-    assert r.rule._streaks[("n3", "GPU-0000")].low_since == 0.0  # type: ignore[attr-defined]
+    assert r.rule._streaks["n3"]["GPU-0000"].low_since == 0.0  # type: ignore[attr-defined]
     conds = r.feed(idle, 20.0)
     assert conds and conds[0].annotations["reason"] == "idle"
 

@@ -112,7 +112,8 @@ class GpuLostRule(Rule):
                     self.name, {"host": ctx.name}, f"{ctx.name} driver error: {safe(fact.message)}",
                     "The NVIDIA driver or NVML failed on this host (a driver/library version mismatch after "
                     "an upgrade needs a reboot or module reload).",
-                    annotations={"error": safe(fact.message, 300)})
+                    annotations={"error": safe(fact.message, 300),
+                                 **({"loaded_driver": fact.driver_version} if fact.driver_version else {})})
             elif key not in out and (fact.uuid is None or fact.uuid not in out):
                 out[key] = self._gpu(ctx.name, fact.index, _uuid(ctx, fact.uuid, fact.index), fact.message)
         return list(out.values())
@@ -141,7 +142,8 @@ class GpuLostRule(Rule):
         index = int(gpu) if gpu and gpu.isdigit() else None
         key = DRIVER if gpu is None else self._key(uuid, index)
         message = alert.annotations.get("error", "GPU is lost")
-        self._lost.setdefault(host, {}).setdefault(key, _Lost(alert.started_at, message, index, uuid))
+        loaded = alert.annotations.get("loaded_driver")  # a pending upgrade waits for this to change
+        self._lost.setdefault(host, {}).setdefault(key, _Lost(alert.started_at, message, index, uuid, loaded))
 
     def forget_host(self, host: str) -> None:
         self._lost.pop(host, None)

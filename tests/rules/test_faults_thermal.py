@@ -6,6 +6,7 @@ from gpufleet.agent import wire
 from gpufleet.collector.live import HostState
 from gpufleet.collector.rules.base import matchers_match, selector_matches
 from gpufleet.collector.settings import Selector
+from gpufleet.collector.store.records import AlertRecord
 
 
 def test_overheating_uses_the_lower_of_threshold_and_slowdown(runner, w):
@@ -86,6 +87,22 @@ def test_pending_driver_upgrade_holds_until_the_loaded_driver_changes(runner, w)
     assert still and still[0].labels == {"host": "n3"}
     r.ctx.hello = wire.Hello(agent_version="0.1.0", hostname="n3", ts=3.0, driver_version="560.35.03")
     assert r.feed(w.snap(w.gpu(0)), 4.0) == []
+
+
+def test_pending_driver_upgrade_survives_a_collector_restart(runner, w):
+    r = runner("gpu_lost")
+    hello = wire.Hello(agent_version="0.1.0", hostname="n3", ts=0.0, driver_version="550.54.15")
+    r.ctx.hello = hello
+    r.feed(w.snap(w.gpu(0)), 0.0)
+    message = "driver/library version mismatch pending: libnvidia-ml 560.35.03 is installed"
+    [cond] = r.event(wire.Event(ts=1.0, kind="driver_error", message=message), 1.0)
+    saved = AlertRecord(fingerprint="f", rule="gpu_lost", severity="critical", state="firing",
+                        labels={**cond.labels, "rule": "gpu_lost"}, annotations=dict(cond.annotations),
+                        started_at=1.0)
+    restarted = runner("gpu_lost")
+    restarted.rule.restore(saved)
+    restarted.ctx.hello = hello
+    assert restarted.feed(w.snap(w.gpu(0)), 5.0), "a healthy snapshot after a restart must not clear it"
 
 
 def test_xid_severity_and_hold(runner):

@@ -18,6 +18,8 @@ from gpufleet.collector.notify.base import DeliveryError, Notification, Notifier
 from gpufleet.collector.notify.secrets import redact_text
 
 log = logging.getLogger(__name__)
+#: A notifier enforces its own timeout; this backstop (timeout + grace) catches one that does not.
+SEND_GRACE = 5.0
 
 
 class NotificationDispatcher:
@@ -124,14 +126,15 @@ class NotificationDispatcher:
         attempts = max(0, notifier.config.retries) + 1
         for attempt in range(attempts):
             try:
-                await asyncio.wait_for(notifier.send(n), notifier.timeout + 5.0)
+                await asyncio.wait_for(notifier.send(n), notifier.timeout + SEND_GRACE)
                 self.stats["sent"] += 1
                 self.last_error.pop(notifier.name, None)
                 return None
             except DeliveryError as exc:
                 error, retryable = str(exc), exc.retryable
             except asyncio.TimeoutError:
-                error, retryable = f"notifier {notifier.name}: timed out after {notifier.timeout:g} s", True
+                limit = notifier.timeout + SEND_GRACE
+                error, retryable = f"notifier {notifier.name}: timed out after {limit:g} s", True
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a broken channel must not kill its worker

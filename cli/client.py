@@ -58,6 +58,8 @@ class Backend(Protocol):
 
 # ----------------------------------------------------------------------------------------- the socket
 
+_OK_PREFIX = b'{"ok":true,"result":'  # how the collector's encoder starts every successful answer
+
 
 class ApiClient:
     """One request per call over the collector's Unix socket (JSON line each way)."""
@@ -102,6 +104,19 @@ class ApiClient:
             self._sock = None
 
     def call(self, op: str, **args: Any) -> Any:
+        return self._decode(self._exchange(op, args))
+
+    def call_compact(self, op: str, **args: Any) -> bytes:
+        """The result as compact JSON bytes, exactly as ``json.dumps(call(...), separators=(",", ":"))``
+        would write it: our collector encodes it that way, so a successful answer's bytes pass straight
+        through (no decode and re-encode of megabytes); anything else takes the decoding path."""
+        data = self._exchange(op, args)
+        if data.startswith(_OK_PREFIX) and data.endswith(b"}\n"):
+            return data[len(_OK_PREFIX) : -2]
+        result = self._decode(data)
+        return json.dumps(result, separators=(",", ":")).encode()
+
+    def _exchange(self, op: str, args: dict[str, Any]) -> bytes:
         self.connect()
         assert self._sock is not None
         line = (
@@ -124,6 +139,9 @@ class ApiClient:
             raise CliError(
                 f"lost the connection to the collector at {self.path}: {exc.strerror or exc}"
             ) from None
+        return data
+
+    def _decode(self, data: bytes) -> Any:
         try:
             response = json.loads(data)
         except ValueError:

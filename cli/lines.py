@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 _SGR = {"bold": "1", "dim": "2", "italic": "3", "underline": "4", "reverse": "7"}
 _COLORS = {"black": 0, "red": 1, "green": 2, "yellow": 3, "blue": 4, "magenta": 5, "cyan": 6, "white": 7}
 RESET = "\x1b[0m"
+_ANSI: dict[tuple[str, str], str] = {}  # span -> its SGR-wrapped text: a fleet's lines repeat most spans
+_ANSI_MAX = 65536
 
 
 @lru_cache(maxsize=8192)
@@ -80,7 +82,7 @@ class Line:
 
     @property
     def plain(self) -> str:
-        return "".join(t for t, _ in self.spans)
+        return "".join([t for t, _ in self.spans])
 
     def cell_len(self) -> int:
         return sum(cells(t) for t, _ in self.spans)
@@ -110,11 +112,18 @@ class Line:
 
     def ansi(self, color: bool) -> str:
         if not color:
-            return self.plain
+            return "".join([t for t, _ in self.spans])
+        memo = _ANSI
         out = []
-        for t, s in self.spans:
-            code = sgr(s) if s else ""
-            out.append(f"{code}{t}{RESET}" if code else t)
+        for span in self.spans:
+            a = memo.get(span)
+            if a is None:
+                if len(memo) > _ANSI_MAX:
+                    memo.clear()
+                t, s = span
+                code = sgr(s) if s else ""
+                a = memo[span] = f"{code}{t}{RESET}" if code else t
+            out.append(a)
         return "".join(out)
 
     def text(self) -> Text:
@@ -151,4 +160,10 @@ def term_width(default: int = 80) -> int:
 
 
 def write_lines(lines: list[Line], stream: IO[str], *, color: bool) -> None:
-    stream.write("".join(line.ansi(color) + "\n" for line in lines))
+    if not lines:
+        return
+    if color:
+        text = "\n".join([line.ansi(True) for line in lines])
+    else:
+        text = "\n".join(["".join([t for t, _ in line.spans]) for line in lines])
+    stream.write(text + "\n")

@@ -156,6 +156,7 @@ class Layout:
             self.cmd = 40
         #: every column fits: GPU lines need no truncation (their cells are padded or cut to the columns)
         self.fits = fixed + self.cmd + 1 + self.flags <= self.width
+        self.gauges: _Gauges | None = None  # the memoized cells of this layout, made on first use
 
     def duration(self, seconds: float | None) -> str:
         if seconds is None:
@@ -193,19 +194,7 @@ def _proc_cells(line: Line, lay: Layout, p: ProcView | None, extra: str | None =
     if p is None:
         sp.append((_fit(extra or "", lay.user + 1 + lay.cmd + 1 + lay.pmem + 1 + lay.run + 1), "dim"))
         return
-    zombie = p.state == "Z"
-    sp.append((_fit(p.user or "?", lay.user) + " ", "bold" if p.user else "dim"))
-    cmd = ("<zombie> " if zombie else "") + (p.command or f"pid {p.pid}")
-    sp.append((_fit(cmd, lay.cmd) + " ", "red" if zombie else ""))
-    sp.append(
-        (
-            _fit(fmt_bytes(p.memory), lay.pmem, "right")
-            + " "
-            + _fit(lay.duration(p.running_for), lay.run, "right")
-            + " ",
-            "",
-        )
-    )
+    sp.extend(_Gauges.of(lay).proc_cells(p))
 
 
 def _flags(line: Line, flags: Sequence[str], width: int) -> None:
@@ -228,10 +217,46 @@ class _Gauges:
 
     def __init__(self, lay: Layout) -> None:
         self.lay = lay
+        lay.gauges = self
+        self.index: dict[int, str] = {}
+        self.user: dict[str | None, tuple[str, str]] = {}
+        self.cmd: dict[tuple[str | None, int | None, bool], tuple[str, str]] = {}
+        self.tail: dict[tuple[int | None, str], tuple[str, str]] = {}
         self.util: dict[int | None, list[tuple[str, str]]] = {}
         self.temp: dict[int | None, tuple[str, str]] = {}
         self.mem: dict[tuple[int | None, int | None], list[tuple[str, str]]] = {}
         self.power: dict[tuple[float | None, float | None], tuple[str, str]] = {}
+
+    @staticmethod
+    def of(lay: Layout) -> _Gauges:
+        return lay.gauges if lay.gauges is not None else _Gauges(lay)
+
+    def index_cell(self, index: int) -> str:
+        c = self.index.get(index)
+        if c is None:
+            c = self.index[index] = _fit(str(index), self.lay.gpu, "right") + " "
+        return c
+
+    def proc_cells(self, p: ProcView) -> tuple[tuple[str, str], tuple[str, str], tuple[str, str]]:
+        """User, command, and memory + running time of one process (the last keyed by its shown text)."""
+        lay = self.lay
+        user = self.user.get(p.user)
+        if user is None:
+            user = self.user[p.user] = (_fit(p.user or "?", lay.user) + " ", "bold" if p.user else "dim")
+        zombie = p.state == "Z"
+        ckey = (p.command, None if p.command else p.pid, zombie)
+        cmd = self.cmd.get(ckey)
+        if cmd is None:
+            text = ("<zombie> " if zombie else "") + (p.command or f"pid {p.pid}")
+            cmd = self.cmd[ckey] = (_fit(text, lay.cmd) + " ", "red" if zombie else "")
+        tkey = (p.memory, lay.duration(p.running_for))
+        tail = self.tail.get(tkey)
+        if tail is None:
+            tail = self.tail[tkey] = (
+                _fit(fmt_bytes(p.memory), lay.pmem, "right") + " " + _fit(tkey[1], lay.run, "right") + " ",
+                "",
+            )
+        return user, cmd, tail
 
     def util_cells(self, util: int | None) -> list[tuple[str, str]]:
         c = self.util.get(util)
@@ -286,8 +311,8 @@ def _gpu_lines(
         sp.append((_fit(host.name, lay.host) + " ", "bold"))
     else:
         sp.append((" " * (lay.host + 1), ""))
-    sp.append((_fit(str(g.index), lay.gpu, "right") + " ", ""))
-    flags = list(g.flags) + ([f for f in host.flags if f not in g.flags] if first else [])
+    sp.append((gauges.index_cell(g.index), ""))
+    flags = g.flags + [f for f in host.flags if f not in g.flags] if first and host.flags else g.flags
     if g.error:
         span = (
             lay.left - (lay.host + 1 + lay.gpu + 1) + lay.user + 1 + lay.cmd + 1 + lay.pmem + 1 + lay.run + 1
@@ -302,15 +327,20 @@ def _gpu_lines(
     if lay.power:
         sp.append(gauges.power_cell(g.power, g.power_limit))
     procs = g.processes
-    _proc_cells(line, lay, procs[0] if procs else None, None if procs else "-")
+    if procs:
+        sp.extend(gauges.proc_cells(procs[0]))
+    else:
+        _proc_cells(line, lay, None, "-")
     if flags:
         _flags(line, flags, lay.flags)
     line.rstrip()
     out.append(line if lay.fits else line.truncate(lay.width))
+    if len(procs) < 2:
+        return
     shown = procs[1:MAX_PROCS_SHOWN]
     for p in shown:
         cont = Line(" " * lay.left)
-        _proc_cells(cont, lay, p)
+        cont.spans.extend(gauges.proc_cells(p))
         cont.rstrip()
         out.append(cont if lay.fits else cont.truncate(lay.width))
     hidden = len(procs) - 1 - len(shown)

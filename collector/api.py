@@ -7,6 +7,14 @@ request ``{"op": "status", "args": {...}, "v": 1}``; response ``{"ok": true, "re
 A Unix socket (not TCP) because it is local-only by construction and its file mode (0600 by default) is the
 access control. The op handlers that need only the store live in :class:`StoreOps`, so the CLI's read-only
 fallback (collector down) answers the same ops with the same code.
+
+``status`` takes ``form``: ``"objects"`` (the default, the public shape ``gpufleet status --json`` prints) or
+``"rows"`` (compact: arrays under a column list, what the CLI's screen asks for; see
+:func:`gpufleet.collector.query.fleet_view_rows`). A collector that predates ``form`` ignores it and answers
+objects, which the CLI reads too. The server keeps the encoded answer to an *unfiltered* status request for
+``status_cache_ttl`` seconds (0.5 by default, half the agents' sampling interval), so an answer may be that
+much older than its request (its ``generated_at`` says when it was built); filtered requests are always
+built fresh.
 """
 
 from __future__ import annotations
@@ -50,6 +58,9 @@ IDLE_TIMEOUT = 60.0  # a connection that sends nothing for this long is closed
 WRITE_TIMEOUT = 30.0
 DEFAULT_SINCE = 24 * 3600.0
 MAX_POINTS_LIMIT = 10_000
+STATUS_CACHE_TTL = 0.5  # seconds an unfiltered status answer is reused; 0 turns the cache off
+STATUS_FORMS = ("objects", query.ROWS_FORM)
+_STATUS_FILTERS = ("host", "tag", "user")
 
 Handler = Callable[["Args"], Awaitable[Any]]
 
@@ -332,10 +343,11 @@ class StoreOps:
         )
 
     # -- the fallback's answers from stored state
-    async def stored_status(self, a: Args) -> query.FleetView:
+    async def stored_status(self, a: Args) -> Any:
+        form = self.status_form(a)
         hosts, latest = await self.store.hosts(), await self.store.latest()
         alerts = await self.store.load_alerts(active_only=True)
-        return query.build_fleet_view_from_store(
+        view = query.build_fleet_view_from_store(
             hosts,
             latest,
             alerts,
@@ -344,6 +356,7 @@ class StoreOps:
             tag=a.str_list("tag"),
             user=a.str_list("user"),
         )
+        return self.shaped(view, form)
 
     async def stored_hosts(self, a: Args) -> list[query.HostInfo]:
         return query.host_infos_from_store(await self.store.hosts(), await self.store.latest())
@@ -359,6 +372,18 @@ class StoreOps:
 
     async def ping(self, a: Args) -> dict[str, Any]:
         return {"pong": True, "api": API_VERSION, "source": "store"}
+
+    @staticmethod
+    def status_form(a: Args) -> str:
+        form = a.opt_str("form", "objects") or "objects"
+        if form not in STATUS_FORMS:
+            raise QueryError(f"bad argument 'form': {form!r} (use one of {', '.join(STATUS_FORMS)})")
+        return form
+
+    @staticmethod
+    def shaped(view: query.FleetView, form: str) -> Any:
+        """The view in the asked-for form: the model itself (encoded as objects) or its rows form."""
+        return query.fleet_view_rows(view) if form == query.ROWS_FORM else view
 
     def table(self) -> dict[str, Handler]:
         """The op table of the read-only fallback."""
@@ -410,10 +435,11 @@ class LiveOps(StoreOps):
             "stats": c.stats(),
         }
 
-    async def status(self, a: Args) -> query.FleetView:
+    async def status(self, a: Args) -> Any:
+        form = self.status_form(a)
         # one pass over the active alerts, not flags(host, gpu) per GPU: flags(host) mixes GPU alerts in
         flags = query.flags_from_alerts(self.collector.alerts.active())
-        return query.build_fleet_view(
+        view = query.build_fleet_view(
             self.collector.live.hosts.values(),
             flags,
             now=self.clock(),
@@ -421,6 +447,7 @@ class LiveOps(StoreOps):
             tag=a.str_list("tag"),
             user=a.str_list("user"),
         )
+        return self.shaped(view, form)
 
     async def hosts(self, a: Args) -> list[query.HostInfo]:
         return query.host_infos(self.collector.live.hosts.values())
@@ -531,6 +558,7 @@ class QueryServer:
         max_request_bytes: int = MAX_REQUEST_BYTES,
         idle_timeout: float = IDLE_TIMEOUT,
         clock: Callable[[], float] = time.time,
+        status_cache_ttl: float = STATUS_CACHE_TTL,
     ) -> None:
         self.collector = collector
         self.path = Path(path)
@@ -544,6 +572,8 @@ class QueryServer:
         self._inode: int | None = None
         self._closing = False
         self._sock: socket.socket | None = None
+        self.status_cache_ttl = status_cache_ttl
+        self._status_cache: dict[str, tuple[float, bytes]] = {}  # form -> (built at, encoded answer)
 
     @property
     def ops(self) -> dict[str, Handler]:
@@ -554,6 +584,22 @@ class QueryServer:
     async def handle(self, request: Any) -> dict[str, Any]:
         """Answer one decoded request (also usable in-process, e.g. by the demo)."""
         return await dispatch(self.ops, request)
+
+    async def answer(self, request: Any) -> bytes:
+        """One decoded request's encoded response line; unfiltered status answers come from the cache while
+        they are younger than ``status_cache_ttl`` (one build and encode serves every screen in that time)."""
+        key = _status_cache_key(request) if self.status_cache_ttl > 0 else None
+        if key is None:
+            return _encode_response(await self.handle(request))
+        hit = self._status_cache.get(key)
+        if hit is not None and 0 <= self.clock() - hit[0] < self.status_cache_ttl:
+            return hit[1]
+        built = self.clock()
+        response = await self.handle(request)
+        data = _encode_response(response)
+        if response.get("ok"):
+            self._status_cache[key] = (built, data)
+        return data
 
     async def start(self) -> None:
         path = self.path
@@ -656,16 +702,37 @@ class QueryServer:
             try:
                 request = json.loads(line)
             except ValueError as exc:
-                response: dict[str, Any] = {"ok": False, "error": f"request is not valid JSON: {exc}"}
+                await self._send(writer, {"ok": False, "error": f"request is not valid JSON: {exc}"})
             else:
-                response = await self.handle(request)
-            await self._send(writer, response)
+                await self._write(writer, await self.answer(request))
 
     async def _send(self, writer: asyncio.StreamWriter, response: dict[str, Any]) -> None:
-        try:
-            data = encode(response)
-        except (TypeError, ValueError) as exc:
-            log.exception("cannot encode query response")
-            data = encode({"ok": False, "error": f"internal error: cannot encode response: {exc}"})
+        await self._write(writer, _encode_response(response))
+
+    async def _write(self, writer: asyncio.StreamWriter, data: bytes) -> None:
         writer.write(data)
         await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
+
+
+def _encode_response(response: dict[str, Any]) -> bytes:
+    try:
+        return encode(response)
+    except (TypeError, ValueError) as exc:
+        log.exception("cannot encode query response")
+        return encode({"ok": False, "error": f"internal error: cannot encode response: {exc}"})
+
+
+def _status_cache_key(request: Any) -> str | None:
+    """The form of an unfiltered status request (its cache key); None for anything else, including a status
+    request with filters or with arguments this version does not know (those are always answered fresh)."""
+    if not isinstance(request, dict) or request.get("op") != "status":
+        return None
+    if request.get("v", API_VERSION) != API_VERSION:
+        return None
+    args = request.get("args") or {}
+    if not isinstance(args, dict) or any(args.get(k) not in (None, []) for k in _STATUS_FILTERS):
+        return None
+    if any(k not in _STATUS_FILTERS and k != "form" for k in args):
+        return None
+    form = args.get("form") or "objects"
+    return form if form in STATUS_FORMS else None

@@ -11,6 +11,7 @@ import fnmatch
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
 from gpufleet.collector.errors import QueryError
@@ -36,6 +37,7 @@ FLAG_NAMES: dict[str, str] = {
 }
 
 FlagSource = Callable[[str, "int | None"], Iterable[str]]
+_NO_FLAGS: frozenset[str] = frozenset()
 
 
 # ------------------------------------------------------------------------------------------------ model
@@ -228,27 +230,32 @@ def _match_any(value: str, patterns: Sequence[str]) -> bool:
     return any(value == p or (_is_glob(p) and fnmatch.fnmatchcase(value, p)) for p in patterns)
 
 
+# Positional arguments below, in the dataclasses' field order: this runs 8,000+ times per status request.
+
+
 def _proc_view(p: _ProcLike, now: float) -> ProcView:
+    start = p.start_time
     return ProcView(
-        pid=p.pid,
-        user=p.user,
-        command=short_command(p.command),
-        memory=p.gpu_memory,
-        running_for=None if p.start_time is None else float(max(0, round(now - p.start_time))),
-        state=p.state,
-        sm_util=p.sm_util,
-        container=p.container,
-        job=p.job,
+        p.pid,
+        p.user,
+        short_command(p.command),
+        p.gpu_memory,
+        None if start is None else float(max(0, round(now - start))),
+        p.state,
+        p.sm_util,
+        p.container,
+        p.job,
     )
 
 
 def _gpu_view(g: _GpuLike, flags: Iterable[str], host_up: bool, now: float) -> GpuView:
-    procs = [_proc_view(p, now) for p in g.processes]
-    names = sorted({flag_name(f) for f in flags})
-    if g.error and "lost" not in names:
-        names.append("lost")
-    if g.error:
+    procs = [_proc_view(p, now) for p in g.processes] if g.processes else []
+    names = sorted({FLAG_NAMES.get(f, f) for f in flags}) if flags else []
+    error = g.error
+    if error:
         state = "lost"
+        if "lost" not in names:
+            names.append("lost")
     elif not host_up:
         state = "unknown"
     elif procs or (g.util_gpu or 0) >= BUSY_UTIL or (g.memory_used or 0) >= HELD_MEMORY:
@@ -256,19 +263,19 @@ def _gpu_view(g: _GpuLike, flags: Iterable[str], host_up: bool, now: float) -> G
     else:
         state = "idle"
     return GpuView(
-        index=g.index,
-        uuid=g.uuid,
-        name=g.name,
-        state=state,
-        util=g.util_gpu,
-        mem_used=g.memory_used,
-        mem_total=g.memory_total,
-        temp=g.temperature,
-        power=g.power_draw,
-        power_limit=g.power_limit,
-        error=g.error,
-        flags=names,
-        processes=procs,
+        g.index,
+        g.uuid,
+        g.name,
+        state,
+        g.util_gpu,
+        g.memory_used,
+        g.memory_total,
+        g.temperature,
+        g.power_draw,
+        g.power_limit,
+        error,
+        names,
+        procs,
     )
 
 
@@ -389,7 +396,7 @@ def flags_from_alerts(alerts: Iterable[AlertRecord]) -> FlagSource:
         index.setdefault((a.labels["host"], a.labels.get("gpu")), set()).add(a.rule)
 
     def flags(host: str, gpu: int | None) -> Iterable[str]:
-        return index.get((host, None if gpu is None else str(gpu)), set())
+        return index.get((host, None if gpu is None else str(gpu)), _NO_FLAGS)
 
     return flags
 
@@ -607,9 +614,71 @@ def _host_from(d: Mapping[str, Any]) -> HostView:
     return HostView(**k)
 
 
+# The compact ("rows") wire form of the status view: each host, GPU and process is a JSON array in the
+# order of a column list sent once, instead of an object repeating every key 8,000 times. It halves the
+# bytes, and both ends skip a Python call per object (json's C encoder and decoder do all the work), which
+# is most of `gpufleet status`'s time at 1,000 hosts. Only our CLI asks for it (``form: rows``); the public
+# ``--json`` output stays the object form.
+ROWS_FORM = "rows"
+_HOST_ROW = attrgetter(*_HOST_FIELDS[:-1])
+_GPU_ROW = attrgetter(*_GPU_FIELDS[:-1])
+_PROC_ROW = attrgetter(*_PROC_FIELDS)
+
+
+def fleet_view_rows(view: FleetView) -> dict[str, Any]:
+    """The view in the compact form :func:`fleet_view_from_dict` reads back (JSON-ready but for Totals)."""
+    g_row, p_row = _GPU_ROW, _PROC_ROW
+    return {
+        "form": ROWS_FORM,
+        "columns": {"host": _HOST_FIELDS, "gpu": _GPU_FIELDS, "proc": _PROC_FIELDS},
+        "generated_at": view.generated_at,
+        "source": view.source,
+        "totals": view.totals,
+        "filters": view.filters,
+        "last_sample": view.last_sample,
+        "hosts": [
+            (*_HOST_ROW(h), [(*g_row(g), [p_row(p) for p in g.processes]) for g in h.gpus])
+            for h in view.hosts
+        ],
+    }
+
+
+def _hosts_from_rows(d: Mapping[str, Any]) -> list[HostView]:
+    cols = d["columns"]
+    hc, gc, pc = tuple(cols["host"]), tuple(cols["gpu"]), tuple(cols["proc"])
+    if hc != _HOST_FIELDS or gc != _GPU_FIELDS or pc != _PROC_FIELDS:
+        # another collector version: go by column name (extra columns ignored, missing ones defaulted)
+        gi, pi = hc.index("gpus"), gc.index("processes")
+
+        def gpu_dict(g: Sequence[Any]) -> dict[str, Any]:
+            return {
+                **dict(zip(gc, g, strict=True)),
+                "processes": [dict(zip(pc, p, strict=True)) for p in g[pi]],
+            }
+
+        return [
+            _host_from({**dict(zip(hc, h, strict=True)), "gpus": [gpu_dict(g) for g in h[gi]]})
+            for h in d["hosts"]
+        ]
+    # the constructors as plain callables: a row's length is checked when it is called, not by mypy
+    host: Callable[..., HostView] = HostView
+    gpu_: Callable[..., GpuView] = GpuView
+    proc: Callable[..., ProcView] = ProcView
+    return [host(*h[:-1], [gpu_(*g[:-1], [proc(*p) for p in g[-1]]) for g in h[-1]]) for h in d["hosts"]]
+
+
 def fleet_view_from_dict(d: Mapping[str, Any]) -> FleetView:
-    """Rebuild the model from its JSON form (what the CLI receives over the socket)."""
+    """Rebuild the model from its JSON form (what the CLI receives over the socket), object or rows form."""
     try:
+        if d.get("form") == ROWS_FORM:
+            return FleetView(
+                generated_at=d["generated_at"],
+                source=d["source"],
+                hosts=_hosts_from_rows(d),
+                totals=Totals(**_known(d["totals"], _TOTALS_FIELDS)),
+                filters=dict(d.get("filters", {})),
+                last_sample=d.get("last_sample"),
+            )
         return FleetView(
             generated_at=d["generated_at"],
             source=d["source"],
@@ -618,7 +687,7 @@ def fleet_view_from_dict(d: Mapping[str, Any]) -> FleetView:
             filters=dict(d.get("filters", {})),
             last_sample=d.get("last_sample"),
         )
-    except (KeyError, TypeError) as exc:
+    except (KeyError, TypeError, IndexError, ValueError, AttributeError) as exc:
         raise QueryError(f"malformed fleet view: {exc}") from None
 
 

@@ -5,6 +5,8 @@ Targets: status under 300 ms wall, history of 30 days under 500 ms wall, each me
 installed `gpufleet` script (Python start-up and imports included) against a QueryServer on a Unix socket.
 The status fleet is synthetic (the CLI tests' stand-in collector); the history comes from a real SQLite
 store filled with 30 days of minute and hour rollups for one 8-GPU host.
+Status is timed twice: against a server with its default status cache (runs a few hundred ms apart, so most
+are served from it) and against one with the cache off (``cold``: every run builds and encodes the view).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cli"))
 from cli_testkit import StandinCollector, cli_env, gpufleet_argv  # noqa: E402
 from gpufleet.agent import wire  # noqa: E402
 from gpufleet.collector import query  # noqa: E402
-from gpufleet.collector.api import QueryServer, encode  # noqa: E402
+from gpufleet.collector.api import STATUS_CACHE_TTL, QueryServer, encode  # noqa: E402
 from gpufleet.collector.settings import StorageConfig  # noqa: E402
 
 GIB = 1 << 30
@@ -220,6 +222,9 @@ def main() -> None:
     sock = tmp / "gf.sock"
     server = QueryServer(standin, sock, 0o600)
     lt.run(server.start())
+    csock = tmp / "gfc.sock"
+    cold = QueryServer(standin, csock, 0o600, status_cache_ttl=0)
+    lt.run(cold.start())
     print(
         f"gpufleet CLI bench: {args.hosts} hosts x {args.gpus} GPUs, python {sys.version.split()[0]}, "
         f"{os.cpu_count()} CPUs"
@@ -236,6 +241,14 @@ def main() -> None:
         report("gpufleet status --by user", walls, 300)
         walls, _ = timed([*base, "status", "--host", "node0042"], env, args.runs)
         report("gpufleet status --host node0042", walls, 300)
+        print(f"with the server's status cache off (default ttl {STATUS_CACHE_TTL} s above):")
+        cbase = [*gpufleet_argv(), "--socket", str(csock)]
+        walls, _ = timed([*cbase, "status"], env, args.runs)
+        report("gpufleet status, cold", walls, 300)
+        walls, _ = timed([*cbase, "status", "--json"], env, args.runs)
+        report("gpufleet status --json, cold", walls, 300)
+        walls, _ = timed([*cbase, "status", "--by", "user"], env, args.runs)
+        report("gpufleet status --by user, cold", walls, 300)
 
         print("in-process parts of `status` (best of 5):")
         view = in_process(
@@ -244,10 +257,19 @@ def main() -> None:
                 standin.live.hosts.values(), query.flags_from_alerts(standin.alerts.active()), now=time.time()
             ),
         )
-        data = in_process("encode response (server)", lambda: encode({"ok": True, "result": view}))
-        print(f"  {'response size':<42} {len(data) / 1e6:7.1f} MB")
+        data = in_process("encode objects (server, --json)", lambda: encode({"ok": True, "result": view}))
+        print(f"  {'objects size':<42} {len(data) / 1e6:7.1f} MB")
+        rows = in_process(
+            "encode rows (server, screen)",
+            lambda: encode({"ok": True, "result": query.fleet_view_rows(view)}),
+        )
+        print(f"  {'rows size':<42} {len(rows) / 1e6:7.1f} MB")
+        in_process(
+            "decode objects + rebuild model", lambda: query.fleet_view_from_dict(json.loads(data)["result"])
+        )
         decoded = in_process(
-            "decode + rebuild model (client)", lambda: query.fleet_view_from_dict(json.loads(data)["result"])
+            "decode rows + rebuild model (client)",
+            lambda: query.fleet_view_from_dict(json.loads(rows)["result"]),
         )
 
         def render() -> None:
@@ -301,6 +323,7 @@ def main() -> None:
         lt.run(real.close())
     finally:
         lt.run(server.stop())
+        lt.run(cold.stop())
         lt.close()
         import shutil
 

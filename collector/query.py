@@ -371,20 +371,25 @@ def build_fleet_view(
         up = s.status == "up"
         snap = s.snapshot
         gpus = [_gpu_view(g, flags(s.name, g.index), up, now) for g in snap.gpus] if snap else []
-        views.append(
-            HostView(
-                name=s.name,
-                status=s.status,
-                reason=s.reason,
-                last_seen=s.last_seen,
-                age=None if s.last_seen is None else max(0.0, now - s.last_seen),
-                tags=list(s.tags),
-                flags=sorted({flag_name(f) for f in flags(s.name, None)}),
-                sample_ts=snap.ts if snap else None,
-                gpus=gpus,
-            )
-        )
+        views.append(_host_view(s.name, s.status, s.reason, s.last_seen, s.tags, flags,
+                                snap.ts if snap else None, gpus, now))
     return _finish(views, now, "live", host=host, tag=tag, user=user)
+
+
+def _host_view(name: str, status: str, reason: str | None, last_seen: float | None, tags: Iterable[str],
+               flags: FlagSource, sample_ts: float | None, gpus: list[GpuView], now: float) -> HostView:
+    """One host row, live or stored: the age and the host-level flags are derived the same way."""
+    return HostView(
+        name=name,
+        status=status,
+        reason=reason,
+        last_seen=last_seen,
+        age=None if last_seen is None else max(0.0, now - last_seen),
+        tags=list(tags),
+        flags=sorted({flag_name(f) for f in flags(name, None)}),
+        sample_ts=sample_ts,
+        gpus=gpus,
+    )
 
 
 def flags_from_alerts(alerts: Iterable[AlertRecord]) -> FlagSource:
@@ -421,19 +426,9 @@ def build_fleet_view_from_store(
     for row in hosts:
         seen.add(row.name)
         gl = sorted(by_host.get(row.name, []), key=lambda g: g.index)
-        views.append(
-            HostView(
-                name=row.name,
-                status=row.status,
-                reason=row.reason,
-                last_seen=row.last_seen,
-                age=None if row.last_seen is None else max(0.0, now - row.last_seen),
-                tags=list(row.tags),
-                flags=sorted({flag_name(f) for f in flags(row.name, None)}),
-                sample_ts=max((g.ts for g in gl), default=None),
-                gpus=[_gpu_view(g, flags(row.name, g.index), True, now) for g in gl],
-            )
-        )
+        gpus = [_gpu_view(g, flags(row.name, g.index), True, now) for g in gl]
+        views.append(_host_view(row.name, row.status, row.reason, row.last_seen, row.tags, flags,
+                                max((g.ts for g in gl), default=None), gpus, now))
     for name, gl in by_host.items():  # samples for a host the hosts table lacks: still show them
         if name not in seen:
             gl.sort(key=lambda g: g.index)

@@ -106,13 +106,13 @@ class Collector:
     async def start(self) -> None:
         from gpufleet.collector.alerts.engine import AlertEngine
         from gpufleet.collector.api import QueryServer
+        from gpufleet.collector.classify import thresholds_of
         from gpufleet.collector.notify import NotificationDispatcher, build_notifiers
         from gpufleet.collector.store.store import Store
         from gpufleet.collector.transport.manager import FleetTransport
 
         cfg = self.config
-        wasted = cfg.rules.get("wasted")
-        self._store = await Store.open(cfg.storage, usage_params=wasted.params if wasted else None)
+        self._store = await Store.open(cfg.storage, thresholds=thresholds_of(cfg.rules))
         try:
             notifiers = build_notifiers(cfg.notifiers, cfg.alerting)
             self._dispatcher = NotificationDispatcher(notifiers, queue_size=cfg.alerting.queue_size,

@@ -14,18 +14,13 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds, gpu_state
 from gpufleet.collector.errors import QueryError
 from gpufleet.collector.procname import short_command
 
 if TYPE_CHECKING:  # annotations only: the CLI's status path must not pay for importing the store package
     from gpufleet.collector.live import HostState
     from gpufleet.collector.store.records import AlertRecord, GpuLatest, HostRow
-
-#: Below this GPU util a GPU with no processes counts idle (matches the wasted rule's default threshold).
-BUSY_UTIL = 5
-#: A GPU with no visible process but this much memory in use is not idle: nobody else can use that memory
-#: (a leaked context, or processes in a PID namespace the agent cannot see; the orphaned rule alerts on it).
-HELD_MEMORY = 1 << 30
 
 #: Rule names as the alert engine knows them -> the short flag a person reads on the status screen.
 FLAG_NAMES: dict[str, str] = {
@@ -35,6 +30,9 @@ FLAG_NAMES: dict[str, str] = {
     "throttling": "throttled",
     "host_down": "down",
 }
+
+#: Flags that mean "held but not used": a GPU with any of them counts as wasted in ``status --by user``.
+WASTE_FLAGS: frozenset[str] = frozenset({"wasted", "stale"})
 
 FlagSource = Callable[[str, "int | None"], Iterable[str]]
 _NO_FLAGS: frozenset[str] = frozenset()
@@ -248,20 +246,16 @@ def _proc_view(p: _ProcLike, now: float) -> ProcView:
     )
 
 
-def _gpu_view(g: _GpuLike, flags: Iterable[str], host_up: bool, now: float) -> GpuView:
+def _gpu_view(g: _GpuLike, flags: Iterable[str], host_up: bool, now: float, t: Thresholds) -> GpuView:
     procs = [_proc_view(p, now) for p in g.processes] if g.processes else []
     names = sorted({FLAG_NAMES.get(f, f) for f in flags}) if flags else []
     error = g.error
+    state: str = gpu_state(g, t)  # idle means free capacity, as the idle rule sees it (collector/classify.py)
     if error:
-        state = "lost"
         if "lost" not in names:
             names.append("lost")
     elif not host_up:
         state = "unknown"
-    elif procs or (g.util_gpu or 0) >= BUSY_UTIL or (g.memory_used or 0) >= HELD_MEMORY:
-        state = "busy"
-    else:
-        state = "idle"
     return GpuView(
         g.index,
         g.uuid,
@@ -363,6 +357,7 @@ def build_fleet_view(
     host: Sequence[str] = (),
     tag: Sequence[str] = (),
     user: Sequence[str] = (),
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
 ) -> FleetView:
     """The fleet view from the collector's live state; ``flags(host, gpu)`` gives firing rule names
     (``gpu=None``: alerts about the host itself)."""
@@ -370,7 +365,7 @@ def build_fleet_view(
     for s in states:
         up = s.status == "up"
         snap = s.snapshot
-        gpus = [_gpu_view(g, flags(s.name, g.index), up, now) for g in snap.gpus] if snap else []
+        gpus = [_gpu_view(g, flags(s.name, g.index), up, now, thresholds) for g in snap.gpus] if snap else []
         views.append(_host_view(s.name, s.status, s.reason, s.last_seen, s.tags, flags,
                                 snap.ts if snap else None, gpus, now))
     return _finish(views, now, "live", host=host, tag=tag, user=user)
@@ -415,6 +410,7 @@ def build_fleet_view_from_store(
     host: Sequence[str] = (),
     tag: Sequence[str] = (),
     user: Sequence[str] = (),
+    thresholds: Thresholds = DEFAULT_THRESHOLDS,
 ) -> FleetView:
     """The same view from stored rows: last known host status, last sample per GPU, firing alerts."""
     flags = flags_from_alerts(alerts)
@@ -426,14 +422,14 @@ def build_fleet_view_from_store(
     for row in hosts:
         seen.add(row.name)
         gl = sorted(by_host.get(row.name, []), key=lambda g: g.index)
-        gpus = [_gpu_view(g, flags(row.name, g.index), True, now) for g in gl]
+        gpus = [_gpu_view(g, flags(row.name, g.index), True, now, thresholds) for g in gl]
         views.append(_host_view(row.name, row.status, row.reason, row.last_seen, row.tags, flags,
                                 max((g.ts for g in gl), default=None), gpus, now))
     for name, gl in by_host.items():  # samples for a host the hosts table lacks: still show them
         if name not in seen:
             gl.sort(key=lambda g: g.index)
             ts = max(g.ts for g in gl)
-            gpus = [_gpu_view(g, flags(name, g.index), True, now) for g in gl]
+            gpus = [_gpu_view(g, flags(name, g.index), True, now, thresholds) for g in gl]
             views.append(
                 HostView(
                     name=name,
@@ -449,7 +445,10 @@ def build_fleet_view_from_store(
 
 
 def by_user(view: FleetView) -> list[UserUsage]:
-    """GPUs held per user (a GPU shared by two users counts for both), busiest first."""
+    """GPUs held per user (a GPU shared by two users counts for both), most wasted GPUs first.
+
+    WASTED counts the user's GPUs flagged by any waste condition (wasted, or a stale process: a zombie
+    holding memory counts)."""
     acc: dict[str, dict[str, Any]] = {}
     for h in view.hosts:
         for g in h.gpus:
@@ -476,7 +475,7 @@ def by_user(view: FleetView) -> list[UserUsage]:
                 a["gpus"].add(key)
                 a["hosts"].add(h.name)
                 a["memory"] += mem
-                if "wasted" in g.flags:
+                if WASTE_FLAGS.intersection(g.flags):
                     a["wasted"].add(key)
                 if g.util is not None:
                     a["utils"].append(g.util)
@@ -492,7 +491,7 @@ def by_user(view: FleetView) -> list[UserUsage]:
         )
         for u, a in acc.items()
     ]
-    rows.sort(key=lambda r: (-r.gpus, -r.memory, r.user))
+    rows.sort(key=lambda r: (-r.wasted, -r.gpus, -r.memory, r.user))
     return rows
 
 

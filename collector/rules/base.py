@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from gpufleet.agent import wire
 from gpufleet.collector import procname
+from gpufleet.collector.classify import Thresholds
 from gpufleet.collector.live import HostState
 from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig, Selector
 from gpufleet.collector.store.records import AlertRecord
@@ -75,6 +76,8 @@ class Rule:
         params = {**DEFAULT_RULES.get(config.name, {}), **config.params}
         self.config = dataclasses.replace(config, params=params)
         self.params: dict[str, Any] = params
+        #: the shared classification's thresholds as this rule's params set them (collector/classify.py)
+        self.thresholds = Thresholds.from_rules({config.name: params})
 
     @property
     def for_seconds(self) -> float:

@@ -1,19 +1,13 @@
 """Usage rules: wasted GPU, idle GPU, stale process, orphaned memory.
 
-What "wasted" means here (DESIGN.md: combine signals, ignore short-lived gaps):
-- A GPU sample is *idle* when util_gpu < ``util_below`` and, if ``power_idle_ratio`` > 0 and power is known,
-  power_draw / power_limit < ``power_idle_ratio`` (low util but high power means work between util samples).
-  When util_gpu is unknown the highest per-process SM util is used; with neither, the sample is not judged.
-- A sample is *stuck* when util is at or above ``util_below`` but ``stuck_power_ratio`` > 0, power is known
-  and power_draw / power_limit < ``stuck_power_ratio``: a kernel is resident (NVML util counts 100 % if any
-  kernel runs) but the GPU draws near-idle power, which is what a hung NCCL collective spinning on a peer
-  looks like.
-  Per-process SM util does not veto it: NVML's per-process ``smUtil`` is "time a kernel of this process was
-  running", the same blind spot as util_gpu, so a spin-waiting kernel reads busy there too; only power tells
-  spinning from computing. Off by default (0.0): idle power differs per board (about 10-15 % of the limit on
-  A100/H100, 5 % on consumer cards), so a site sets it for its GPUs (0.2 suits A100/H100).
+What a sample is (busy / idle / stuck, who holds it, free, orphaned) is decided by
+:mod:`gpufleet.collector.classify`, the one definition the GPU-hours accounting and ``status`` use too; these
+rules add only *how long* it must last:
 - Idle and stuck samples both extend a streak. Busy spikes up to ``spike_tolerance`` seconds (default 60)
   inside a streak are ignored: the condition only clears when the GPU stays busy longer than that.
+- ``stuck_power_ratio`` (stuck: util busy, power near idle) is off by default (0.0): idle power differs per
+  board (about 10-15 % of the limit on A100/H100, 5 % on consumer cards), so a site sets it for its GPUs
+  (0.2 suits A100/H100). Per-process SM util does not veto it: NVML's ``smUtil`` has util's blind spot.
 - One condition per (host, GPU, user) for the user's processes holding >= ``min_memory_mib`` each.
   Labels: host, gpu, uuid, user. The pid is an annotation, not a label, so restarting the same notebook
   continues the alert instead of opening a new one (and a new nag).
@@ -40,9 +34,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpufleet.agent import wire
+from gpufleet.collector.classify import activity, holders, is_free, is_zombie, orphaned_bytes, user_of
 from gpufleet.collector.rules.base import (
     DURATION,
-    MIB,
     Condition,
     HostContext,
     Rule,
@@ -58,14 +52,6 @@ from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.store.records import AlertRecord
 
 DEFAULT_SPIKE_TOLERANCE = 60.0
-DEFAULT_STUCK_POWER_RATIO = 0.0  # off unless configured (see the module docstring)
-IDLE_MAX_MEMORY_MIB = 256  # "nothing allocated": below this, used memory is driver/context noise
-
-
-def user_of(p: wire.ProcessSample) -> str:
-    if p.user:
-        return p.user
-    return f"uid{p.uid}" if p.uid is not None else "unknown"
 
 
 @dataclass(slots=True)
@@ -82,30 +68,14 @@ class WastedRule(Rule):
         super().__init__(config)
         self._streaks: dict[str, dict[str, _Streak]] = {}  # host -> uuid -> streak
 
-    def _sample(self, g: wire.GpuSample) -> str | None:
-        """"idle", "stuck", "busy", or None when the sample cannot be judged."""
-        util: int | None = g.util_gpu
-        if util is None:
-            sm = [p.sm_util for p in g.processes if p.sm_util is not None]
-            util = max(sm) if sm else None
-        if util is None:
-            return None
-        power = g.power_draw / g.power_limit if g.power_draw is not None and g.power_limit else None
-        if util >= self.param_float("util_below", 5):
-            stuck = self.param_float("stuck_power_ratio", DEFAULT_STUCK_POWER_RATIO)
-            return "stuck" if stuck > 0 and power is not None and power < stuck else "busy"
-        ratio = self.param_float("power_idle_ratio", 0.0)
-        if ratio > 0 and power is not None:
-            return "idle" if power < ratio else "busy"
-        return "idle"
-
     def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
         tolerance = self.param_float("spike_tolerance", DEFAULT_SPIKE_TOLERANCE)
         old = self._streaks.get(ctx.name, {})
         streaks = self._streaks[ctx.name] = {}  # GPUs gone from the snapshot drop out
+        t = self.thresholds
         for g in snapshot.gpus:
             streak = streaks[g.uuid] = old.get(g.uuid) or _Streak()
-            kind = None if g.error else self._sample(g)
+            kind = activity(g, t)
             if kind is None:
                 streak.low_since = streak.busy_since = None
             elif kind != "busy":
@@ -122,19 +92,14 @@ class WastedRule(Rule):
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
             return None
-        min_bytes = self.param_float("min_memory_mib", 256) * MIB
+        t = self.thresholds
         out: list[Condition] = []
         streaks = self._streaks.get(ctx.name, {})
         for g in ctx.snapshot.gpus:
             streak = streaks.get(g.uuid)
             if streak is None or streak.low_since is None:
                 continue
-            by_user: dict[str, list[wire.ProcessSample]] = {}
-            for p in g.processes:
-                if p.gpu_memory is None or p.gpu_memory < min_bytes or (p.state or "").startswith("Z"):
-                    continue
-                by_user.setdefault(user_of(p), []).append(p)
-            for user, procs in sorted(by_user.items()):
+            for user, procs in sorted(holders(g, t).items()):
                 out.append(self._condition(ctx.name, g, user, procs, streak.stuck))
         return out
 
@@ -187,10 +152,7 @@ class WastedRule(Rule):
         host, gpu, user = alert.labels.get("host"), alert.labels.get("gpu"), alert.labels.get("user")
         took = fmt_duration(now - alert.started_at)
         g = find_gpu(ctx, alert.labels)
-        min_bytes = self.param_float("min_memory_mib", 256) * MIB
-        still = g is not None and any(
-            user_of(p) == user and (p.gpu_memory or 0) >= min_bytes for p in g.processes
-        )
+        still = g is not None and user in holders(g, self.thresholds)
         if not still:
             return f"{user} released GPU {gpu} on {host} after {took}"
         util = "?" if g is None or g.util_gpu is None else f"{g.util_gpu} %"
@@ -208,12 +170,10 @@ class IdleRule(Rule):
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
             return None
-        limit = self.param_float("max_memory_mib", IDLE_MAX_MEMORY_MIB) * MIB
+        t = self.thresholds
         out: list[Condition] = []
         for g in ctx.snapshot.gpus:
-            if g.error or g.processes or g.util_gpu is None or g.util_gpu > 0:
-                continue
-            if g.memory_used is None or g.memory_used >= limit:
+            if not is_free(g, t):
                 continue
             name = f" ({g.name})" if g.name else ""
             out.append(Condition(
@@ -266,7 +226,7 @@ class StaleRule(Rule):
             for p in g.processes:
                 mem = f"holding {fmt_bytes(p.gpu_memory)}" if p.gpu_memory else "holding a GPU context"
                 who = f"{user_of(p)}'s {short_command(p.command)} (pid {p.pid}) on {ctx.name} GPU {g.index}"
-                if (p.state or "").startswith("Z") and (p.gpu_memory is None or p.gpu_memory > 0):
+                if is_zombie(p) and (p.gpu_memory is None or p.gpu_memory > 0):
                     out.append(self._cond(ctx.name, g, p, "zombie", f"{who} is a zombie {mem}",
                                           "The process exited but was not reaped; the GPU memory stays "
                                           "allocated until its parent reaps it or is killed."))
@@ -326,13 +286,11 @@ class OrphanedMemoryRule(Rule):
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
             return None
-        min_bytes = self.param_float("min_memory_mib", 256) * MIB
+        t = self.thresholds
         out: list[Condition] = []
         for g in ctx.snapshot.gpus:
-            if g.error or g.mig_mode or g.processes or g.memory_used is None:
-                continue
-            orphan = g.memory_used  # no process is listed, so none of it is accounted for
-            if orphan < min_bytes:
+            orphan = orphaned_bytes(g, t)  # no process is listed, so none of it is accounted for
+            if orphan is None:
                 continue
             out.append(Condition(
                 self.name, gpu_labels(ctx.name, g),

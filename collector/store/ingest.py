@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
 from gpufleet.agent import wire
+from gpufleet.collector.classify import Thresholds
 from gpufleet.collector.live import HostState
 from gpufleet.collector.store import usage
-from gpufleet.collector.store.usage import UsageKey, UsageParams
+from gpufleet.collector.store.usage import UsageKey
 
 #: A process without a start time that vanishes for longer than this starts a new span when it returns.
 NOSTART_GAP: Final = 60.0
@@ -150,7 +151,7 @@ EVENT_INSERT: Final = ("INSERT OR IGNORE INTO events (host_id, ts, kind, message
 class IngestState:
     """Id caches and per-GPU progress for the writer (single-threaded: only the writer's thread uses it)."""
 
-    def __init__(self, params: UsageParams) -> None:
+    def __init__(self, params: Thresholds) -> None:
         self.params = params
         self.hosts: dict[str, int] = {}
         self.gpus: dict[str, GpuState] = {}

@@ -15,14 +15,15 @@ import logging
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import aiosqlite
 from gpufleet.agent import wire
+from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds
 from gpufleet.collector.errors import StorageError
 from gpufleet.collector.live import HostState
 from gpufleet.collector.settings import StorageConfig
@@ -39,7 +40,7 @@ from gpufleet.collector.store.records import (
     SilenceRecord,
     UsageRow,
 )
-from gpufleet.collector.store.usage import UsageParams, usage_by_user
+from gpufleet.collector.store.usage import usage_by_user
 from gpufleet.collector.store.writer import Writer
 
 log = logging.getLogger(__name__)
@@ -78,10 +79,10 @@ class Store:
 
     @classmethod
     async def open(cls, config: StorageConfig, *, readonly: bool = False, tuning: Tuning | None = None,
-                   usage_params: Mapping[str, Any] | None = None) -> Store:
+                   thresholds: Thresholds | None = None) -> Store:
         """Create the directory and migrate (unless ``readonly``), then start the writer task.
 
-        ``usage_params``: the ``wasted`` rule's params (util_below, min_memory_mib) for GPU-hours accounting.
+        ``thresholds``: the shared classification's thresholds (the rules' config) for GPU-hours accounting.
         """
         tuning = tuning or Tuning()
         path = config.resolved_path()
@@ -109,7 +110,7 @@ class Store:
             if isinstance(exc, (sqlite3.Error, OSError, StorageError)):
                 raise storage_error(exc, where) from exc
             raise
-        state = IngestState(UsageParams.from_rule(usage_params))
+        state = IngestState(thresholds or DEFAULT_THRESHOLDS)
         store = cls(path, config, reader, writer_conn, None, tuning)
         store._writer = Writer(writer_conn, where, state, max_rows=config.batch_max_rows,
                                max_delay=config.batch_max_delay, queue_max=tuning.queue_max,

@@ -2,10 +2,11 @@
 
 On each new snapshot, per GPU, the time since that GPU's previous sample (``dt``, capped so an outage is
 not billed) is credited to every distinct user holding memory on it:
-- held += dt;  used += dt * util / 100;  wasted += dt when util < ``util_below`` and the user holds at least
-  ``min_memory_mib`` (the parameters of the ``wasted`` rule, DEFAULT_RULES["wasted"] unless configured).
-Each user is credited the whole GPU (two users sharing one GPU both hold it). Processes /proc could not
-attribute count under user ``"?"``. Sums live in hourly buckets, so a range query is a fast SUM at hour
+- held += dt;  used += dt * util / 100;  wasted += dt when :func:`classify.wasting_users` names the user
+  (the sample is idle or stuck and the user holds at least ``min_memory_mib``: the same verdict the
+  ``wasted`` rule uses, with the ``wasted`` rule's configured thresholds).
+Each user is credited the whole GPU (two users sharing one GPU both hold it), under the name the alerts use
+(:func:`classify.user_of`). Sums live in hourly buckets, so a range query is a fast SUM at hour
 granularity (a range is widened to whole hours).
 """
 
@@ -13,34 +14,18 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
 from gpufleet.agent import wire
-from gpufleet.collector.settings import DEFAULT_RULES
+from gpufleet.collector.classify import Thresholds, user_of, wasting_users
 from gpufleet.collector.store.records import UsageRow
 
 #: Never credit more than this many seconds for one sample, however long the gap before it.
 MAX_GAP: Final = 10.0
 #: ... nor more than this many times the GPU's typical sampling interval.
 GAP_FACTOR: Final = 3.0
-UNATTRIBUTED: Final = "?"
 
 UsageKey = tuple[int, int, int, str]  # hour, host_id, gpu_id, user
-
-
-@dataclass(slots=True, frozen=True)
-class UsageParams:
-    util_below: float
-    min_memory_bytes: int
-
-    @classmethod
-    def from_rule(cls, params: Mapping[str, Any] | None = None) -> UsageParams:
-        """The ``wasted`` rule's parameters (config overrides on top of DEFAULT_RULES)."""
-        merged = {**DEFAULT_RULES["wasted"], **(params or {})}
-        return cls(util_below=float(merged["util_below"]),
-                   min_memory_bytes=int(float(merged["min_memory_mib"]) * (1 << 20)))
 
 
 def credit(dt: float, typical: float | None) -> tuple[float, float | None]:
@@ -53,29 +38,28 @@ def credit(dt: float, typical: float | None) -> tuple[float, float | None]:
     return min(dt, cap), typical
 
 
-def account(acc: dict[UsageKey, list[float]], params: UsageParams, host_id: int, gpu_id: int,
+def account(acc: dict[UsageKey, list[float]], params: Thresholds, host_id: int, gpu_id: int,
             gpu: wire.GpuSample, ts: float, seconds: float) -> None:
-    """Add one GPU sample's ``seconds`` to the users holding memory on it (in ``acc``, per hour)."""
+    """Add one GPU sample's ``seconds`` to the users holding memory on it (in ``acc``, per hour).
+
+    Wasted seconds go to exactly the users :func:`classify.wasting_users` names for the sample, the users the
+    ``wasted`` rule alerts about, so the report and the alert agree.
+    """
     if seconds <= 0 or gpu.error is not None or not gpu.processes:
         return
-    held: dict[str, int | None] = {}
+    held: set[str] = set()
     for proc in gpu.processes:
-        mem = proc.gpu_memory
-        if mem is not None and mem <= 0:
+        if proc.gpu_memory is not None and proc.gpu_memory <= 0:
             continue  # listed but holding nothing
-        user = proc.user if (proc.attributed and proc.user) else UNATTRIBUTED
-        if mem is None:
-            held.setdefault(user, None)
-        else:
-            held[user] = (held.get(user) or 0) + mem
+        held.add(user_of(proc))
     if not held:
         return
     util = gpu.util_gpu
     used = seconds * util / 100.0 if util is not None else 0.0
-    idle = util is not None and util < params.util_below
+    wasting = wasting_users(gpu, params)
     hour = int(math.floor(ts / 3600.0)) * 3600
-    for user, mem in held.items():
-        wasted = seconds if idle and mem is not None and mem >= params.min_memory_bytes else 0.0
+    for user in held:
+        wasted = seconds if user in wasting else 0.0
         key = (hour, host_id, gpu_id, user)
         row = acc.get(key)
         if row is None:

@@ -67,7 +67,22 @@ def test_by_user() -> None:
     rows = {r.user: r for r in query.by_user(live_view())}
     assert rows["dave"].gpus == 2 and rows["dave"].wasted == 2 and rows["dave"].mean_util == 0
     assert rows["alice"].hosts == ["a2", "a10", "b1"]
-    assert list(rows)[0] in ("alice", "bob", "carol")  # most GPUs first
+    assert list(rows)[0] == "dave"  # most wasted GPUs first
+    assert list(rows)[1] in ("alice", "bob", "carol")  # then most GPUs
+
+
+def test_by_user_counts_a_stale_zombie_as_waste() -> None:
+    """A zombie holding memory at 0 % is flagged stale, not wasted: it is still that user's waste."""
+    from gpufleet.collector.query import FleetView, GpuView, HostView, ProcView
+
+    zombie = ProcView(pid=7, user="erin", command="python3 leak.py", memory=18 << 30, running_for=60.0,
+                      state="Z")
+    gpu = GpuView(index=0, uuid="U0", name=None, state="busy", util=0, mem_used=18 << 30, mem_total=None,
+                  temp=None, power=None, power_limit=None, flags=["stale"], processes=[zombie])
+    view = FleetView(generated_at=NOW, source="live",
+                     hosts=[HostView(name="h", status="up", reason=None, last_seen=NOW, age=0.0, gpus=[gpu])])
+    (row,) = query.by_user(view)
+    assert row.user == "erin" and row.wasted == 1
 
 
 def test_short_command() -> None:

@@ -6,6 +6,7 @@ import sqlite3
 
 import pytest
 from gpufleet.agent import wire
+from gpufleet.collector.classify import Thresholds
 from gpufleet.collector.live import HostState
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import Store, Tuning
@@ -153,7 +154,8 @@ async def test_usage_by_user(store: Store) -> None:
 
 
 async def test_usage_params_from_the_wasted_rule(config: StorageConfig) -> None:
-    s = await Store.open(config, usage_params={"util_below": 50, "min_memory_mib": 1})
+    s = await Store.open(config, thresholds=Thresholds.from_rules({"wasted": {"util_below": 50,
+                                                                            "min_memory_mib": 1}}))
     for i in range(11):
         s.submit_snapshot("h1", snap(100.0 + i, [gpu(0, util=30, procs=[proc(1, mem=10 * MIB)])]), 0.0)
     await s.flush()

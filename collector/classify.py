@@ -1,0 +1,169 @@
+"""The one definition of what a GPU sample is doing: busy, idle, stuck, free, orphaned, and who holds it.
+
+Every reader of "is this GPU wasted?" calls this module: the usage rules (wasted, idle, orphaned_memory),
+the GPU-hours accounting in the store, the status screen's busy/idle state and the report. So the alert,
+the report and ``status`` can never disagree about a sample; only *how long* a condition must last (the
+rule's ``for``, its spike tolerance) belongs to the rules.
+
+Per sample (DESIGN.md: combine signals):
+- *activity*: ``busy``, ``idle`` or ``stuck``, or None when the sample cannot be judged (an error, or no util
+  and no per-process SM util). Idle: util under ``util_below`` and, where ``power_idle_ratio`` > 0 and power
+  is known, power draw under that share of the limit (low util at high power is work between util samples).
+  Stuck: util at or above ``util_below`` while power is under ``stuck_power_ratio`` of the limit: a kernel is
+  resident but the GPU does not compute (a hung collective).
+- *holders*: each user's non-zombie processes holding at least ``min_memory_bytes`` (zombies are stale).
+- *wasting*: the holders of a sample whose activity is idle or stuck.
+- *free*: nothing allocated (no process, memory under ``free_max_memory_bytes``, util 0): capacity.
+- *orphaned*: memory in use (at least ``min_memory_bytes``) with no process visible, not a MIG GPU.
+The thresholds come from the ``wasted``, ``idle`` and ``orphaned_memory`` rules' parameters
+(:meth:`Thresholds.from_rules`), whose defaults live in settings.DEFAULT_RULES.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from gpufleet.collector.settings import DEFAULT_RULES
+
+Activity = Literal["busy", "idle", "stuck"]
+MIB = 1 << 20
+#: The name of a process /proc could not attribute (same in alerts, GPU-hours and history).
+UNATTRIBUTED = "?"
+
+
+class ProcLike(Protocol):
+    """What classification reads of a process (wire samples and stored rows both have it)."""
+
+    @property
+    def user(self) -> str | None: ...
+    @property
+    def gpu_memory(self) -> int | None: ...
+    @property
+    def state(self) -> str | None: ...
+
+
+class GpuLike(Protocol):
+    """What classification reads of a GPU sample."""
+
+    @property
+    def util_gpu(self) -> int | None: ...
+    @property
+    def memory_used(self) -> int | None: ...
+    @property
+    def power_draw(self) -> float | None: ...
+    @property
+    def power_limit(self) -> float | None: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def processes(self) -> Sequence[Any]: ...
+
+
+@dataclass(slots=True, frozen=True)
+class Thresholds:
+    """The parameters of the one classification (rules' config on top of DEFAULT_RULES)."""
+
+    util_below: float = float(DEFAULT_RULES["wasted"]["util_below"])
+    min_memory_bytes: int = int(DEFAULT_RULES["wasted"]["min_memory_mib"] * MIB)
+    power_idle_ratio: float = float(DEFAULT_RULES["wasted"]["power_idle_ratio"])
+    stuck_power_ratio: float = float(DEFAULT_RULES["wasted"]["stuck_power_ratio"])
+    free_max_memory_bytes: int = int(DEFAULT_RULES["idle"]["max_memory_mib"] * MIB)
+    orphan_min_bytes: int = int(DEFAULT_RULES["orphaned_memory"]["min_memory_mib"] * MIB)
+
+    @classmethod
+    def from_rules(cls, params: Mapping[str, Mapping[str, Any] | None] | None = None) -> Thresholds:
+        """From rule name -> configured params (missing rules and keys take DEFAULT_RULES)."""
+        params = params or {}
+
+        def get(rule: str, key: str) -> float:
+            merged = {**DEFAULT_RULES[rule], **(params.get(rule) or {})}
+            return float(merged[key])
+
+        return cls(
+            util_below=get("wasted", "util_below"),
+            min_memory_bytes=int(get("wasted", "min_memory_mib") * MIB),
+            power_idle_ratio=get("wasted", "power_idle_ratio"),
+            stuck_power_ratio=get("wasted", "stuck_power_ratio"),
+            free_max_memory_bytes=int(get("idle", "max_memory_mib") * MIB),
+            orphan_min_bytes=int(get("orphaned_memory", "min_memory_mib") * MIB),
+        )
+
+
+DEFAULT_THRESHOLDS = Thresholds()
+
+
+def thresholds_of(rules: Mapping[str, Any]) -> Thresholds:
+    """The thresholds a collector's config sets: rule name -> RuleConfig (``Config.rules``)."""
+    return Thresholds.from_rules({name: rc.params for name, rc in rules.items()})
+
+
+def user_of(p: Any) -> str:
+    """The name a process is credited to: its user, else ``uid<N>``, else ``?``."""
+    if p.user:
+        return str(p.user)
+    uid = getattr(p, "uid", None)
+    return f"uid{uid}" if uid is not None else UNATTRIBUTED
+
+
+def is_zombie(p: ProcLike) -> bool:
+    return (p.state or "").startswith("Z")
+
+
+def activity(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> Activity | None:
+    """busy / idle / stuck for one sample, or None when it cannot be judged."""
+    if g.error:
+        return None
+    util: float | None = g.util_gpu
+    if util is None:
+        sm = [p.sm_util for p in g.processes if getattr(p, "sm_util", None) is not None]
+        util = max(sm) if sm else None
+    if util is None:
+        return None
+    power = g.power_draw / g.power_limit if g.power_draw is not None and g.power_limit else None
+    if util >= t.util_below:
+        return "stuck" if t.stuck_power_ratio > 0 and power is not None and power < t.stuck_power_ratio \
+            else "busy"
+    if t.power_idle_ratio > 0 and power is not None:
+        return "idle" if power < t.power_idle_ratio else "busy"
+    return "idle"
+
+
+def holders(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> dict[str, list[Any]]:
+    """user -> their live processes holding at least ``min_memory_bytes`` on the GPU."""
+    out: dict[str, list[Any]] = {}
+    for p in g.processes:
+        mem = p.gpu_memory
+        if mem is None or mem < t.min_memory_bytes or is_zombie(p):
+            continue
+        out.setdefault(user_of(p), []).append(p)
+    return out
+
+
+def wasting_users(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> list[str]:
+    """The users this one sample counts as wasting the GPU (idle or stuck while they hold it)."""
+    if activity(g, t) not in ("idle", "stuck"):
+        return []
+    return sorted(holders(g, t))
+
+
+def is_free(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> bool:
+    """Nothing allocated: no process, (almost) no memory used, 0 % util: free capacity."""
+    if g.error or g.processes or g.util_gpu is None or g.util_gpu > 0:
+        return False
+    return g.memory_used is not None and g.memory_used < t.free_max_memory_bytes
+
+
+def orphaned_bytes(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> int | None:
+    """Memory in use with no process visible (None when there is none worth flagging, or MIG)."""
+    if g.error or getattr(g, "mig_mode", None) or g.processes or g.memory_used is None:
+        return None
+    return g.memory_used if g.memory_used >= t.orphan_min_bytes else None
+
+
+def gpu_state(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> Literal["busy", "idle", "lost"]:
+    """The status screen's state of a GPU on a host that is up: lost, idle (free capacity) or busy."""
+    if g.error:
+        return "lost"
+    return "idle" if is_free(g, t) else "busy"

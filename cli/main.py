@@ -375,7 +375,7 @@ def silence() -> None:
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Any other label matcher.")
 @click.option("--for", "duration", required=True, metavar="DURATION", help="How long: 2h, 30m, 1d.")
 @click.option("--comment", default="", help="Why (shown in `silence list`).")
-@click.option("--by", "created_by", default=None, help="Who (default: $USER).")
+@click.option("--by", "created_by", default=None, hidden=True, help="Ignored: the collector records who.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_state
 def silence_add(
@@ -408,6 +408,8 @@ def silence_add(
     rec = state.backend(fallback=False).call(
         "silence_add", matchers=matchers, duration=seconds, comment=comment, created_by=who
     )
+    if created_by and rec.get("created_by") != created_by:  # an older collector believes --by
+        _stderr_line(f"gpufleet: --by is ignored: the collector records who asked ({rec.get('created_by')})")
     if as_json:
         _print_json(rec)
         return

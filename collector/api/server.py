@@ -41,7 +41,7 @@ from gpufleet.collector.errors import QueryError
 
 log = logging.getLogger(__name__)
 
-def _listening(path: Path) -> bool:
+def listening(path: Path) -> bool:
     """True when something accepts connections on the Unix socket at ``path``."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(1.0)
@@ -136,7 +136,7 @@ class QueryServer:
         if path.exists() or path.is_symlink():
             if not stat.S_ISSOCK(path.lstat().st_mode):
                 raise QueryError(f"query socket path {path} exists and is not a socket")
-            if _listening(path):
+            if listening(path):
                 raise QueryError(f"another collector is already serving {path}")
             path.unlink()  # stale socket from a collector that died
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

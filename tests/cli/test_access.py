@@ -18,7 +18,6 @@ import pwd
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,6 +29,7 @@ from pathlib import Path
 import pytest
 from cli_testkit import StandinCollector, cli_env, gpufleet_argv
 from gpufleet.collector.api import QueryServer
+from gpufleet.collector.api.server import listening
 
 TOOLS = ("useradd", "userdel", "groupadd", "groupdel", "setpriv")
 if os.geteuid() != 0:
@@ -137,7 +137,7 @@ api:
     )
     try:
         deadline = time.monotonic() + 60
-        while not _listening(sock):
+        while not listening(sock):
             assert proc.poll() is None, (home / "collector.log").read_text()[-3000:]
             assert time.monotonic() < deadline, "collector did not open its socket within 60 s"
             time.sleep(0.1)
@@ -150,17 +150,6 @@ api:
             proc.kill()
             proc.wait()
         log.close()
-
-
-def _listening(path: Path) -> bool:
-    s = socket.socket(socket.AF_UNIX)
-    try:
-        s.connect(str(path))
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
 
 
 def cli(c: Running, user: str | None, *args: str) -> subprocess.CompletedProcess[str]:

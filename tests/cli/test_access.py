@@ -229,12 +229,13 @@ def test_admin_silences_anything(collector: Running, users: Users) -> None:
 async def test_peer_check_refuses_who_the_file_mode_lets_in(users: Users) -> None:
     """A socket the operator opened wider (0666) with api.group: connecting works, asking does not."""
     d = Path(tempfile.mkdtemp(prefix="gfacc-", dir="/tmp"))
-    d.chmod(0o755)
-    standin = StandinCollector({"n1": "busy"}, gpus=1)
-    standin.config.api.group = users.readers
-    srv = QueryServer(standin, d / "run" / "gpufleet.sock", 0o666)
-    await srv.start()
+    srv: QueryServer | None = None
     try:
+        d.chmod(0o755)
+        standin = StandinCollector({"n1": "busy"}, gpus=1)
+        standin.config.api.group = users.readers
+        srv = QueryServer(standin, d / "run" / "gpufleet.sock", 0o666)
+        await srv.start()
         env = cli_env(d, GPUFLEET_SOCKET=str(srv.path))
 
         async def run(user: str, *args: str) -> tuple[int, str, str]:
@@ -258,5 +259,6 @@ async def test_peer_check_refuses_who_the_file_mode_lets_in(users: Users) -> Non
                 f"(allowed: members of group {users.readers} and the admins in api.admins)\n"
             )
     finally:
-        await srv.stop()
+        if srv is not None:
+            await srv.stop()
         shutil.rmtree(d, ignore_errors=True)

@@ -24,6 +24,7 @@ DEFAULT_TIMEOUT = 30.0
 EXIT_RUNTIME = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+EXIT_DENIED = 4  # the collector (or the socket's file mode) refused this user
 
 
 class CliError(Exception):
@@ -41,12 +42,28 @@ class CollectorUnavailable(CliError):
         super().__init__(message, EXIT_UNREACHABLE)
 
 
-class SocketForbidden(CollectorUnavailable):
+class SocketForbidden(CliError):
     """The socket exists but this user may not open it: a collector runs, so stored data would mislead."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_DENIED)
 
 
 class ApiError(CliError):
     """The collector answered ``ok: false``; the message is its one-line error."""
+
+
+class PermissionDenied(ApiError):
+    """The collector refused the op for this user (``code: permission_denied``)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, EXIT_DENIED)
+
+
+def api_error(response: dict[str, Any]) -> ApiError:
+    """The error of an ``ok: false`` answer, typed by its ``code``."""
+    message = str(response.get("error", "unknown error"))
+    return PermissionDenied(message) if response.get("code") == "permission_denied" else ApiError(message)
 
 
 class Backend(Protocol):
@@ -86,9 +103,8 @@ class ApiClient:
         except PermissionError:
             s.close()
             raise SocketForbidden(
-                f"permission denied on the collector socket {self.path} (it is "
-                "readable by the collector's user only; run as that user or set "
-                "api.mode)"
+                f"permission denied on the collector socket {self.path} (ask the collector's admin to add "
+                "you to its api.group)"
             ) from None
         except OSError as exc:
             s.close()
@@ -149,7 +165,7 @@ class ApiClient:
         if not isinstance(response, dict) or "ok" not in response:
             raise CliError(f"the collector at {self.path} sent a malformed answer")
         if not response["ok"]:
-            raise ApiError(str(response.get("error", "unknown error")))
+            raise api_error(response)
         return response.get("result")
 
     @staticmethod
@@ -185,7 +201,7 @@ class StoreFallback:
         return asyncio.run(self._call(op, {k: v for k, v in args.items() if v is not None}))
 
     async def _call(self, op: str, args: dict[str, Any]) -> Any:
-        from gpufleet.collector.api import StoreOps, dispatch, encode
+        from gpufleet.collector.api import StoreOps, dispatch, plain
         from gpufleet.collector.errors import StorageError
         from gpufleet.collector.settings import StorageConfig
         from gpufleet.collector.store.store import Store
@@ -210,8 +226,8 @@ class StoreFallback:
         finally:
             await store.close()
         if not response["ok"]:
-            raise ApiError(str(response["error"]))
-        return json.loads(encode(response["result"]))  # the same JSON shapes the socket gives
+            raise api_error(response)
+        return plain(response["result"])  # the same JSON shapes the socket gives
 
 
 # ------------------------------------------------------------------------------------------- choosing
@@ -225,11 +241,13 @@ class Endpoints:
     socket: str | None = None
     db: str | None = None
     _loaded: bool = False
+    _named: bool = False  # the socket was given before the config was read (not taken from it)
 
     def _load(self) -> None:
         if self._loaded:
             return
         self._loaded = True
+        self._named = self.socket is not None
         from gpufleet.collector.settings import ApiConfig, StorageConfig
 
         path = self.config_file()
@@ -257,6 +275,12 @@ class Endpoints:
 
         return find_config()
 
+    @property
+    def chosen(self) -> bool:
+        """The socket was named (``--socket``, $GPUFLEET_SOCKET) or a config file was (``-c``): never
+        redirected to a running demo."""
+        return bool(self.config_path) or (self._named if self._loaded else self.socket is not None)
+
     def socket_path(self) -> str:
         if self.socket is None:
             self._load()
@@ -277,13 +301,18 @@ def connect(
     timeout: float = DEFAULT_TIMEOUT,
     notice: Callable[[str], None] | None = None,
 ) -> Backend:
-    """The live collector if it answers, else (``fallback``) the database read-only, else exit 3."""
+    """The live collector if it answers, else a running ``gpufleet demo`` (when no socket or config was
+    named), else (``fallback``) the database read-only, else exit 3."""
+    chosen = ends.chosen
     client = ApiClient(ends.socket_path(), timeout=timeout)
     try:
         client.connect()
         return client
     except CollectorUnavailable as exc:
-        if not fallback or isinstance(exc, SocketForbidden):
+        demo = None if chosen else running_demo(timeout)
+        if demo is not None:
+            return demo
+        if not fallback:
             raise
         reason = str(exc)
     db = ends.db_path()
@@ -296,3 +325,58 @@ def connect(
 
 def _stderr(message: str) -> None:
     print(f"gpufleet: {message}", file=sys.stderr)
+
+
+# ----------------------------------------------------------------------------- the running demo's socket
+
+POINTER_NAME = "current-demo.json"
+
+
+def pointer_path() -> Path:
+    """Where ``gpufleet demo`` says which socket it serves: this user's runtime folder, next to the default
+    socket (so only this user, and a CLI that would look at the default socket, ever reads it)."""
+    from gpufleet.collector.settings import default_runtime_dir
+
+    return default_runtime_dir() / POINTER_NAME
+
+
+def write_pointer(socket_path: str | Path) -> Path:
+    """Point plain ``gpufleet ...`` commands at a demo's socket (atomically: a reader sees all or nothing)."""
+    target = pointer_path()
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}")
+    tmp.write_text(json.dumps({"socket": str(socket_path), "pid": os.getpid()}) + "\n", encoding="utf-8")
+    os.replace(tmp, target)
+    return target
+
+
+def clear_pointer(socket_path: str | Path) -> None:
+    """Remove the pointer if it still names ``socket_path`` (a newer demo's pointer stays)."""
+    target = pointer_path()
+    if _pointed_socket(target) == str(socket_path):
+        try:
+            target.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def running_demo(timeout: float = DEFAULT_TIMEOUT) -> ApiClient | None:
+    """A connected client of the demo the pointer names, or None (no pointer, or its demo is gone)."""
+    path = _pointed_socket(pointer_path())
+    if path is None:
+        return None
+    client = ApiClient(path, timeout=timeout)
+    try:
+        client.connect()
+    except CollectorUnavailable:
+        return None
+    return client
+
+
+def _pointed_socket(target: Path) -> str | None:
+    try:
+        doc = json.loads(target.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    sock = doc.get("socket") if isinstance(doc, dict) else None
+    return sock if isinstance(sock, str) and sock else None

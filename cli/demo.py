@@ -2,8 +2,10 @@
 
 Six virtual hosts run the real agent on fake NVML scenarios behind real SSH servers on 127.0.0.1; the real
 collector (started in-process on the bundled demo.yaml, with short rule durations) reaches them, stores
-history in a temp directory and serves its query socket there, so `gpufleet --socket ... alerts` works from
-another terminal while the demo runs. Ctrl-C (or ``--seconds``) stops everything cleanly.
+history in a temp directory and serves its query socket there. A pointer file in this user's runtime folder
+(:func:`gpufleet.cli.client.write_pointer`) names that socket while the demo runs, so plain `gpufleet status`,
+`gpufleet alerts`, ... work from another terminal as typed when no collector serves the default socket.
+Ctrl-C (or ``--seconds``) stops everything cleanly.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gpufleet.cli.client import CliError
+from gpufleet.cli.client import CliError, clear_pointer, write_pointer
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
@@ -82,7 +84,7 @@ def banner(socket: str, log_path: str, width: int) -> list[Text]:
     lines.append(
         Text("  Alerts appear within 5-60 s. From another terminal, ask the running collector:", "dim")
     )
-    lines.append(Text.assemble("    ", (f"gpufleet --socket {socket} alerts", "bold")))
+    lines.append(Text.assemble("    ", ("gpufleet alerts", "bold"), (f"   (socket {socket})", "dim")))
     lines.append(Text(f"  Collector log: {log_path}   Ctrl-C quits.", style="dim"))
     for t in lines:
         t.truncate(width)
@@ -140,6 +142,7 @@ async def _run(
             loop.add_signal_handler(sig, stop.set)
             installed.append(sig)
     collector: Collector | None = None
+    pointed: Path | None = None  # the socket the pointer file names while the demo runs
     last: RenderableType | None = None
     live_screen = screen and console.is_terminal
     try:
@@ -154,6 +157,8 @@ async def _run(
                 h.tags = ["demo", DEMO_HOSTS[h.name]]
             collector = Collector(cfg)
             await collector.start()
+            pointed = cfg.api.resolved_socket()
+            write_pointer(pointed)
             deadline = None if seconds is None else loop.time() + seconds
             live_ctx = _live(console) if live_screen else contextlib.nullcontext(None)
             with live_ctx as live:
@@ -168,6 +173,8 @@ async def _run(
             await collector.stop()
             collector = None
     finally:
+        if pointed is not None:
+            clear_pointer(pointed)
         if collector is not None:
             await collector.stop()
         for sig in installed:

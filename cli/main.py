@@ -3,7 +3,7 @@
 Only click and the socket client load at import; each command imports rich, the store or the collector when
 it runs, so ``gpufleet status`` starts fast. Every error a user can cause ends as one line
 ``gpufleet: ...`` on stderr. Exit codes: 0 ok, 1 runtime error, 2 usage error, 3 collector not reachable and
-no stored data.
+no stored data, 4 permission denied (the socket's mode, or the collector's api.group / api.admins).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from gpufleet.cli.client import (
+    EXIT_DENIED,
     EXIT_RUNTIME,
     EXIT_USAGE,
     ApiClient,
@@ -232,6 +233,8 @@ def watch_loop(
                 try:
                     renderable: RenderableType = frame(console.width)
                 except CliError as exc:  # collector restarting: keep watching
+                    if exc.code == EXIT_DENIED:  # waiting will not help
+                        raise
                     renderable = Text(f"gpufleet: {exc} (retrying every {interval:g} s)", style="yellow")
                 live.update(renderable, refresh=True)
                 time.sleep(
@@ -375,7 +378,7 @@ def silence() -> None:
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Any other label matcher.")
 @click.option("--for", "duration", required=True, metavar="DURATION", help="How long: 2h, 30m, 1d.")
 @click.option("--comment", default="", help="Why (shown in `silence list`).")
-@click.option("--by", "created_by", default=None, help="Who (default: $USER).")
+@click.option("--by", "created_by", default=None, hidden=True, help="Ignored: the collector records who.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @pass_state
 def silence_add(
@@ -408,6 +411,8 @@ def silence_add(
     rec = state.backend(fallback=False).call(
         "silence_add", matchers=matchers, duration=seconds, comment=comment, created_by=who
     )
+    if created_by and rec.get("created_by") != created_by:  # an older collector believes --by
+        _stderr_line(f"gpufleet: --by is ignored: the collector records who asked ({rec.get('created_by')})")
     if as_json:
         _print_json(rec)
         return

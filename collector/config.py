@@ -676,6 +676,8 @@ _ALERTING_SPEC: dict[str, Conv] = {
 _API_SPEC: dict[str, Conv] = {
     "socket": lambda p, n, k: "" if p.is_null(n) else p.path(n, k, allow_empty=True),
     "mode": lambda p, n, k: _socket_mode(p, n, k),
+    "group": lambda p, n, k: p.opt_string(n, k),
+    "admins": _Parser.str_list,
 }
 
 _METRICS_SPEC: dict[str, Conv] = {

@@ -163,6 +163,8 @@ class AlertingConfig:
 class ApiConfig:
     socket: str = ""  # "" -> default_runtime_dir()/gpufleet.sock
     mode: int = 0o600
+    group: str | None = None  # the socket's group: it may connect (0660) and read (collector/api/access.py)
+    admins: list[str] = field(default_factory=list)  # user names and @groups who may silence anything
 
     def resolved_socket(self) -> Path:
         return Path(self.socket).expanduser() if self.socket else default_runtime_dir() / "gpufleet.sock"

@@ -6,6 +6,8 @@ import asyncio
 import csv
 import io
 import json
+import os
+import pwd
 from pathlib import Path
 
 from cli_testkit import StandinCollector, cell_width, cli_env, run_cli
@@ -159,9 +161,12 @@ async def test_silence_add_list_expire(env: dict[str, str], standin: StandinColl
     )
     assert r.rc == 0, r.err
     assert r.out.startswith("silence 1: host=n3 rule=wasted for 2h00m (until ")
+    me = pwd.getpwuid(os.geteuid()).pw_name  # the peer's real name, never what --by claims
+    assert r.err == f"gpufleet: --by is ignored: the collector records who asked ({me})\n"
     assert standin.alerts.silences[0].comment == "reserved for the demo"
+    assert standin.alerts.silences[0].created_by == me
     r = await run_cli("silence", "list", env=env)
-    assert r.rc == 0 and "host=n3 rule=wasted" in r.out and "tester" in r.out
+    assert r.rc == 0 and "host=n3 rule=wasted" in r.out and f" {me} " in r.out
     r = await run_cli("silence", "list", "--json", env=env)
     assert [s["id"] for s in json.loads(r.out)] == [1]
     r = await run_cli("silence", "expire", "1", env=env)

@@ -233,6 +233,48 @@ async def test_demo_ctrl_c_leaves_nothing_behind(home: Path) -> None:
                 os.kill(p, signal.SIGKILL)
 
 
+async def test_readme_commands_work_against_a_running_demo(home: Path) -> None:
+    """While `gpufleet demo` runs, plain `gpufleet status` / `alerts` / `hosts` (no --socket, no config) ask
+    it: the demo names its socket in a pointer file in the user's runtime folder. After the demo, the
+    pointer is gone and the same command says the collector is not running again."""
+    import os
+
+    env = cli_env(home, TMPDIR=str(home))
+    pointer = home / "run" / "gpufleet" / "current-demo.json"
+    r = await run_cli("status", env=env)
+    assert r.rc == 3 and "collector not running" in r.err
+    proc = await asyncio.create_subprocess_exec(
+        *gpufleet_argv(), "demo", "--no-screen", "--interval", "0.5", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+    )
+    try:
+
+        async def demo_hosts_up() -> Any:
+            r = await run_cli("status", "--json", env=env)
+            if r.rc != 0:
+                return None
+            hosts = json.loads(r.out)["hosts"]
+            return hosts if sum(h["status"] == "up" for h in hosts) == 6 else None
+
+        hosts = await until(demo_hosts_up, timeout=60)
+        assert [h["name"] for h in hosts][0] == "gpu-node-01"
+        assert json.loads(pointer.read_text())["pid"] == proc.pid
+        for args in (("status",), ("alerts",), ("hosts",), ("history", "--host", "gpu-node-03")):
+            r = await run_cli(*args, env=env)
+            assert r.rc == 0 and "collector not running" not in r.err, (args, r.err)
+        assert "gpu-node-03" in (await run_cli("hosts", env=env)).out
+        os.killpg(proc.pid, signal.SIGINT)
+        _out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()[-3000:]
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert not pointer.exists()
+    r = await run_cli("status", env=env)
+    assert r.rc == 3 and "collector not running" in r.err
+
+
 async def test_collector_without_config_watches_this_machine(home: Path) -> None:
     """No config anywhere: `collector run` watches this host (default_config) and a bare `gpufleet status`
     finds it at the default socket ($XDG_RUNTIME_DIR/gpufleet/gpufleet.sock)."""

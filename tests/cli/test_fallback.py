@@ -121,3 +121,38 @@ async def test_stale_socket_falls_back(home: Path) -> None:
     r = await run_cli("status", "--socket", str(stale), "--db", str(db), env=cli_env(home))
     assert r.rc == 0, r.err
     assert r.err.startswith("gpufleet: collector not running; showing stored data from")
+
+
+async def test_fallback_answers_are_the_encoded_shapes_without_the_text(home: Path) -> None:
+    """The fallback turns results into JSON shapes in-process (``plain``): exactly what encoding and
+    decoding them gave, for every op the fallback answers from a real store."""
+    from gpufleet.collector.api import StoreOps, dispatch, encode, plain
+    from gpufleet.collector.store.store import Store
+
+    now = time.time()
+    db = home / "h.db"
+    await fill_store(db, now)
+    store = await Store.open(StorageConfig(path=str(db)), readonly=True)
+    try:
+        table = StoreOps(store).table()
+        asks = {
+            "ping": {},
+            "status": {},
+            "hosts": {},
+            "history": {"host": "n2"},
+            "processes": {},
+            "usage": {"by_host": True},
+            "events": {},
+            "report": {},
+            "alerts": {},
+            "silence_list": {},
+        }
+        assert set(asks) == set(table) - {"silence_add", "silence_expire"}
+        for form in ("objects", "rows"):
+            asks["status"] = {"form": form}
+            for op, args in asks.items():
+                response = await dispatch(table, {"op": op, "args": args, "v": 1})
+                assert response["ok"], (op, response)
+                assert plain(response["result"]) == json.loads(encode(response["result"])), op
+    finally:
+        await store.close()

@@ -1,38 +1,22 @@
-"""The collector's query API: JSON lines over a local Unix socket, for the ``gpufleet`` CLI.
+"""The query API's ops: typed arguments, the dispatcher, and the handlers (store-only and live).
 
-Protocol (one JSON object per line each way, any number of requests per connection):
-request ``{"op": "status", "args": {...}, "v": 1}``; response ``{"ok": true, "result": ...}`` or
-``{"ok": false, "error": "unknown host 'n9' (known: n1, n2)"}``. Errors a person can cause are one line.
-
-A Unix socket (not TCP) because it is local-only by construction and its file mode (0600 by default) is the
-access control. The op handlers that need only the store live in :class:`StoreOps`, so the CLI's read-only
-fallback (collector down) answers the same ops with the same code.
-
-``status`` takes ``form``: ``"objects"`` (the default, the public shape ``gpufleet status --json`` prints) or
-``"rows"`` (compact: arrays under a column list, what the CLI's screen asks for; see
-:func:`gpufleet.collector.query.fleet_view_rows`). A collector that predates ``form`` ignores it and answers
-objects, which the CLI reads too. The server keeps the encoded answer to an *unfiltered* status request for
-``status_cache_ttl`` seconds (0.5 by default, half the agents' sampling interval), so an answer may be that
-much older than its request (its ``generated_at`` says when it was built); filtered requests are always
-built fresh.
+The op handlers that need only the store live in :class:`StoreOps`, so the CLI's read-only fallback
+(collector down) answers the same ops with the same code; :class:`LiveOps` adds the live view, the alert
+engine and the silences, whose permission checks ask the server's :class:`~.access.Access` policy.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
-import socket
-import stat
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from gpufleet.collector import query
-from gpufleet.collector.aioserver import close_server, close_writer
+from gpufleet.collector.api.access import Access, AccessDenied, Peer, this_process
 from gpufleet.collector.errors import QueryError
 from gpufleet.collector.live import LiveView
 from gpufleet.collector.settings import DEFAULT_RULES, Config
@@ -60,7 +44,7 @@ DEFAULT_SINCE = 24 * 3600.0
 MAX_POINTS_LIMIT = 10_000
 STATUS_CACHE_TTL = 0.5  # seconds an unfiltered status answer is reused; 0 turns the cache off
 STATUS_FORMS = ("objects", query.ROWS_FORM)
-_STATUS_FILTERS = ("host", "tag", "user")
+STATUS_FILTERS = ("host", "tag", "user")
 
 Handler = Callable[["Args"], Awaitable[Any]]
 
@@ -125,8 +109,9 @@ class CollectorLike(Protocol):
 class Args:
     """Typed access to a request's ``args``; every mistake is a :class:`QueryError` naming the argument."""
 
-    def __init__(self, raw: Mapping[str, Any]) -> None:
+    def __init__(self, raw: Mapping[str, Any], peer: Peer | None = None) -> None:
         self.raw = raw
+        self.peer = peer if peer is not None else this_process()  # who asks (in-process: ourselves)
 
     def _get(self, key: str, kinds: tuple[type, ...], what: str, default: Any) -> Any:
         v = self.raw.get(key)
@@ -186,8 +171,39 @@ def encode(obj: Any) -> bytes:
     return json.dumps(obj, default=query.jsonable, separators=(",", ":")).encode() + b"\n"
 
 
-async def dispatch(table: Mapping[str, Handler], request: Any) -> dict[str, Any]:
-    """Run one decoded request against an op table; always returns a response object, never raises."""
+def plain(obj: Any) -> Any:
+    """``obj`` as the JSON-shaped value ``json.loads(encode(obj))`` would give, without the text in between
+    (the read-only fallback answers in-process)."""
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, dict):
+        return {_plain_key(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [plain(v) for v in obj]
+    return plain(query.jsonable(obj))
+
+
+def _plain_key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, bool):
+        return json.dumps(key)
+    if isinstance(key, (int, float)):
+        return json.dumps(key)
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
+
+
+def error_response(exc: QueryError) -> dict[str, Any]:
+    """The answer to a refused request; a permission refusal says so in ``code`` (the CLI's exit code)."""
+    out: dict[str, Any] = {"ok": False, "error": str(exc)}
+    if isinstance(exc, AccessDenied):
+        out["code"] = exc.code
+    return out
+
+
+async def dispatch(table: Mapping[str, Handler], request: Any, peer: Peer | None = None) -> dict[str, Any]:
+    """Run one decoded request against an op table as ``peer`` (None: this process); always returns a response
+    object, never raises."""
     if not isinstance(request, dict):
         return {"ok": False, "error": "request must be a JSON object"}
     v = request.get("v", API_VERSION)
@@ -201,9 +217,9 @@ async def dispatch(table: Mapping[str, Handler], request: Any) -> dict[str, Any]
     if not isinstance(args, dict):
         return {"ok": False, "error": "'args' must be a JSON object"}
     try:
-        return {"ok": True, "result": await handler(Args(args))}
+        return {"ok": True, "result": await handler(Args(args, peer))}
     except QueryError as exc:
-        return {"ok": False, "error": str(exc)}
+        return error_response(exc)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
@@ -334,10 +350,10 @@ class StoreOps:
             "text": render_report(rep, cast("ReportFormat", fmt)),
         }
         if a.flag("send"):
-            out["sent"] = await self.send_report(rep, fmt)
+            out["sent"] = await self.send_report(rep, fmt, a)
         return out
 
-    async def send_report(self, rep: Any, fmt: str) -> dict[str, str | None]:
+    async def send_report(self, rep: Any, fmt: str, a: Args) -> dict[str, str | None]:
         raise QueryError(
             "sending a report needs the running collector (start it with `gpufleet collector run`)"
         )
@@ -410,8 +426,15 @@ class StoreOps:
 class LiveOps(StoreOps):
     """Every op, answered from a running collector: live view and alert engine, store for history."""
 
-    def __init__(self, collector: CollectorLike, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        collector: CollectorLike,
+        *,
+        access: Access | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.collector = collector
+        self.access = access if access is not None else Access()
         super().__init__(collector.store, known_hosts=self._live_names, clock=clock)
 
     def _live_names(self) -> Iterable[str]:
@@ -460,11 +483,12 @@ class LiveOps(StoreOps):
         muted = [x.fingerprint for x in active if is_muted is not None and is_muted(x)]
         return {"active": active, "recent": recent, "silences": await engine.list_silences(), "muted": muted}
 
-    async def send_report(self, rep: Any, fmt: str) -> dict[str, str | None]:
+    async def send_report(self, rep: Any, fmt: str, a: Args) -> dict[str, str | None]:
         """Deliver through the configured notifiers now; notifier name -> None (sent) or the error."""
         from gpufleet.collector.notify import build_notifiers
         from gpufleet.collector.report import send_report
 
+        self.access.check_admin(a.peer, "sending a report")
         cfg = self.collector.config
         notifiers = build_notifiers(cfg.notifiers, cfg.alerting)
         if not notifiers:
@@ -491,11 +515,12 @@ class LiveOps(StoreOps):
         duration = a.opt_float("duration")
         if duration is None or duration <= 0:
             raise QueryError("bad argument 'duration': expected a positive number of seconds")
+        self.access.check_silence(a.peer, matchers)
         record: SilenceRecord = await self.collector.alerts.add_silence(
             matchers,
             duration,
             comment=a.opt_str("comment", "") or "",
-            created_by=a.opt_str("created_by", "") or "",
+            created_by=a.peer.name,  # who really asked; the client's 'created_by' is not believed
         )
         return record
 
@@ -509,6 +534,10 @@ class LiveOps(StoreOps):
         sid = a.opt_int("id")
         if sid is None:
             raise QueryError("missing argument 'id'")
+        active = {s.id: s for s in await self.collector.alerts.list_silences()}
+        if sid not in active:
+            raise QueryError(f"no active silence with id {sid}")
+        self.access.check_silence(a.peer, active[sid].matchers)
         if not await self.collector.alerts.expire_silence(sid):
             raise QueryError(f"no active silence with id {sid}")
         return {"id": sid, "expired": True}
@@ -529,210 +558,3 @@ class LiveOps(StoreOps):
             "silence_expire": self.silence_expire,
         }
 
-
-# ---------------------------------------------------------------------------------------------- server
-
-
-def _listening(path: Path) -> bool:
-    """True when something accepts connections on the Unix socket at ``path``."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(1.0)
-    try:
-        s.connect(str(path))
-        return True
-    except OSError:
-        return False
-    finally:
-        s.close()
-
-
-class QueryServer:
-    """Serves :class:`LiveOps` on a Unix socket created with ``mode`` (never wider, even for an instant)."""
-
-    def __init__(
-        self,
-        collector: CollectorLike,
-        path: Path,
-        mode: int = 0o600,
-        *,
-        max_request_bytes: int = MAX_REQUEST_BYTES,
-        idle_timeout: float = IDLE_TIMEOUT,
-        clock: Callable[[], float] = time.time,
-        status_cache_ttl: float = STATUS_CACHE_TTL,
-    ) -> None:
-        self.collector = collector
-        self.path = Path(path)
-        self.mode = mode
-        self.max_request_bytes = max_request_bytes
-        self.idle_timeout = idle_timeout
-        self.clock = clock
-        self._server: asyncio.AbstractServer | None = None
-        self._ops: dict[str, Handler] | None = None
-        self._conns: set[asyncio.Task[Any]] = set()
-        self._inode: int | None = None
-        self._closing = False
-        self._sock: socket.socket | None = None
-        self.status_cache_ttl = status_cache_ttl
-        self._status_cache: dict[str, tuple[float, bytes]] = {}  # form -> (built at, encoded answer)
-
-    @property
-    def ops(self) -> dict[str, Handler]:
-        if self._ops is None:
-            self._ops = LiveOps(self.collector, clock=self.clock).table()
-        return self._ops
-
-    async def handle(self, request: Any) -> dict[str, Any]:
-        """Answer one decoded request (also usable in-process, e.g. by the demo)."""
-        return await dispatch(self.ops, request)
-
-    async def answer(self, request: Any) -> bytes:
-        """One decoded request's encoded response line; unfiltered status answers come from the cache while
-        they are younger than ``status_cache_ttl`` (one build and encode serves every screen in that time)."""
-        key = _status_cache_key(request) if self.status_cache_ttl > 0 else None
-        if key is None:
-            return _encode_response(await self.handle(request))
-        hit = self._status_cache.get(key)
-        if hit is not None and 0 <= self.clock() - hit[0] < self.status_cache_ttl:
-            return hit[1]
-        built = self.clock()
-        response = await self.handle(request)
-        data = _encode_response(response)
-        if response.get("ok"):
-            self._status_cache[key] = (built, data)
-        return data
-
-    async def start(self) -> None:
-        path = self.path
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if path.exists() or path.is_symlink():
-            if not stat.S_ISSOCK(path.lstat().st_mode):
-                raise QueryError(f"query socket path {path} exists and is not a socket")
-            if _listening(path):
-                raise QueryError(f"another collector is already serving {path}")
-            path.unlink()  # stale socket from a collector that died
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)  # bind creates the file at 0600 at most; chmod then sets the configured mode
-        try:
-            sock.bind(str(path))
-        except OSError as exc:
-            sock.close()
-            raise QueryError(f"cannot create query socket {path}: {exc.strerror or exc}") from None
-        finally:
-            os.umask(old)
-        try:
-            os.chmod(path, self.mode)
-            self._inode = path.stat().st_ino
-            sock.listen(128)
-            sock.setblocking(False)
-            self._closing = False
-            self._sock = sock
-            self._server = await asyncio.start_unix_server(
-                self._serve, sock=sock, limit=self.max_request_bytes + 1
-            )
-        except BaseException:
-            sock.close()
-            with contextlib.suppress(OSError):
-                path.unlink()
-            raise
-        log.info("query API listening on %s (mode %o)", path, self.mode)
-
-    async def stop(self) -> None:
-        if self._server is None:
-            return
-        self._closing = True
-        # Stop accepting first, then let connections the loop already accepted start (they see _closing and
-        # end), then refuse the backlog, and only then close: a connection caught half-accepted by a closed
-        # asyncio server is never closed, and its client would hang.
-        if self._sock is not None:
-            asyncio.get_running_loop().remove_reader(self._sock.fileno())
-        for _ in range(10):
-            await asyncio.sleep(0)
-        self._refuse_pending()
-        await close_server(self._server, self._conns)
-        self._server = None
-        self._sock = None
-        with contextlib.suppress(OSError):
-            if self.path.stat().st_ino == self._inode:  # never remove a socket another process created
-                self.path.unlink()
-
-    def _refuse_pending(self) -> None:
-        """Accept and close what waits in the backlog: on Linux a client queued on a Unix listener that
-        closes would otherwise hang until its own timeout instead of seeing EOF."""
-        sock = self._sock
-        if sock is None:
-            return
-        while True:
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                return
-            conn.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._conns.add(task)
-        try:
-            if not self._closing:
-                await self._connection(reader, writer)
-        except (ConnectionError, asyncio.TimeoutError, asyncio.CancelledError):
-            pass
-        except Exception:
-            log.exception("query connection failed")
-        finally:
-            if task is not None:
-                self._conns.discard(task)
-            await close_writer(writer)
-
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            line: bytes | None
-            try:
-                line = await asyncio.wait_for(reader.readline(), self.idle_timeout)
-            except ValueError:  # over the StreamReader limit
-                line = None
-            if line is None or len(line) > self.max_request_bytes:
-                too = f"request too large (limit {self.max_request_bytes} bytes)"
-                await self._send(writer, {"ok": False, "error": too})
-                return
-            if not line:
-                return
-            if not line.strip():
-                continue
-            try:
-                request = json.loads(line)
-            except ValueError as exc:
-                await self._send(writer, {"ok": False, "error": f"request is not valid JSON: {exc}"})
-            else:
-                await self._write(writer, await self.answer(request))
-
-    async def _send(self, writer: asyncio.StreamWriter, response: dict[str, Any]) -> None:
-        await self._write(writer, _encode_response(response))
-
-    async def _write(self, writer: asyncio.StreamWriter, data: bytes) -> None:
-        writer.write(data)
-        await asyncio.wait_for(writer.drain(), WRITE_TIMEOUT)
-
-
-def _encode_response(response: dict[str, Any]) -> bytes:
-    try:
-        return encode(response)
-    except (TypeError, ValueError) as exc:
-        log.exception("cannot encode query response")
-        return encode({"ok": False, "error": f"internal error: cannot encode response: {exc}"})
-
-
-def _status_cache_key(request: Any) -> str | None:
-    """The form of an unfiltered status request (its cache key); None for anything else, including a status
-    request with filters or with arguments this version does not know (those are always answered fresh)."""
-    if not isinstance(request, dict) or request.get("op") != "status":
-        return None
-    if request.get("v", API_VERSION) != API_VERSION:
-        return None
-    args = request.get("args") or {}
-    if not isinstance(args, dict) or any(args.get(k) not in (None, []) for k in _STATUS_FILTERS):
-        return None
-    if any(k not in _STATUS_FILTERS and k != "form" for k in args):
-        return None
-    form = args.get("form") or "objects"
-    return form if form in STATUS_FORMS else None

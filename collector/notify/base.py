@@ -29,12 +29,13 @@ class Notification:
 
     ``alert``: a group flush (firing and/or resolved alerts). ``refresh``: re-post of firing alerts for
     notifiers that need it (Alertmanager). ``user``: a direct note to the user named in ``recipient``.
-    ``report``: a waste report (``title``/``body`` pre-rendered, ``data`` the JSON form).
+    ``report``: a waste report (``title``/``body`` pre-rendered, ``data`` the JSON form), status None, so
+    no consumer reads it as an alert resolution.
     Alerts are copies taken at send time; their annotations are already rendered.
     """
 
     group_key: str
-    status: Status
+    status: Status | None  # None for kinds that are not about alerts (a report): no alert status at all
     alerts: list[AlertRecord] = field(default_factory=list)
     group_labels: dict[str, str] = field(default_factory=dict)
     kind: NotificationKind = "alert"

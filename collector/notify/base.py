@@ -42,6 +42,7 @@ class Notification:
     title: str = ""  # "" -> rendered from the alerts by notify.message
     body: str = ""
     targets: frozenset[str] | None = None  # only these notifiers; None: all that are not targeted_only
+    exclude: frozenset[str] = frozenset()  # never these (an alert about a destination goes to the others)
     recipient: str | None = None
     data: dict[str, Any] | None = None
     created_at: float = 0.0
@@ -87,7 +88,7 @@ class Notifier:
 
 def prepare_for(notifier: Notifier, n: Notification) -> Notification | None:
     """The notification as this notifier should see it, or None when it gets nothing."""
-    if n.kind not in notifier.kinds:
+    if n.kind not in notifier.kinds or notifier.name in n.exclude:
         return None
     if n.targets is not None:
         if notifier.name not in n.targets:

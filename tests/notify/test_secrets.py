@@ -82,7 +82,7 @@ async def test_alertmanager_basic_auth_and_5xx(w, receiver, caplog):
         f"gpufleet:{SECRET}".encode()).decode()
     assert receiver.requests[0].path == "/api/v2/alerts"
     text = logged(caplog, disp)
-    assert "answered HTTP 503" in text and "retry 1/1" in text
+    assert "answered HTTP 503" in text and "undelivered after 2 attempts" in text
     assert SECRET not in text
 
 

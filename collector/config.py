@@ -671,6 +671,9 @@ _ALERTING_SPEC: dict[str, Conv] = {
     "user_email_domain": _Parser.opt_string,
     "user_emails": _Parser.str_map,
     "user_notifier": lambda p, n, k: None if p.is_null(n) else p.secret(n, k),
+    "retry_backoff": _positive,
+    "retry_backoff_max": _positive,
+    "notifier_down_after": _positive,
 }
 
 _API_SPEC: dict[str, Conv] = {

@@ -178,7 +178,7 @@ def render_report(report: WasteReport, fmt: ReportFormat = "text") -> str:
 
 
 def report_notification(report: WasteReport, fmt: ReportFormat = "text") -> Notification:
-    return Notification(group_key="report", status="resolved", kind="report", title=report_title(report),
+    return Notification(group_key="report", status=None, kind="report", title=report_title(report),
                         body=render_report(report, "markdown" if fmt == "markdown" else "text"),
                         data=report.as_dict(), created_at=report.generated_at)
 

@@ -104,13 +104,16 @@ DEFAULT_RULES: dict[str, dict[str, Any]] = {
     "gpu_lost": {"for": 0.0, "severity": "critical"},
     "xid": {"for": 0.0, "severity": "critical", "warning_xids": [94], "hold": 3600.0},
     "ecc": {"for": 0.0, "severity": "critical"},
-    "host_down": {"for": 0.0, "severity": "critical", "missed_intervals": 3},
+    "host_down": {"for": 0.0, "severity": "critical", "missed_intervals": 3, "keep_firing_for": 60.0},
     "storage": {"for": 0.0, "severity": "critical"},
 }
+for _params in DEFAULT_RULES.values():  # every rule takes it (Prometheus 2.42); 0: resolve once it clears
+    _params.setdefault("keep_firing_for", 0.0)
 
 
 #: Rule parameters that are durations (seconds; the YAML also accepts ``30m``, ``1h30m``).
-RULE_DURATION_PARAMS: frozenset[str] = frozenset({"for", "no_session_idle", "hold", "spike_tolerance"})
+RULE_DURATION_PARAMS: frozenset[str] = frozenset({"for", "no_session_idle", "hold", "spike_tolerance",
+                                                  "keep_firing_for"})
 
 #: Alert severities, lowest first (``min_severity`` compares by this order).
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
@@ -130,6 +133,11 @@ class RuleConfig:
     @property
     def severity(self) -> str:
         return str(self.params.get("severity", "warning"))
+
+    @property
+    def keep_firing_for(self) -> float:
+        """Once firing, a condition that clears keeps the alert firing this long (damps a flapping host)."""
+        return float(self.params.get("keep_firing_for", 0.0))
 
 
 @dataclass(slots=True)
@@ -157,6 +165,9 @@ class AlertingConfig:
     user_email_domain: str | None = None  # alice -> alice@domain
     user_emails: dict[str, str] = field(default_factory=dict)
     user_notifier: str | None = None  # apprise mailto:// base for user mail
+    retry_backoff: float = 1.0  # first retry of a failed notification after this; doubling per failure
+    retry_backoff_max: float = 300.0  # ... up to this; retried until delivered or superseded
+    notifier_down_after: float = 600.0  # a destination failing this long raises notifier_down elsewhere
 
 
 @dataclass(slots=True)

@@ -184,7 +184,8 @@ class AlertEngine:
     def host_state(self, state: HostState) -> None:
         try:
             ctx = self._ctx(state.name)
-            ctx.state = state
+            # a copy: the transport updates its object in place, and a tick must judge only what was reported
+            ctx.state = dataclasses.replace(state, tags=list(state.tags))
             if state.tags:
                 ctx.tags = list(state.tags)
             rule = self.rules.get("host_down")

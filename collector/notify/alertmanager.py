@@ -7,12 +7,10 @@ their resolution time. Grouping, repeats and routing are then Alertmanager's.
 
 from __future__ import annotations
 
-import asyncio
-
 from gpufleet.collector.notify.base import Notification, Notifier
 from gpufleet.collector.notify.message import alertmanager_alerts
 from gpufleet.collector.notify.secrets import redact_url, secret_parts
-from gpufleet.collector.notify.webhook import post_json_sync
+from gpufleet.collector.notify.http import JsonPoster
 from gpufleet.collector.settings import NotifierConfig
 
 API_PATH = "/api/v2/alerts"
@@ -36,6 +34,8 @@ class AlertmanagerNotifier(Notifier):
         self.refresh_interval = refresh_interval
         self.generator_url = generator_url
         self.secret_values = [self.url, url, *secret_parts(url), *self.headers.values()]
+        self._poster = JsonPoster(self.url, notifier=self.name, shown=self.shown, headers=self.headers,
+                                  secrets=self.secret_values)
 
     def describe(self) -> str:
         return f"{self.name} (alertmanager {self.shown})"
@@ -46,6 +46,7 @@ class AlertmanagerNotifier(Notifier):
         body = alertmanager_alerts(notification, now, horizon=horizon, generator_url=self.generator_url)
         if not body:
             return
-        await asyncio.to_thread(post_json_sync, self.url, body, headers=self.headers, timeout=self.timeout,
-                                notifier=self.name, shown=self.shown,
-                                secrets=self.secret_values)
+        await self._poster.post(body, deadline=self.timeout)
+
+    async def close(self) -> None:
+        await self._poster.close()

@@ -1,13 +1,18 @@
 """Apprise: Slack, e-mail, Telegram, ntfy, Matrix ... anything apprise has a URL for.
 
 apprise is an optional extra (``pip install 'gpufleet[notify]'``) with heavy dependencies, so it is imported
-only when an apprise notifier is configured. Its notify() is blocking and runs in a worker thread, bounded by
-the notifier's timeout. A failed send cannot be told apart by cause, so it counts as retryable.
+only when an apprise notifier is configured. Its notify() is blocking: it runs in apprise's own small thread
+pool (an abandoned, still-hanging try holds a thread there, never one of the default executor the rest of
+the collector shares), bounded by the notifier's timeout. A failed send cannot be told apart by cause, so it
+counts as retryable.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote
 
@@ -16,6 +21,19 @@ from gpufleet.collector.notify.base import DeliveryError, Notification, Notifier
 from gpufleet.collector.notify.message import body, title
 from gpufleet.collector.notify.secrets import guard_apprise_logs, redact_url, secret_parts
 from gpufleet.collector.settings import NotifierConfig
+
+
+#: apprise's plugins block; they get these threads and no others
+APPRISE_THREADS = 4
+_executor: ThreadPoolExecutor | None = None
+
+
+async def _in_apprise_thread(fn: Callable[..., Any], timeout: float, **kwargs: Any) -> Any:
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(APPRISE_THREADS, thread_name_prefix="gpufleet-apprise")
+    loop = asyncio.get_running_loop()
+    return await asyncio.wait_for(loop.run_in_executor(_executor, functools.partial(fn, **kwargs)), timeout)
 
 
 def load_apprise(notifier: str) -> Any:
@@ -56,9 +74,9 @@ class AppriseNotifier(Notifier):
         return f"{self.name} (apprise {self.shown})"
 
     async def send(self, notification: Notification) -> None:
-        ok = await asyncio.wait_for(asyncio.to_thread(
-            self._target.notify, body=body(notification), title=title(notification),
-            notify_type=_notify_type(self._apprise, notification)), self.timeout)
+        ok = await _in_apprise_thread(self._target.notify, self.timeout, body=body(notification),
+                                      title=title(notification),
+                                      notify_type=_notify_type(self._apprise, notification))
         if not ok:
             raise DeliveryError(self.name, f"apprise could not deliver to {self.shown}", retryable=True)
 
@@ -92,8 +110,8 @@ class UserNotifier(Notifier):
         target = self._apprise.Apprise()
         if not target.add(self.url_for(notification.recipient)):
             raise DeliveryError(self.name, f"bad recipient for {self.shown}", retryable=False)
-        ok = await asyncio.wait_for(asyncio.to_thread(
-            target.notify, body=body(notification), title=title(notification),
-            notify_type=_notify_type(self._apprise, notification)), self.timeout)
+        ok = await _in_apprise_thread(target.notify, self.timeout, body=body(notification),
+                                      title=title(notification),
+                                      notify_type=_notify_type(self._apprise, notification))
         if not ok:
             raise DeliveryError(self.name, f"could not deliver a user note via {self.shown}", retryable=True)

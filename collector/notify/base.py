@@ -29,18 +29,20 @@ class Notification:
 
     ``alert``: a group flush (firing and/or resolved alerts). ``refresh``: re-post of firing alerts for
     notifiers that need it (Alertmanager). ``user``: a direct note to the user named in ``recipient``.
-    ``report``: a waste report (``title``/``body`` pre-rendered, ``data`` the JSON form).
+    ``report``: a waste report (``title``/``body`` pre-rendered, ``data`` the JSON form), status None, so
+    no consumer reads it as an alert resolution.
     Alerts are copies taken at send time; their annotations are already rendered.
     """
 
     group_key: str
-    status: Status
+    status: Status | None  # None for kinds that are not about alerts (a report): no alert status at all
     alerts: list[AlertRecord] = field(default_factory=list)
     group_labels: dict[str, str] = field(default_factory=dict)
     kind: NotificationKind = "alert"
     title: str = ""  # "" -> rendered from the alerts by notify.message
     body: str = ""
     targets: frozenset[str] | None = None  # only these notifiers; None: all that are not targeted_only
+    exclude: frozenset[str] = frozenset()  # never these (an alert about a destination goes to the others)
     recipient: str | None = None
     data: dict[str, Any] | None = None
     created_at: float = 0.0
@@ -86,7 +88,7 @@ class Notifier:
 
 def prepare_for(notifier: Notifier, n: Notification) -> Notification | None:
     """The notification as this notifier should see it, or None when it gets nothing."""
-    if n.kind not in notifier.kinds:
+    if n.kind not in notifier.kinds or notifier.name in n.exclude:
         return None
     if n.targets is not None:
         if notifier.name not in n.targets:

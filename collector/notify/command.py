@@ -35,8 +35,9 @@ class CommandNotifier(Notifier):
 
     async def send(self, notification: Notification) -> None:
         data = json.dumps(webhook_payload(notification, self.name)).encode()
-        env = {**os.environ, "GPUFLEET_TITLE": title(notification), "GPUFLEET_STATUS": notification.status,
-               "GPUFLEET_KIND": notification.kind}
+        env = {**os.environ, "GPUFLEET_TITLE": title(notification), "GPUFLEET_KIND": notification.kind}
+        if notification.status is not None:  # a report has no alert status
+            env["GPUFLEET_STATUS"] = notification.status
         try:
             proc = await asyncio.create_subprocess_exec(
                 *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL,

@@ -104,7 +104,7 @@ def alert_json(a: AlertRecord, *, ends_at: float | None = None) -> dict[str, Any
 
 def webhook_payload(n: Notification, receiver: str) -> dict[str, Any]:
     if n.kind == "report":
-        return {"version": WEBHOOK_VERSION, "kind": "report", "receiver": receiver, "status": "resolved",
+        return {"version": WEBHOOK_VERSION, "kind": "report", "receiver": receiver,
                 "groupKey": n.group_key, "title": title(n), "message": body(n), "report": n.data or {},
                 "alerts": []}
     alerts = [alert_json(a) for a in n.alerts]

@@ -184,8 +184,25 @@ _V1: Final = [
     ) WITHOUT ROWID""",
 ]
 
+#: v2: the notification log (collector/notify/nflog.py): per alert group and destination, the newest state
+#: not yet accepted there (``pending``, JSON; NULL once delivered), when it was delivered, since when failing.
+_V2: Final[list[str]] = [
+    """CREATE TABLE notification_log (
+        group_key TEXT NOT NULL,
+        notifier TEXT NOT NULL,
+        pending TEXT,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        failing_since REAL,
+        last_error TEXT,
+        delivered_at REAL,
+        delivered TEXT,
+        updated_at REAL NOT NULL,
+        PRIMARY KEY (group_key, notifier)
+    ) WITHOUT ROWID""",
+]
+
 #: MIGRATIONS[i] brings the schema from version i to i + 1.
-MIGRATIONS: Final[list[list[str]]] = [_V1]
+MIGRATIONS: Final[list[list[str]]] = [_V1, _V2]
 LATEST: Final = len(MIGRATIONS)
 
 

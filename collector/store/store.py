@@ -27,7 +27,7 @@ from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds
 from gpufleet.collector.errors import StorageError
 from gpufleet.collector.live import HostState
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import queries, rollup, schema
+from gpufleet.collector.store import nflog, queries, rollup, schema
 from gpufleet.collector.store._db import call, connect, setup_reader, setup_writer, storage_error
 from gpufleet.collector.store.ingest import FrameItem, HostStateItem, IngestState
 from gpufleet.collector.store.records import (
@@ -287,6 +287,19 @@ class Store:
         """End a silence now; False if there is no such silence or it had already ended."""
         result: bool = await self._w().call(partial(queries.expire_silence, silence_id=silence_id, now=now))
         return result
+
+    async def save_nflog(self, rows: list[nflog.NflogRecord], *, prune_before: float | None = None) -> None:
+        """Upsert notification-log rows (collector/notify/nflog.py); delivered rows older than
+        ``prune_before`` go."""
+        def run(conn: sqlite3.Connection) -> None:
+            nflog.save(conn, rows)
+            if prune_before is not None:
+                nflog.prune(conn, before=prune_before)
+
+        await self._w().call(run)
+
+    async def load_nflog(self, *, since: float) -> list[nflog.NflogRecord]:
+        return await self._read(partial(nflog.load, since=since))
 
     # ------------------------------------------------------------------------------ maintenance
 

@@ -229,6 +229,8 @@ class FleetTransport:
             state.since = self.clock()
         state.status = status
         state.reason = reason
+        if self._stopping.is_set():
+            return  # our own hang-up is not an observation of the host: no sink records it
         self._emit(host)
 
     def _emit(self, host: _Host) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import socket
+import sys
 import subprocess
 import threading
 import time
@@ -20,6 +21,8 @@ import pytest
 from gpufleet.collector.notify.base import Notification
 from gpufleet.collector.settings import NotifierConfig
 from gpufleet.collector.store.records import AlertRecord
+
+sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: notify_servers for tests and the bench
 
 T0 = 1_700_000_000.0
 
@@ -94,10 +97,12 @@ def alert(rule: str = "wasted", state: str = "firing", *, severity: str = "warni
     return a
 
 
-def notification(*alerts: AlertRecord, kind: str = "alert") -> Notification:
+def notification(*alerts: AlertRecord, kind: str = "alert",
+                 group_key: str = '{host="n3",rule="wasted"}') -> Notification:
+    """Notifications of one ``group_key`` are states of one group: a newer one supersedes an undelivered one."""
     alerts_l = list(alerts) or [alert()]
     status = "firing" if any(a.state == "firing" for a in alerts_l) else "resolved"
-    return Notification(group_key='{host="n3",rule="wasted"}', status=status,  # type: ignore[arg-type]
+    return Notification(group_key=group_key, status=status,  # type: ignore[arg-type]
                         alerts=alerts_l, group_labels={"host": "n3", "rule": "wasted"},
                         kind=kind, created_at=T0 + 1830)  # type: ignore[arg-type]
 

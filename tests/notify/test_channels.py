@@ -227,8 +227,9 @@ class Slow(Notifier):
 async def test_bounded_queue_drops_and_counts(w):
     slow = Slow()
     disp = NotificationDispatcher([slow], queue_size=2, backoff=0.01)
-    assert disp.submit(w.notification()) and disp.submit(w.notification())
-    assert not disp.submit(w.notification()), "third does not fit"
+    assert disp.submit(w.notification(group_key="g1")) and disp.submit(w.notification(group_key="g2"))
+    assert not disp.submit(w.notification(group_key="g3")), "a third group does not fit"
+    assert disp.submit(w.notification(group_key="g2")), "a newer state of a group in the log replaces it"
     assert disp.stats["dropped"] == 1 and disp.queue_depth == 2
     await disp.start()
     slow.release.set()
@@ -237,14 +238,14 @@ async def test_bounded_queue_drops_and_counts(w):
     await disp.stop()
 
 
-async def test_stop_drops_what_it_cannot_drain(w):
+async def test_stop_keeps_what_it_cannot_drain(w):
     slow = Slow()
     disp = NotificationDispatcher([slow], queue_size=10)
     await disp.start()
-    for _ in range(3):
-        disp.submit(w.notification())
+    for i in range(3):
+        disp.submit(w.notification(group_key=f"g{i}"))
     await disp.stop(timeout=0.2)
-    assert disp.stats["dropped"] == 2, "one was in flight (cancelled), two still queued"
+    assert disp.stats["dropped"] == 0 and disp.queue_depth == 3, "undelivered stays in the log for a restart"
     assert not disp.submit(w.notification()), "stopped: refuses"
 
 
@@ -272,7 +273,7 @@ async def test_per_notifier_filters(w):
     disp = NotificationDispatcher([crit, only_wasted])
     await disp.start()
     disp.submit(w.notification(w.alert("wasted"), w.alert("overheating", severity="critical", gpu="0")))
-    disp.submit(w.notification(w.alert("wasted", "resolved")))
+    disp.submit(w.notification(w.alert("wasted", "resolved"), group_key="other"))
     assert await disp.join(5)
     await disp.stop()
     assert [[a.rule for a in n.alerts] for n in crit.got] == [["overheating"]]

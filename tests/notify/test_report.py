@@ -84,9 +84,24 @@ async def test_sent_through_webhook_not_alertmanager(receiver, w):
     assert result == {"hook": None}, "Alertmanager takes alerts only"
     [req] = receiver.requests
     assert req.body["kind"] == "report" and req.body["alerts"] == []
+    assert "status" not in req.body, "a report is not an alert resolution (issue 11.6)"
     assert req.body["title"].startswith("gpufleet waste report, all hosts")
     assert "| alice | 120.0 |" in req.body["message"]
     assert req.body["report"]["total"]["gpu_hours_held"] == 180.0
+
+
+async def test_report_through_a_command_has_no_alert_status(tmp_path: Path, w):
+    out = tmp_path / "got.json"
+    hook = f'import json,os,sys; d=json.load(sys.stdin); d["env"]=os.environ.get("GPUFLEET_STATUS"); ' \
+           f'open({str(out)!r},"w").write(json.dumps(d))'
+    import sys
+
+    notifiers = build_notifiers([w.config("cmd", "command", command=[sys.executable, "-c", hook])],
+                                AlertingConfig())
+    report = await build_report(Usage(ROWS), since=SINCE, until=UNTIL, now=UNTIL)
+    assert await send_report(report, notifiers) == {"cmd": None}
+    got = json.loads(out.read_text())
+    assert got["kind"] == "report" and "status" not in got and got["env"] is None
 
 
 async def test_report_failure_is_reported(w, receiver):

@@ -22,7 +22,6 @@ from gpufleet.collector.notify.message import body, title
 from gpufleet.collector.notify.secrets import guard_apprise_logs, redact_url, secret_parts
 from gpufleet.collector.settings import NotifierConfig
 
-
 #: apprise's plugins block; they get these threads and no others
 APPRISE_THREADS = 4
 _executor: ThreadPoolExecutor | None = None

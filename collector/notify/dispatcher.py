@@ -102,11 +102,13 @@ class NotificationDispatcher:
             try:
                 e = nflog.from_record(row, due)
             except (ValueError, TypeError, KeyError) as exc:
-                log.warning("notification log: unreadable entry %s for %s: %s", row.group_key, row.notifier, exc)
+                log.warning("notification log: unreadable entry %s for %s: %s",
+                            row.group_key, row.notifier, exc)
                 continue
             self._log[row.notifier][row.group_key] = e
             if e.failing_since is not None:
-                self._failing[e.notifier] = min(self._failing.get(e.notifier, e.failing_since), e.failing_since)
+                since = self._failing.get(e.notifier, e.failing_since)
+                self._failing[e.notifier] = min(since, e.failing_since)
         pending = sum(1 for r in rows if r.pending is not None)
         if pending:
             log.info("notification log: %d undelivered notifications to retry", pending)
@@ -209,7 +211,9 @@ class NotificationDispatcher:
         self._dirty.add((e.notifier, e.group_key))
 
     async def deliver_now(self, notification: Notification) -> dict[str, str | None]:
-        """Send directly (not logged), with each notifier's ``retries``; name -> None on success or the error."""
+        """Send directly (not logged), with each notifier's ``retries``.
+
+        Returns name -> None on success or the error."""
         results: dict[str, str | None] = {}
         for notifier in self.notifiers:
             prepared = prepare_for(notifier, notification)
@@ -251,7 +255,8 @@ class NotificationDispatcher:
                 e.in_flight = e.pending
                 task = loop.create_task(self._attempt(notifier, e, e.pending))
                 running.add(task)
-                task.add_done_callback(lambda t: (running.discard(t), wake.set()))
+                task.add_done_callback(running.discard)
+                task.add_done_callback(lambda _t: wake.set())
             wait = None if next_due is None else max(0.0, next_due - now)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(wake.wait(), wait)
@@ -313,5 +318,6 @@ class NotificationDispatcher:
             # never hand exc_info to logging, which would print the raw text
             detail = redact_text(str(exc), notifier.secret_values)
             trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            log.debug("notifier %s raised: %s", notifier.describe(), redact_text(trace, notifier.secret_values))
+            log.debug("notifier %s raised: %s", notifier.describe(),
+                      redact_text(trace, notifier.secret_values))
             return f"notifier {notifier.name}: {type(exc).__name__}: {detail}", False

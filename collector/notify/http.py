@@ -19,7 +19,6 @@ from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
-
 from gpufleet.collector.notify.base import DeliveryError
 from gpufleet.collector.notify.secrets import redact_text
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
-_COLS = "group_key, notifier, pending, attempts, failing_since, last_error, delivered_at, delivered, updated_at"
+_COLS = ("group_key, notifier, pending, attempts, failing_since, last_error,"
+         " delivered_at, delivered, updated_at")
 
 
 @dataclass(slots=True)

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 from cli_testkit import cli_env, gpufleet_argv, run_cli
-from test_e2e import until, write_config
-
 from gpufleet.collector.simfleet import SimFleet
+from test_e2e import until, write_config
 
 pytestmark = pytest.mark.slow
 HOSTS = 6
@@ -22,7 +21,8 @@ HOSTS = 6
 async def test_sigterm_leaves_no_host_down_alert(home: Path) -> None:
     cfg = home / "gpufleet.yaml"
     env = cli_env(home)
-    async with SimFleet({f"n{i}": "busy" for i in range(HOSTS)}, interval=0.2, workdir=home / "fleet") as fleet:
+    scenarios = {f"n{i}": "busy" for i in range(HOSTS)}
+    async with SimFleet(scenarios, interval=0.2, workdir=home / "fleet") as fleet:
         write_config(cfg, fleet, home)
         proc = await asyncio.create_subprocess_exec(
             *gpufleet_argv(), "collector", "run", "-c", str(cfg), env=env,

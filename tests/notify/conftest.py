@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-import sys
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -99,7 +99,9 @@ def alert(rule: str = "wasted", state: str = "firing", *, severity: str = "warni
 
 def notification(*alerts: AlertRecord, kind: str = "alert",
                  group_key: str = '{host="n3",rule="wasted"}') -> Notification:
-    """Notifications of one ``group_key`` are states of one group: a newer one supersedes an undelivered one."""
+    """Notifications of one ``group_key`` are states of one group.
+
+    A newer one supersedes an undelivered one."""
     alerts_l = list(alerts) or [alert()]
     status = "firing" if any(a.state == "firing" for a in alerts_l) else "resolved"
     return Notification(group_key=group_key, status=status,  # type: ignore[arg-type]

@@ -106,6 +106,7 @@ DEFAULT_RULES: dict[str, dict[str, Any]] = {
     "ecc": {"for": 0.0, "severity": "critical"},
     "host_down": {"for": 0.0, "severity": "critical", "missed_intervals": 3, "keep_firing_for": 60.0},
     "storage": {"for": 0.0, "severity": "critical"},
+    "duplicate_gpu": {"for": 0.0, "severity": "warning", "window": 30.0},
 }
 for _params in DEFAULT_RULES.values():  # every rule takes it (Prometheus 2.42); 0: resolve once it clears
     _params.setdefault("keep_firing_for", 0.0)
@@ -113,7 +114,7 @@ for _params in DEFAULT_RULES.values():  # every rule takes it (Prometheus 2.42);
 
 #: Rule parameters that are durations (seconds; the YAML also accepts ``30m``, ``1h30m``).
 RULE_DURATION_PARAMS: frozenset[str] = frozenset({"for", "no_session_idle", "hold", "spike_tolerance",
-                                                  "keep_firing_for"})
+                                                  "keep_firing_for", "window"})
 
 #: Alert severities, lowest first (``min_severity`` compares by this order).
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")

@@ -68,7 +68,8 @@ class StoreLike(Protocol):
         until: float,
     ) -> list[ProcessSpan]: ...
     async def usage_by_user(
-        self, *, since: float, until: float, host: str | None = None, by_host: bool = False
+        self, *, since: float, until: float, host: str | None = None, by_host: bool = False,
+        gpu: int | None = None,
     ) -> list[UsageRow]: ...
     async def events(self, *, host: str | None = None, since: float, until: float) -> list[EventRow]: ...
     async def load_alerts(
@@ -293,7 +294,7 @@ class StoreOps:
         if user is not None:
             used = {p.gpu_index for p in procs}
             series = [s for s in series if s.index in used]
-        usage = await self.store.usage_by_user(since=since, until=until, host=host, by_host=True)
+        usage = await self.store.usage_by_user(since=since, until=until, host=host, by_host=True, gpu=gpu)
         if user is not None:
             usage = [u for u in usage if u.user == user]
         events = await self.store.events(host=host, since=since, until=until)

@@ -154,7 +154,7 @@ class IngestState:
     def __init__(self, params: Thresholds) -> None:
         self.params = params
         self.hosts: dict[str, int] = {}
-        self.gpus: dict[str, GpuState] = {}
+        self.gpus: dict[tuple[int, str], GpuState] = {}  # (host id, uuid): a GPU's identity
         self._rolled = float("-inf")  # minutes before this are rolled up already (meta m1_upto)
 
     def reset(self) -> None:
@@ -174,13 +174,15 @@ class IngestState:
 
     def gpu(self, conn: sqlite3.Connection, host_id: int, info: wire.GpuSample | wire.GpuInfo,
             ts: float) -> GpuState:
-        """The GPU's state, registering it or noting a move to another host/slot (same id, same history)."""
-        gs = self.gpus.get(info.uuid)
+        """The GPU's state, registering it or noting a move to another slot (same id, same history).
+
+        Identity is (host, uuid): the same UUID from another host is another GPU, never merged."""
+        gs = self.gpus.get((host_id, info.uuid))
         if gs is None:
             gs = self._load_gpu(conn, host_id, info, ts)
-        if gs.host_id != host_id or gs.idx != info.index:
-            gs.host_id, gs.idx = host_id, info.index
-            conn.execute("UPDATE gpus SET host_id = ?, idx = ? WHERE id = ?", (host_id, info.index, gs.id))
+        if gs.idx != info.index:
+            gs.idx = info.index
+            conn.execute("UPDATE gpus SET idx = ? WHERE id = ?", (info.index, gs.id))
             conn.execute(PLACEMENT_INSERT,
                          (gs.id, ts, host_id, info.index))
         name, total, limit = info.name, _i(info.memory_total), info.power_limit
@@ -197,7 +199,7 @@ class IngestState:
     def _load_gpu(self, conn: sqlite3.Connection, host_id: int, info: wire.GpuSample | wire.GpuInfo,
                   ts: float) -> GpuState:
         row = conn.execute("SELECT id, host_id, idx, name, memory_total, power_limit FROM gpus "
-                           "WHERE uuid = ?", (info.uuid,)).fetchone()
+                           "WHERE host_id = ? AND uuid = ?", (host_id, info.uuid)).fetchone()
         if row is None:
             cur = conn.execute(
                 "INSERT INTO gpus (uuid, host_id, idx, name, serial, pci_bus_id, memory_total, power_limit, "
@@ -212,7 +214,7 @@ class IngestState:
             last = conn.execute("SELECT max(ts) FROM samples WHERE gpu_id = ?", (row[0],)).fetchone()[0]
             gs = GpuState(int(row[0]), int(row[1]), int(row[2]), row[3], row[4], row[5],
                           None if last is None else float(last))
-        self.gpus[info.uuid] = gs
+        self.gpus[(host_id, info.uuid)] = gs
         return gs
 
     # ---------------------------------------------------------------------------------- frames

@@ -250,9 +250,10 @@ class Store:
                                         until=until))
 
     async def usage_by_user(self, *, since: float, until: float, host: str | None = None,
-                            by_host: bool = False) -> list[UsageRow]:
+                            by_host: bool = False, gpu: int | None = None) -> list[UsageRow]:
         """GPU-hours held / used / wasted per user (hour granularity: the range widens to whole hours)."""
-        return await self._read(partial(usage_by_user, since=since, until=until, host=host, by_host=by_host))
+        return await self._read(partial(usage_by_user, since=since, until=until, host=host, by_host=by_host,
+                                        gpu=gpu))
 
     async def events(self, *, host: str | None = None, since: float, until: float) -> list[EventRow]:
         return await self._read(partial(queries.events, host=host, since=since, until=until))

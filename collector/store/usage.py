@@ -82,20 +82,20 @@ def upsert_rows(acc: dict[UsageKey, list[float]]) -> list[tuple[int, int, int, s
 
 
 def usage_by_user(conn: sqlite3.Connection, *, since: float, until: float, host: str | None,
-                  by_host: bool) -> list[UsageRow]:
-    """GPU-hours per user (and per host with ``by_host``), most held first."""
+                  by_host: bool, gpu: int | None = None) -> list[UsageRow]:
+    """GPU-hours per user (and per host with ``by_host``), most held first; ``gpu``: only that slot's GPU."""
     if until < since:
         return []
     first_hour = int(math.floor(since / 3600.0)) * 3600
     group = "u.user, h.name" if by_host else "u.user"
     sql = f"""
         SELECT u.user, {"h.name" if by_host else "NULL"}, sum(u.held), sum(u.used), sum(u.wasted)
-        FROM usage u JOIN hosts h ON h.id = u.host_id
-        WHERE u.hour >= ? AND u.hour < ? AND (?3 IS NULL OR h.name = ?3)
+        FROM usage u JOIN hosts h ON h.id = u.host_id JOIN gpus g ON g.id = u.gpu_id
+        WHERE u.hour >= ?1 AND u.hour < ?2 AND (?3 IS NULL OR h.name = ?3) AND (?4 IS NULL OR g.idx = ?4)
         GROUP BY {group}
         ORDER BY sum(u.held) DESC, u.user
     """
-    rows = conn.execute(sql, (first_hour, until, host)).fetchall()
+    rows = conn.execute(sql, (first_hour, until, host, gpu)).fetchall()
     return [UsageRow(user=user, host=hname if by_host else host, gpu_hours_held=held / 3600.0,
                      gpu_hours_used=used / 3600.0, gpu_hours_wasted=wasted / 3600.0)
             for user, hname, held, used, wasted in rows]

@@ -263,6 +263,6 @@ async def test_selectors_restrict_what_counts(harness, clock, w):
     await h.engine.start(run_tick=False)
     h.up("n3")
     h.send(w.snap(w.gpu(0, procs=[w.proc(1, user="root"), w.proc(2, user="alice")])), host="n3")
-    h.send(w.snap(w.gpu(0, procs=[w.proc(3, user="bob")])), host="n4")  # n4 is not tagged prod
+    h.send(w.snap(w.gpu(0, uuid="GPU-n4-0", procs=[w.proc(3, user="bob")])), host="n4")  # not tagged prod
     await h.tick()
     assert [(a.labels["host"], a.labels["user"]) for a in h.engine.active()] == [("n3", "alice")]

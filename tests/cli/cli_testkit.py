@@ -327,7 +327,8 @@ class StandinStore:
         return out
 
     async def usage_by_user(
-        self, *, since: float, until: float, host: str | None = None, by_host: bool = False
+        self, *, since: float, until: float, host: str | None = None, by_host: bool = False,
+        gpu: int | None = None,
     ) -> list[UsageRow]:
         return [
             UsageRow(

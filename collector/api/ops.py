@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from gpufleet.collector import query
 from gpufleet.collector.api.access import Access, AccessDenied, Peer, this_process
+from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds, thresholds_of
 from gpufleet.collector.errors import QueryError
 from gpufleet.collector.live import LiveView
 from gpufleet.collector.settings import DEFAULT_RULES, Config
@@ -243,9 +244,11 @@ class StoreOps:
         *,
         known_hosts: Callable[[], Iterable[str]] | None = None,
         clock: Callable[[], float] = time.time,
+        thresholds: Thresholds = DEFAULT_THRESHOLDS,
     ) -> None:
         self.store = store
         self.clock = clock
+        self.thresholds = thresholds  # the configured rules' classification (idle/busy flags in status)
         self._known = known_hosts
 
     async def known_hosts(self) -> set[str]:
@@ -372,6 +375,7 @@ class StoreOps:
             host=a.str_list("host"),
             tag=a.str_list("tag"),
             user=a.str_list("user"),
+            thresholds=self.thresholds,
         )
         return self.shaped(view, form)
 
@@ -436,7 +440,8 @@ class LiveOps(StoreOps):
     ) -> None:
         self.collector = collector
         self.access = access if access is not None else Access()
-        super().__init__(collector.store, known_hosts=self._live_names, clock=clock)
+        super().__init__(collector.store, known_hosts=self._live_names, clock=clock,
+                         thresholds=thresholds_of(collector.config.rules))
 
     def _live_names(self) -> Iterable[str]:
         names = set(self.collector.live.hosts)
@@ -470,6 +475,7 @@ class LiveOps(StoreOps):
             host=a.str_list("host"),
             tag=a.str_list("tag"),
             user=a.str_list("user"),
+            thresholds=self.thresholds,
         )
         return self.shaped(view, form)
 

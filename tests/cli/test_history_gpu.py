@@ -55,3 +55,27 @@ async def test_unheld_gpu_shows_zero_held(home: Path) -> None:
     r = await run_cli("history", "--host", "n1", "--gpu", "1", "--since", "1h", env=env)
     assert r.rc == 0, r.err
     assert "GPU-hours 0.0 held, 0.0 used, 0.0 wasted" in r.out
+
+
+async def test_stored_status_classifies_with_the_configured_thresholds(home: Path) -> None:
+    """The fallback's status reads the config's rules, as the collector does: a GPU with 512 MiB in use and
+    nothing running is free capacity when ``idle.max_memory_mib`` is 1024, busy under the default 256."""
+    db = home / "gpufleet.db"
+    now = time.time()
+    store = await Store.open(StorageConfig(path=str(db)))
+    try:
+        g = wire.GpuSample(index=0, uuid="GPU-x", util_gpu=0, memory_used=512 << 20, memory_total=80 * GIB)
+        store.submit_snapshot("n1", wire.Snapshot(ts=now - 5, seq=1, gpus=[g]), now - 5)
+        await store.flush()
+    finally:
+        await store.close()
+    env = cli_env(home)
+    states = {}
+    for limit in (256, 1024):
+        cfg = home / f"gpufleet-{limit}.yaml"
+        cfg.write_text(f"storage:\n  path: {db}\napi:\n  socket: {home / 'none.sock'}\n"
+                       f"rules:\n  idle:\n    max_memory_mib: {limit}\n")
+        r = await run_cli("status", "-c", str(cfg), "--json", env=env)
+        assert r.rc == 0, r.err
+        states[limit] = json.loads(r.out)["hosts"][0]["gpus"][0]["state"]
+    assert states == {256: "busy", 1024: "idle"}

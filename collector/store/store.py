@@ -6,7 +6,7 @@ read (WAL: reads see the last commit and never wait on the writer), both on aios
 ``mode=ro``, and every write raises :class:`StorageError`.
 
 The store is also a :class:`~gpufleet.collector.live.FleetSink` (``host_state`` / ``frame``), so the daemon
-can put it straight into a FanOut.
+(and tests) can make it a listener of the live view directly.
 """
 
 from __future__ import annotations

@@ -63,7 +63,8 @@ class LineFramer:
 
 
 class AgentStream:
-    """One connection's agent output: validates frames, updates the host's state, feeds the sink.
+    """One connection's agent output: validates frames and reports them to the sink (the live view, which
+    owns ``state`` and records them); counts bad frames on ``state``.
 
     ``done`` resolves with the reason the stream ended (first reason wins). ``on_up`` is called once, on the
     first valid hello: that is when a host counts as up.
@@ -177,20 +178,17 @@ class AgentStream:
         if self.hello is None and not isinstance(frame, wire.Hello):
             raise wire.MalformedFrame(f"first frame is {frame.type!r}, expected 'hello'")
         received = self.clock()
-        state = self.state
-        state.frames += 1
-        state.lag = received - frame.ts
+        name = self.state.name
         if isinstance(frame, wire.Hello):
             if self.hello is not None:
                 raise wire.MalformedFrame("second 'hello' on one stream")
             self.hello = frame
-        state.observe(frame, received)
+        try:
+            self.sink.frame(name, frame, received)  # the live view records it (once) and passes it on
+        except Exception:  # noqa: BLE001 - a broken consumer must not take the host down
+            log.exception("%s: sink failed on a %s frame", name, frame.type)
         if isinstance(frame, wire.Hello) and self.on_up is not None:
             self.on_up(frame)
-        try:
-            self.sink.frame(state.name, frame, received)
-        except Exception:  # noqa: BLE001 - a broken consumer must not take the host down
-            log.exception("%s: sink failed on a %s frame", state.name, frame.type)
 
     def _bad(self, message: str) -> None:
         self.state.bad_frames += 1

@@ -94,6 +94,10 @@ class Collector:
         cfg = self.config
         self._store = await Store.open(cfg.storage, thresholds=thresholds_of(cfg.rules))
         try:
+            seeded = self.live.carry_over(await self._store.hosts(), await self._store.latest())
+            if seeded:
+                log.info("carried over the last known state of %d hosts from %s", seeded,
+                         cfg.storage.resolved_path())
             notifiers = build_notifiers(cfg.notifiers, cfg.alerting)
             self._dispatcher = NotificationDispatcher(notifiers, queue_size=cfg.alerting.queue_size,
                                                       clock=self.clock)

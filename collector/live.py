@@ -12,9 +12,12 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from gpufleet.agent import wire
+
+if TYPE_CHECKING:
+    from gpufleet.collector.store.records import GpuLatest, HostRow
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,16 @@ class HostState:
             self.backend = frame.backend
 
 
+def _gpu_sample(g: GpuLatest) -> wire.GpuSample:
+    """A stored last sample back in the wire shape the live view keeps."""
+    procs = [wire.ProcessSample(pid=p.pid, gpu_memory=p.gpu_memory, sm_util=p.sm_util, user=p.user,
+                                command=p.command, start_time=p.start_time, state=p.state,
+                                container=p.container, job=p.job) for p in g.processes]
+    return wire.GpuSample(index=g.index, uuid=g.uuid, name=g.name, util_gpu=g.util_gpu,
+                          memory_used=g.memory_used, memory_total=g.memory_total, temperature=g.temperature,
+                          power_draw=g.power_draw, power_limit=g.power_limit, error=g.error, processes=procs)
+
+
 class FleetSink(Protocol):
     """Receives everything the live view records. Must return quickly and never raise."""
 
@@ -95,6 +108,31 @@ class LiveView:
 
     def remove_host(self, name: str) -> None:
         self.hosts.pop(name, None)
+
+    def carry_over(self, rows: Iterable[HostRow], latest: Iterable[GpuLatest]) -> int:
+        """Seed the configured hosts from the store after a restart: last seen, versions, the last GPUs.
+
+        The status stays ``connecting`` until a fresh attempt succeeds or fails, but a host that stays down
+        does not read as "never seen, 0 GPUs" while the store saw it a minute ago. Returns how many hosts
+        were seeded. Never sent to the listeners: it is what they stored, not a new observation.
+        """
+        gpus: dict[str, list[GpuLatest]] = {}
+        for g in latest:
+            gpus.setdefault(g.host, []).append(g)
+        seeded = 0
+        for row in rows:
+            state = self.hosts.get(row.name)
+            if state is None or state.frames or row.last_seen is None:
+                continue  # not configured now, already live, or never seen
+            state.last_seen = row.last_seen
+            state.agent_version = state.agent_version or row.agent_version
+            state.driver_version = state.driver_version or row.driver_version
+            stored = sorted(gpus.get(row.name, []), key=lambda g: g.index)
+            if stored and state.snapshot is None:
+                state.snapshot = wire.Snapshot(ts=max(g.ts for g in stored), seq=0,
+                                               gpus=[_gpu_sample(g) for g in stored])
+            seeded += 1
+        return seeded
 
     # -- what the transport reports
     def host_state(self, state: HostState) -> None:

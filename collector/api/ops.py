@@ -23,6 +23,7 @@ from gpufleet.collector.live import LiveView
 from gpufleet.collector.settings import DEFAULT_RULES, Config
 from gpufleet.collector.store.records import (
     AlertRecord,
+    CapacityRow,
     EventRow,
     GpuLatest,
     GpuSeries,
@@ -72,6 +73,7 @@ class StoreLike(Protocol):
         self, *, since: float, until: float, host: str | None = None, by_host: bool = False,
         gpu: int | None = None,
     ) -> list[UsageRow]: ...
+    async def capacity(self, *, since: float, until: float, host: str | None = None) -> list[CapacityRow]: ...
     async def events(self, *, host: str | None = None, since: float, until: float) -> list[EventRow]: ...
     async def load_alerts(
         self, *, active_only: bool = True, since: float | None = None

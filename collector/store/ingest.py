@@ -22,7 +22,7 @@ from gpufleet.agent import wire
 from gpufleet.collector.classify import Thresholds
 from gpufleet.collector.live import HostState
 from gpufleet.collector.store import usage
-from gpufleet.collector.store.usage import UsageKey
+from gpufleet.collector.store.usage import CapacityKey, UsageKey
 
 #: A process without a start time that vanishes for longer than this starts a new span when it returns.
 NOSTART_GAP: Final = 60.0
@@ -74,6 +74,7 @@ class GpuState:
     last_ts: float | None  # newest sample (committed or in this batch)
     typical: float | None = None  # typical sampling interval (seconds)
     nostart: dict[int, list[float]] = field(default_factory=dict)  # pid -> [span start, last seen]
+    holders: frozenset[str] = frozenset()  # who held it at the last sample (orphaned memory stays theirs)
 
 
 @dataclass(slots=True)
@@ -109,6 +110,7 @@ class Rows:
     gpu_last: dict[int, float] = field(default_factory=dict)
     spans: dict[tuple[int, int, float], SpanAcc] = field(default_factory=dict)
     usage: dict[UsageKey, list[float]] = field(default_factory=dict)
+    capacity: dict[CapacityKey, list[float]] = field(default_factory=dict)
     events: list[tuple[Any, ...]] = field(default_factory=list)
     host_seen: dict[int, float] = field(default_factory=dict)
     dirty: set[tuple[int, int]] = field(default_factory=set)  # (gpu_id, minute) already rolled up
@@ -288,7 +290,8 @@ class IngestState:
                 self._spans(conn, gs, g.processes, ts, rows)
             if last is not None:
                 seconds, gs.typical = usage.credit(ts - last, gs.typical)
-                usage.account(rows.usage, self.params, hid, gs.id, g, ts, seconds)
+                gs.holders = usage.account(rows.usage, rows.capacity, self.params, hid, gs.id, g, ts,
+                                           seconds, gs.holders)
 
     def _spans(self, conn: sqlite3.Connection, gs: GpuState, procs: Sequence[wire.ProcessSample], ts: float,
                rows: Rows) -> None:
@@ -349,6 +352,8 @@ def write_rows(conn: sqlite3.Connection, rows: Rows) -> None:
         conn.executemany(SPAN_UPSERT, [acc.row() for acc in rows.spans.values()])
     if rows.usage:
         conn.executemany(usage.UPSERT, usage.upsert_rows(rows.usage))
+    if rows.capacity:
+        conn.executemany(usage.CAPACITY_UPSERT, [(*k, v[0], v[1]) for k, v in rows.capacity.items()])
     if rows.events:
         conn.executemany(EVENT_INSERT, rows.events)
     if rows.dirty:

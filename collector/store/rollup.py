@@ -211,6 +211,8 @@ def delete_hours(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
 _YEARLY: Final = (
     "DELETE FROM usage WHERE (hour, host_id, gpu_id, user) IN "
     "(SELECT hour, host_id, gpu_id, user FROM usage WHERE hour < ? LIMIT ?)",
+    "DELETE FROM capacity WHERE (hour, host_id, gpu_id) IN "
+    "(SELECT hour, host_id, gpu_id FROM capacity WHERE hour < ? LIMIT ?)",
     "DELETE FROM processes WHERE id IN (SELECT id FROM processes WHERE last_seen < ? LIMIT ?)",
     "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE ts < ? LIMIT ?)",
     "DELETE FROM alerts WHERE fingerprint IN (SELECT fingerprint FROM alerts WHERE state = 'resolved' "
@@ -220,7 +222,8 @@ _YEARLY: Final = (
 
 
 def delete_history(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
-    """Usage, process spans, events, resolved alerts, expired silences: kept as long as 1-hour rollups."""
+    """Usage and capacity, process spans, events, resolved alerts, expired silences: kept as long as
+    1-hour rollups."""
     more = False
     for sql in _YEARLY:
         more = _delete(conn, sql, now - policy.hour_retention, policy.batch, None) or more

@@ -201,10 +201,11 @@ _V2: Final[list[str]] = [
     ) WITHOUT ROWID""",
 ]
 
-#: v3: a GPU's identity is (host, uuid), not the uuid alone: two hosts that report the same UUIDs (a cloned
-#: VM image, one machine listed under two names, two fake backends) keep apart histories; the live view flags
-#: it (rule ``duplicate_gpu``). SQLite cannot drop a column's UNIQUE, so the table is rebuilt (the documented
-#: procedure: :func:`migrate` turns foreign keys off around it and checks them before commit).
+#: v3: GPU-hours of capacity (table ``capacity``); and a GPU's identity is (host, uuid), not the uuid alone:
+#: two hosts that report the same UUIDs (a cloned VM image, one machine listed under two names, two fake
+#: backends) keep apart histories; the live view flags it (rule ``duplicate_gpu``). SQLite cannot drop a
+#: column's UNIQUE, so the table is rebuilt (the documented procedure: :func:`migrate` turns foreign keys
+#: off around it and checks them before commit).
 _V3: Final[list[str]] = [
     """CREATE TABLE gpus_v3 (
         id INTEGER PRIMARY KEY,
@@ -228,6 +229,15 @@ _V3: Final[list[str]] = [
     "DROP TABLE gpus",
     "ALTER TABLE gpus_v3 RENAME TO gpus",
     "CREATE INDEX gpus_host ON gpus(host_id, idx)",
+    # seconds each GPU was sampled, and of those free (nothing allocated): idle capacity in the report
+    """CREATE TABLE capacity (
+        hour INTEGER NOT NULL,
+        host_id INTEGER NOT NULL REFERENCES hosts(id),
+        gpu_id INTEGER NOT NULL REFERENCES gpus(id),
+        observed REAL NOT NULL,
+        free REAL NOT NULL,
+        PRIMARY KEY (hour, host_id, gpu_id)
+    ) WITHOUT ROWID""",
 ]
 
 #: MIGRATIONS[i] brings the schema from version i to i + 1.

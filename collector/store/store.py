@@ -32,6 +32,7 @@ from gpufleet.collector.store._db import call, connect, setup_reader, setup_writ
 from gpufleet.collector.store.ingest import FrameItem, HostStateItem, IngestState
 from gpufleet.collector.store.records import (
     AlertRecord,
+    CapacityRow,
     EventRow,
     GpuLatest,
     GpuSeries,
@@ -40,7 +41,7 @@ from gpufleet.collector.store.records import (
     SilenceRecord,
     UsageRow,
 )
-from gpufleet.collector.store.usage import usage_by_user
+from gpufleet.collector.store.usage import capacity, usage_by_user
 from gpufleet.collector.store.writer import Writer
 
 log = logging.getLogger(__name__)
@@ -254,6 +255,10 @@ class Store:
         """GPU-hours held / used / wasted per user (hour granularity: the range widens to whole hours)."""
         return await self._read(partial(usage_by_user, since=since, until=until, host=host, by_host=by_host,
                                         gpu=gpu))
+
+    async def capacity(self, *, since: float, until: float, host: str | None = None) -> list[CapacityRow]:
+        """GPU-hours observed and free per host (hour granularity, like usage_by_user)."""
+        return await self._read(partial(capacity, since=since, until=until, host=host))
 
     async def events(self, *, host: str | None = None, since: float, until: float) -> list[EventRow]:
         return await self._read(partial(queries.events, host=host, since=since, until=until))

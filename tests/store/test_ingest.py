@@ -153,6 +153,29 @@ async def test_usage_by_user(store: Store) -> None:
     assert await store.usage_by_user(since=t0 + 3600, until=t0 + 7200) == []
 
 
+async def test_every_waste_condition_counts_and_capacity(store: Store) -> None:
+    """GPU-hours wasted counts a zombie holding memory (stale) at any util, and memory left behind with no
+    process visible (orphaned) stays held and wasted by its last holder; capacity counts free GPU time."""
+    t0 = 3600.0 * 30
+    for i in range(21):
+        t = t0 + i
+        zombie = gpu(0, util=90, procs=[proc(7, user="carol", mem=18 * GIB, state="Z")])
+        # dave's process holds GPU 1 for 10 s, then vanishes from the list while its memory stays in use
+        held = [proc(8, user="dave", mem=4 * GIB)] if i <= 10 else []
+        left = gpu(1, util=0, mem=4 * GIB, procs=held)
+        free = gpu(2, util=0, mem=0)
+        store.submit_snapshot("h1", snap(t, [zombie, left, free]), t)
+    await store.flush()
+    rows = {r.user: r for r in await store.usage_by_user(since=t0, until=t0 + 3600)}
+    assert rows["carol"].gpu_hours_wasted == pytest.approx(20 / 3600)  # 90 % util, but a zombie
+    assert rows["dave"].gpu_hours_held == pytest.approx(20 / 3600)
+    assert rows["dave"].gpu_hours_wasted == pytest.approx(20 / 3600)  # idle 10 s, then orphaned 10 s
+    (cap,) = await store.capacity(since=t0, until=t0 + 3600)
+    assert cap.host == "h1"
+    assert cap.gpu_hours_observed == pytest.approx(3 * 20 / 3600)
+    assert cap.gpu_hours_free == pytest.approx(20 / 3600)  # only GPU 2: nothing allocated
+
+
 async def test_usage_params_from_the_wasted_rule(config: StorageConfig) -> None:
     s = await Store.open(config, thresholds=Thresholds.from_rules({"wasted": {"util_below": 50,
                                                                             "min_memory_mib": 1}}))

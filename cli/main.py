@@ -394,9 +394,13 @@ def silence_add(
     as_json: bool,
 ) -> None:
     """Add a silence."""
-    from gpufleet.cli.timeparse import fmt_duration, fmt_ts, parse_duration
+    from gpufleet.cli.timeparse import fmt_ts, parse_duration
+    from gpufleet.collector.units import DurationError, fmt_duration
 
-    seconds = parse_duration(duration)
+    try:
+        seconds = parse_duration(duration)
+    except DurationError as exc:  # checked before anything is sent: an absurd --for creates nothing
+        raise CliError(f"bad --for {duration!r}: {exc.reason}", EXIT_USAGE) from None
     if seconds is None or seconds <= 0:
         raise CliError(f"bad --for {duration!r}: expected a duration like 2h, 30m, 1d", EXIT_USAGE)
     matchers = {k: v for k, v in (("host", host), ("gpu", gpu), ("user", user), ("rule", rule)) if v}

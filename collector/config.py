@@ -21,6 +21,7 @@ from typing import Any, NoReturn, TypeVar
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 import yaml
+from gpufleet.collector import units
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.settings import (
     DEFAULT_RULES,
@@ -69,61 +70,17 @@ class ConfigErrors(ConfigError):
 
 # --------------------------------------------------------------------------------------------- durations
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
-_NUMBER = re.compile(r"\d+(?:\.\d+)?|\.\d+")
-_DURATION_FULL = re.compile(r"(?:(?:\d+(?:\.\d+)?|\.\d+)\s*(?:ms|s|m|h|d|w)\s*)+")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?|\.\d+)\s*(ms|s|m|h|d|w)")
-DURATION_HELP = "use seconds or a duration like 90s, 30m, 2h, 1d, 1h30m"
-
-
 def parse_duration(value: object, *, key: str | None = None, path: str | None = None,
                    line: int | None = None) -> float:
     """Seconds from a number or ``90s``/``30m``/``2h``/``1d``/``1h30m``/``500ms``; never negative.
 
+    The grammar and bounds are :func:`gpufleet.collector.units.parse_duration`'s; this adds the place.
     Raises :class:`ConfigError` (with the given ``key``/``path``/``line``) on anything else.
     """
-    def bad(message: str) -> NoReturn:
-        raise ConfigError(message, path=path, line=line, key=key)
-
-    if isinstance(value, bool) or value is None:
-        bad(f"expected a duration, got {_py_kind(value)}; {DURATION_HELP}")
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str):
-        text = value.strip()
-        if text.startswith("-"):
-            bad(f"duration {value!r} must not be negative")
-        if _NUMBER.fullmatch(text):
-            seconds = float(text)
-        elif _DURATION_FULL.fullmatch(text):
-            seconds = sum(float(n) * _UNITS[u] for n, u in _DURATION_PART.findall(text))
-        else:
-            bad(f"bad duration {value!r}; {DURATION_HELP}")
-    else:
-        bad(f"expected a duration, got {_py_kind(value)}; {DURATION_HELP}")
-    if not math.isfinite(seconds):
-        bad(f"duration {value!r} must be finite")
-    if seconds < 0:
-        bad(f"duration {value!r} must not be negative")
-    return seconds
-
-
-def _py_kind(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, (list, tuple)):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return f"a {type(value).__name__}"
+    try:
+        return units.parse_duration(value)
+    except units.DurationError as exc:
+        raise ConfigError(exc.reason, path=path, line=line, key=key) from None
 
 
 # --------------------------------------------------------------------------------------------- host ranges
@@ -433,11 +390,11 @@ class _Parser:
     def duration(self, node: Node, key: str, *, positive: bool = False) -> float:
         value, from_env = self.env_scalar(node, key)
         if not isinstance(node, ScalarNode):
-            self.fail(f"expected a duration, got {self.kind(node)}; {DURATION_HELP}", node, key)
+            self.fail(f"expected a duration, got {self.kind(node)}; {units.DURATION_HELP}", node, key)
         try:
             seconds = parse_duration(value)
         except ConfigError as exc:
-            self.fail(f"bad duration from the environment; {DURATION_HELP}" if from_env else exc.reason,
+            self.fail(f"bad duration from the environment; {units.DURATION_HELP}" if from_env else exc.reason,
                       node, key)
         if positive and seconds <= 0:
             self.fail("must be greater than 0", node, key)

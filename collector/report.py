@@ -18,8 +18,8 @@ from typing import Any, Literal, Protocol
 
 from gpufleet.collector.notify.base import Notification, Notifier
 from gpufleet.collector.notify.dispatcher import NotificationDispatcher
-from gpufleet.collector.rules.base import fmt_duration
 from gpufleet.collector.store.records import UsageRow
+from gpufleet.collector.units import fmt_duration, fmt_pct
 
 ReportFormat = Literal["text", "markdown", "json"]
 FORMATS: tuple[str, ...] = ("text", "markdown", "json")
@@ -125,15 +125,15 @@ def _headline(report: WasteReport) -> str:
     t = report.total
     if t.held <= 0:
         return "No GPU memory was held in this period."
-    return (f"{_hours(t.held)} GPU-hours held, {_hours(t.used)} used ({t.used_pct:.0f} %), "
-            f"{_hours(t.wasted)} wasted ({t.wasted_pct:.0f} %)")
+    return (f"{_hours(t.held)} GPU-hours held, {_hours(t.used)} used ({fmt_pct(t.used_pct)}), "
+            f"{_hours(t.wasted)} wasted ({fmt_pct(t.wasted_pct)})")
 
 
 _COLUMNS = ("HELD", "USED", "WASTED", "WASTED %")
 
 
 def _cells(u: UsageLine) -> list[str]:
-    return [_hours(u.held), _hours(u.used), _hours(u.wasted), f"{u.wasted_pct:.0f} %"]
+    return [_hours(u.held), _hours(u.used), _hours(u.wasted), fmt_pct(u.wasted_pct)]
 
 
 def _text_table(first: str, lines: list[UsageLine]) -> list[str]:
@@ -165,7 +165,7 @@ def render_report(report: WasteReport, fmt: ReportFormat = "text") -> str:
         for i, u in enumerate(report.top_wasters, 1):
             name = f"**{u.name}**" if md else u.name
             out.append(f"{i}. {name}: {_hours(u.wasted)} GPU-hours wasted of "
-                       f"{_hours(u.held)} held ({u.wasted_pct:.0f} %)")
+                       f"{_hours(u.held)} held ({fmt_pct(u.wasted_pct)})")
     table = _md_table if md else _text_table
     if report.by_user:
         out += ["", "### By user" if md else "By user (GPU-hours):", *table("USER", report.by_user)]

@@ -18,11 +18,12 @@ import socket
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
-from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import yaml
 from gpufleet.collector import units
 from gpufleet.collector.errors import ConfigError
+from gpufleet.collector.secrets import SecretError, is_reference, read_secret
 from gpufleet.collector.settings import (
     DEFAULT_RULES,
     RULE_DURATION_PARAMS,
@@ -49,7 +50,6 @@ __all__ = [
     "parse_config",
     "parse_duration",
     "parse_listen",
-    "redact",
 ]
 
 
@@ -125,51 +125,6 @@ def _expand_range_body(body: str) -> list[str]:
         width = len(lo_s) if lo_s.startswith("0") and len(lo_s) > 1 else 0
         out.extend(str(i).zfill(width) for i in range(lo, hi + 1))
     return out
-
-
-# --------------------------------------------------------------------------------------------- redaction
-
-_SECRET_QUERY = re.compile(r"token|secret|passw|pwd|pass$|key|sig|auth|code|credential|session", re.I)
-_GENERIC_SCHEMES = {"http", "https", "json", "jsons", "xml", "xmls", "form", "forms", "mailto", "mailtos",
-                    "ntfy", "ntfys", "mqtt", "mqtts", "file"}
-_TOKENISH = re.compile(r"(?=.*\d)(?=.*[A-Za-z])[A-Za-z0-9_\-]{20,}")
-_WEBHOOK_HOSTS = ("hooks.slack.com", "discord.com", "discordapp.com", "webhook.office.com",
-                  "outlook.office.com", "api.telegram.org", "maker.ifttt.com")
-STARS = "***"
-
-
-def redact(url: str) -> str:
-    """``url`` safe for logs: hides userinfo passwords, secret-looking query values and token path parts.
-
-    Webhook hosts that carry the secret in the path (Slack, Discord, Teams, ...) and apprise token schemes
-    (``slack://``, ``tgram://``, ...) lose their whole path.
-    """
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return STARS
-    if not parts.scheme or "://" not in url:
-        return STARS if url else url
-    userinfo, at, hostport = parts.netloc.rpartition("@")
-    if at:
-        user, colon, _pw = userinfo.partition(":")
-        userinfo = f"{user}:{STARS}" if colon else user
-    scheme = parts.scheme.lower()
-    host = hostport.split(":")[0].lower()
-    generic = scheme in _GENERIC_SCHEMES
-    if not generic and "." not in host:
-        hostport = STARS  # apprise token schemes: the "host" is itself a token
-    elif not generic and ":" in hostport and not hostport.rsplit(":", 1)[1].isdigit():
-        hostport = hostport.split(":")[0] + ":" + STARS
-    segments = parts.path.split("/")
-    whole_path = not generic or any(host == h or host.endswith("." + h) for h in _WEBHOOK_HOSTS)
-    segments = [s if not s or (not whole_path and not _TOKENISH.fullmatch(s)) else STARS for s in segments]
-    query = "&".join(
-        f"{quote(k, safe='')}={STARS if _SECRET_QUERY.search(k) else quote(v, safe='')}"
-        for k, v in parse_qsl(parts.query, keep_blank_values=True)
-    )
-    netloc = f"{userinfo}@{hostport}" if at else hostport
-    return urlunsplit((parts.scheme, netloc, "/".join(segments), query, STARS if parts.fragment else ""))
 
 
 # --------------------------------------------------------------------------------------------- parser core
@@ -485,24 +440,12 @@ class _Parser:
         """A string that may be a secret: ``${VAR}`` expanded; ``env:VAR`` is the variable's value and
         ``file:/path`` the file's first line."""
         value = self.string(node, key)
-        if not self.resolve_secrets or not value.startswith(("file:", "env:")):
+        if not self.resolve_secrets or not is_reference(value):
             return value
-        if value.startswith("env:"):
-            name = value[len("env:"):].strip()
-            if not self.env.get(name):
-                self.fail(f"environment variable {name} is not set", node, key)
-            return self.env[name]
-        ref = value[len("file:"):]
-        ref = ref[2:] if ref.startswith("//") else ref
-        path = self.resolve_path(ref.strip())
         try:
-            with open(path, encoding="utf-8") as f:
-                first = f.readline().strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            self.fail(f"cannot read secret file {path}: {getattr(exc, 'strerror', None) or exc}", node, key)
-        if not first:
-            self.fail(f"secret file {path} is empty", node, key)
-        return first
+            return read_secret(value, env=self.env, base_dir=self.base_dir)
+        except SecretError as exc:
+            self.fail(str(exc), node, key)
 
     def secret_list(self, node: Node, key: str) -> list[str]:
         return self.each(node, key, self.secret)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from gpufleet.collector.config import ConfigErrors, load_config
 from gpufleet.collector.secrets import mask_url
-from gpufleet.collector.settings import DEFAULT_RULES, AlertingConfig, HostConfig, StorageConfig
+from gpufleet.collector.settings import DEFAULT_RULES, AlertingConfig, Config, HostConfig, StorageConfig
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "gpufleet.yaml"
 
@@ -41,6 +41,7 @@ def test_example_config_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         if f.name not in ("user", "key", "known_hosts", "tags"):
             assert getattr(plain, f.name) == getattr(default_host, f.name), f.name
     assert cfg.storage == StorageConfig() and cfg.alerting == AlertingConfig()
+    assert cfg.max_hosts == Config().max_hosts
 
 
 def test_example_without_secrets_names_the_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from gpufleet.cli.lines import Line, cells, cut, to_text
 from gpufleet.cli.timeparse import fmt_ago
 from gpufleet.collector.query import FleetView, GpuView, HostInfo, HostView, ProcView, UserUsage
-from gpufleet.collector.units import GIB, fmt_duration, fmt_pct, fmt_size, fmt_size_short
+from gpufleet.collector.units import GIB, fmt_duration, fmt_duration_short, fmt_pct, fmt_size, fmt_size_short
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -140,13 +140,7 @@ class Layout:
     def duration(self, seconds: float | None) -> str:
         if seconds is None:
             return "-"
-        if self.wide:
-            return fmt_duration(seconds)
-        s = int(max(0.0, seconds))
-        for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-            if s >= size:
-                return f"{s // size}{unit}"
-        return f"{s}s"
+        return fmt_duration(seconds) if self.wide else fmt_duration_short(seconds)
 
     def header(self) -> Line:
         parts = [

@@ -4,11 +4,12 @@ cross-host checks (names, key files, known_hosts, jump loops, one machine listed
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 import re
 import socket
 import stat
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,7 @@ from gpufleet.collector.config.nodes import (
     port_number,
     positive,
 )
-from gpufleet.collector.settings import (
-    HostConfig,
-)
+from gpufleet.collector.settings import HostConfig
 from yaml.nodes import MappingNode, Node, ScalarNode
 
 _DISABLE_WORDS = {"none", "no", "off", "false", "0", "disable", "disabled", "ignore", "insecure", "skip",
@@ -45,8 +44,6 @@ _SHORTHAND = re.compile(
 )
 _VERIFY_WHY = ("gpufleet always verifies SSH host keys: an impostor host could feed it false data and "
                "receive the agent command")
-
-
 
 
 def known_hosts(p: Parser, node: Node, key: str) -> str:
@@ -347,23 +344,34 @@ def check_addresses(p: Parser, hosts: list[tuple[HostConfig, Fields]], *, resolv
 
 def _resolve_all(targets: set[tuple[str, int]],
                  timeout: float = 5.0) -> dict[tuple[str, int], set[tuple[str, int]]]:
-    """``getaddrinfo`` for each (address, port), in parallel; what does not answer within ``timeout``
-    (or does not resolve) is left out: connecting will say why."""
-    def one(target: tuple[str, int]) -> set[tuple[str, int]]:
-        try:
-            infos = socket.getaddrinfo(target[0], target[1], type=socket.SOCK_STREAM)
-        except (OSError, UnicodeError):
-            return set()
-        return {(str(info[4][0]), int(info[4][1])) for info in infos}
+    """``getaddrinfo`` for each (address, port), on up to 32 daemon threads; what does not answer within
+    ``timeout`` (or does not resolve) is left out, and a hung lookup cannot hold up the process's exit."""
+    todo = sorted(targets)
+    found: dict[tuple[str, int], set[tuple[str, int]]] = {}
+    lock = threading.Lock()
 
-    if not targets:
-        return {}
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(32, len(targets)),
-                                                 thread_name_prefix="gpufleet-resolve")
-    futures = {pool.submit(one, t): t for t in targets}
-    done, _pending = concurrent.futures.wait(futures, timeout=timeout)
-    pool.shutdown(wait=False, cancel_futures=True)
-    return {futures[fut]: fut.result() for fut in done}
+    def work() -> None:
+        while True:
+            with lock:
+                if not todo:
+                    return
+                target = todo.pop()
+            try:
+                infos = socket.getaddrinfo(target[0], target[1], type=socket.SOCK_STREAM)
+            except (OSError, UnicodeError):
+                continue
+            with lock:
+                found[target] = {(str(info[4][0]), int(info[4][1])) for info in infos}
+
+    threads = [threading.Thread(target=work, name="gpufleet-resolve", daemon=True)
+               for _ in range(min(32, len(todo)))]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    with lock:
+        return dict(found)
 
 
 def default_known_hosts() -> Path:

@@ -103,3 +103,23 @@ def test_same_address_and_port_is_a_warning(load: Any, tmp_path: Path) -> None:
     assert "127.0.0.1 port 2222" in alias and "remove one entry" in alias
     assert copy.startswith(f"{path}:5: hosts[gpu-a-copy].address: warning: 'gpu-a-copy'")
     assert not any("gpu-b" in w or "'far'" in w for w in cfg.warnings)
+
+
+def test_a_hung_name_lookup_does_not_hold_up_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resolver that never answers (a dead DNS server) costs the check its timeout, not forever."""
+    import socket
+
+    from gpufleet.collector.config import hosts
+
+    real = socket.getaddrinfo
+
+    def lookup(host: str, *args: Any, **kw: Any) -> Any:
+        if host == "hangs.invalid":
+            time.sleep(30)
+        return real(host, *args, **kw)
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    t0 = time.monotonic()
+    got = hosts._resolve_all({("hangs.invalid", 22), ("127.0.0.1", 22)}, timeout=0.3)
+    assert time.monotonic() - t0 < 2
+    assert got == {("127.0.0.1", 22): {("127.0.0.1", 22)}}

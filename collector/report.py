@@ -20,9 +20,9 @@ from typing import Any, Literal, Protocol
 
 from gpufleet.collector.notify.base import Notification, Notifier
 from gpufleet.collector.notify.dispatcher import NotificationDispatcher
-from gpufleet.collector.rules.base import fmt_duration
 from gpufleet.collector.settings import SEVERITIES
 from gpufleet.collector.store.records import AlertRecord, CapacityRow, EventRow, UsageRow
+from gpufleet.collector.units import fmt_duration, fmt_pct
 
 ReportFormat = Literal["text", "markdown", "json"]
 FORMATS: tuple[str, ...] = ("text", "markdown", "json")
@@ -203,8 +203,8 @@ def _headline(report: WasteReport) -> str:
     if t.held <= 0:
         return "No GPU memory was held in this period."
     d = _decimals([t.held, t.used, t.wasted])
-    return (f"{_hours(t.held, d)} GPU-hours held, {_hours(t.used, d)} used ({t.used_pct:.0f} %), "
-            f"{_hours(t.wasted, d)} wasted ({t.wasted_pct:.0f} %)")
+    return (f"{_hours(t.held, d)} GPU-hours held, {_hours(t.used, d)} used ({fmt_pct(t.used_pct)}), "
+            f"{_hours(t.wasted, d)} wasted ({fmt_pct(t.wasted_pct)})")
 
 
 def _capacity_line(report: WasteReport) -> str | None:
@@ -212,7 +212,7 @@ def _capacity_line(report: WasteReport) -> str | None:
         return None
     d = _decimals([report.free, report.observed])
     return (f"Idle capacity: {_hours(report.free, d)} GPU-hours nobody held "
-            f"({report.free_pct:.0f} % of {_hours(report.observed, d)} GPU-hours observed)")
+            f"({fmt_pct(report.free_pct)} of {_hours(report.observed, d)} GPU-hours observed)")
 
 
 def _alert_lines(report: WasteReport) -> list[str]:
@@ -232,7 +232,7 @@ _COLUMNS = ("HELD", "USED", "WASTED", "WASTED %")
 
 
 def _cells(u: UsageLine, d: int) -> list[str]:
-    return [_hours(u.held, d), _hours(u.used, d), _hours(u.wasted, d), f"{u.wasted_pct:.0f} %"]
+    return [_hours(u.held, d), _hours(u.used, d), _hours(u.wasted, d), fmt_pct(u.wasted_pct)]
 
 
 def _table_decimals(lines: list[UsageLine]) -> int:
@@ -271,7 +271,7 @@ def render_report(report: WasteReport, fmt: ReportFormat = "text") -> str:
         for i, u in enumerate(report.top_wasters, 1):
             name = f"**{u.name}**" if md else u.name
             out.append(f"{i}. {name}: {_hours(u.wasted, d)} GPU-hours wasted of "
-                       f"{_hours(u.held, d)} held ({u.wasted_pct:.0f} %)")
+                       f"{_hours(u.held, d)} held ({fmt_pct(u.wasted_pct)})")
     table = _md_table if md else _text_table
     if report.by_user:
         out += ["", "### By user" if md else "By user (GPU-hours):", *table("USER", report.by_user)]

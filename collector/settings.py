@@ -197,7 +197,9 @@ class Config:
     api: ApiConfig = field(default_factory=ApiConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     max_concurrent_connects: int = 32  # SSH handshakes at once (CPU-bound); TCP connects are not limited
+    max_hosts: int = 10000  # the host list may name no more (ranges are counted before they are expanded)
     source: str | None = None  # the file it came from
+    warnings: list[str] = field(default_factory=list)  # "file:line: key: warning: ...", for config check
 
     def host(self, name: str) -> HostConfig | None:
         return next((h for h in self.hosts if h.name == name), None)

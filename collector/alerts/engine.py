@@ -41,7 +41,6 @@ from gpufleet.collector.rules.base import (
     Condition,
     HostContext,
     Rule,
-    fmt_duration,
     matchers_match,
     selector_matches,
 )
@@ -49,6 +48,7 @@ from gpufleet.collector.rules.hosts import COLLECTOR, StorageRule
 from gpufleet.collector.rules.registry import build_rules
 from gpufleet.collector.settings import Config
 from gpufleet.collector.store.records import AlertRecord, SilenceRecord
+from gpufleet.collector.units import fmt_duration
 
 if TYPE_CHECKING:
     from gpufleet.collector.notify.dispatcher import NotificationDispatcher

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -32,6 +33,7 @@ from gpufleet.collector.store.records import (
     SilenceRecord,
     UsageRow,
 )
+from gpufleet.collector.units import MAX_DURATION, MAX_DURATION_TEXT
 
 if TYPE_CHECKING:
     from gpufleet.collector.report import ReportFormat
@@ -163,6 +165,9 @@ class Args:
         since = self.opt_float("since", None)
         assert until is not None
         start = until - DEFAULT_SINCE if since is None else since
+        if not (math.isfinite(start) and math.isfinite(until)) or abs(until - now) > MAX_DURATION:
+            raise QueryError(f"'since' and 'until' must be within {MAX_DURATION_TEXT} of now")
+        start = max(start, until - MAX_DURATION)  # nothing is older; keeps the store's arithmetic in range
         if start >= until:
             raise QueryError("'since' must be before 'until'")
         return start, until
@@ -524,6 +529,8 @@ class LiveOps(StoreOps):
         duration = a.opt_float("duration")
         if duration is None or duration <= 0:
             raise QueryError("bad argument 'duration': expected a positive number of seconds")
+        if not duration <= MAX_DURATION:
+            raise QueryError(f"bad argument 'duration': at most {MAX_DURATION_TEXT}")
         self.access.check_silence(a.peer, matchers)
         record: SilenceRecord = await self.collector.alerts.add_silence(
             matchers,

@@ -19,7 +19,7 @@ from urllib.parse import quote
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.notify.base import DeliveryError, Notification, Notifier
 from gpufleet.collector.notify.message import body, title
-from gpufleet.collector.notify.secrets import guard_apprise_logs, redact_url, secret_parts
+from gpufleet.collector.secrets import guard_apprise_logs, redact_url, secret_parts
 from gpufleet.collector.settings import NotifierConfig
 
 #: apprise's plugins block; they get these threads and no others

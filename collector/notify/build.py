@@ -12,9 +12,9 @@ from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.notify.alertmanager import AlertmanagerNotifier
 from gpufleet.collector.notify.base import Notifier
 from gpufleet.collector.notify.command import CommandNotifier
-from gpufleet.collector.notify.secrets import resolve_secret
 from gpufleet.collector.notify.webhook import WebhookNotifier
 from gpufleet.collector.rules.base import USER_RULES
+from gpufleet.collector.secrets import resolve_secret
 from gpufleet.collector.settings import AlertingConfig, NotifierConfig
 
 USER_NOTIFIER = "users"

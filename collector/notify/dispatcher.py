@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 from gpufleet.collector.notify import nflog
 from gpufleet.collector.notify.base import DeliveryError, Notification, Notifier, prepare_for
-from gpufleet.collector.notify.secrets import redact_text
+from gpufleet.collector.secrets import redact_text
 
 log = logging.getLogger(__name__)
 #: A notifier enforces its own timeout; this backstop (timeout + grace) catches one that does not.

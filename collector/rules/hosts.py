@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpufleet.collector.rules.base import Condition, HostContext, Rule, fmt_duration, safe
+from gpufleet.collector.rules.base import Condition, HostContext, Rule, safe
 from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.store.records import AlertRecord
+from gpufleet.collector.units import fmt_duration
 
 COLLECTOR = ""  # the pseudo-host the storage rule is evaluated for
 #: extra time for the first frame after a (re)connect: the agent may be uploaded and NVML initialised first

@@ -76,7 +76,7 @@ async def test_repeat_interval_resends_unchanged_group(harness, clock, w):
     h.send(hot)
     await h.tick()
     assert len(rec.got) == 2
-    assert rec.got[1].alerts[0].annotations["summary"] == "n3 GPU 0 at 90 C (threshold 85 C) for 1h"
+    assert rec.got[1].alerts[0].annotations["summary"] == "n3 GPU 0 at 90 C (threshold 85 C) for 1h00m"
     clock.t = t0 + 3700
     h.send(w.snap(w.gpu(0, temperature=71)))
     await h.tick()

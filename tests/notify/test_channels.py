@@ -13,7 +13,7 @@ from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.notify.base import DeliveryError, Notification, Notifier
 from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.notify.dispatcher import NotificationDispatcher
-from gpufleet.collector.notify.secrets import redact_url
+from gpufleet.collector.secrets import redact_url
 from gpufleet.collector.settings import AlertingConfig, NotifierConfig
 
 SCRIPT = """

@@ -61,7 +61,7 @@ async def test_renders_text_markdown_json():
     report = await build_report(Usage(ROWS), since=SINCE, until=UNTIL, now=UNTIL)
     text = render_report(report, "text")
     assert text.startswith(
-        "gpufleet waste report, all hosts: 2023-11-07 22:13 UTC to 2023-11-14 22:13 UTC (7d)")
+        "gpufleet waste report, all hosts: 2023-11-07 22:13 UTC to 2023-11-14 22:13 UTC (7d00h)")
     assert "180.0 GPU-hours held, 89.0 used (49 %), 72.0 wasted (40 %)" in text
     assert "1. alice: 70.0 GPU-hours wasted of 120.0 held (58 %)" in text
     lines = text.splitlines()
@@ -209,7 +209,7 @@ async def test_cli_report_since_7d_end_to_end(tmp_path: Path):
     assert proc.returncode == 0, err
     assert f"showing stored data from {db}" in err, "says the collector is down and where numbers come from"
     lines = out.splitlines()
-    assert lines[0].startswith("gpufleet waste report, all hosts: ") and lines[0].endswith(" (7d)")
+    assert lines[0].startswith("gpufleet waste report, all hosts: ") and lines[0].endswith(" (7d00h)")
     assert "9.00 GPU-hours held, 2.08 used (23 %), 6.00 wasted (67 %)" in lines
     assert lines[lines.index("Top wasters:") + 1:][:2] == [
         "1. alice: 4.00 GPU-hours wasted of 4.00 held (100 %)",

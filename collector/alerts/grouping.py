@@ -86,7 +86,7 @@ class Grouper:
         labels = {k: alerts[0].labels.get(k, "") for k in self.alerting.group_by}
         about = frozenset(a.labels[ABOUT_NOTIFIER] for a in alerts if a.labels.get(ABOUT_NOTIFIER))
         return Notification(group_key=key, status=status, alerts=copies, group_labels=labels, kind="alert",
-                            exclude=about, created_at=now)
+                            exclude=about, created_at=now, repeat_interval=self.alerting.repeat_interval)
 
     def refresh(self, notifiers: list[Notifier], firing: list[AlertRecord], muted: Muted, copy: Copy,
                 now: float) -> list[Notification]:

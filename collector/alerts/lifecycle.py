@@ -90,8 +90,8 @@ class Lifecycle:
                 self._cleared(a, rule, ctx, now)
 
     def _cleared(self, a: AlertRecord, rule: Rule, ctx: HostContext, now: float) -> None:
-        keep = 0.0  # TEMP step 1
-        if a.state != "firing" or keep <= 0:
+        keep = rule.config.keep_firing_for
+        if a.state != "firing" or keep <= 0 or not rule.keeps_firing(a, ctx):
             self.resolve(a, rule.resolved_message(a, ctx, now) if a.state == "firing" else None, now)
             return
         clearing = self._clearing.get(a.fingerprint)

@@ -86,6 +86,10 @@ class HostDownRule(Rule):
             return f"{host}: no longer '{alert.annotations.get('reason', 'down')}'; now: {state.reason}"
         return f"{host} is back up after {fmt_duration(now - alert.started_at)}"
 
+    def keeps_firing(self, alert: AlertRecord, ctx: HostContext) -> bool:
+        # still down, for another reason: the other kind's alert (host key vs down) fires instead
+        return ctx.name not in self._down
+
     def restore(self, alert: AlertRecord) -> None:
         host = alert.labels.get("host", "")
         reason = alert.annotations.get("reason", "connection lost")

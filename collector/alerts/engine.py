@@ -31,7 +31,7 @@ from gpufleet.collector.alerts.silences import Silences, SilenceStore, inhibited
 from gpufleet.collector.live import HostState
 from gpufleet.collector.notify.base import Notification
 from gpufleet.collector.rules.base import HostContext
-from gpufleet.collector.rules.hosts import COLLECTOR, StorageRule
+from gpufleet.collector.rules.hosts import COLLECTOR, NotifierDownRule, StorageRule
 from gpufleet.collector.rules.registry import build_rules
 from gpufleet.collector.settings import Config
 from gpufleet.collector.store.records import AlertRecord, SilenceRecord
@@ -229,6 +229,7 @@ class AlertEngine:
                 if rule.time_based:
                     for ctx in list(self._hosts.values()):
                         lc.reconcile(rule, ctx, rule.conditions(ctx, now), now)
+            self._watch_notifiers(now)
             lc.promote(now)
 
             def muted(a: AlertRecord) -> bool:
@@ -246,6 +247,14 @@ class AlertEngine:
             self._counters["user_notifications"] += notes
             lc.cleanup()
             await self._persist()
+
+    def _watch_notifiers(self, now: float) -> None:
+        """notifier_down: the destinations that have accepted nothing for ``notifier_down_after``."""
+        rule = self.rules.get("notifier_down")
+        if isinstance(rule, NotifierDownRule) and self.dispatcher is not None:
+            rule.set_failing(self.dispatcher.failing(), self.dispatcher.last_error,
+                             self.alerting.notifier_down_after)
+            self.lifecycle.reconcile(rule, self._collector, rule.conditions(self._collector, now), now)
 
     def _submit(self, notifications: list[Notification]) -> int:
         if self.dispatcher is not None:
@@ -282,6 +291,12 @@ class AlertEngine:
     def is_muted(self, alert: AlertRecord) -> bool:
         """Silenced or inhibited right now (for the API's alert listing)."""
         return self._muted(alert, self.clock())
+
+    def undelivered(self, alert: AlertRecord) -> dict[str, float]:
+        """Destination -> since when the newest notification of the alert's group has failed to get there."""
+        if self.dispatcher is None:
+            return {}
+        return self.dispatcher.undelivered(self.grouper.key(alert))
 
     @property
     def queue_depth(self) -> int:

@@ -10,7 +10,8 @@ the parts of alerting, each with one owner:
 Data flow: the transport calls :meth:`frame` / :meth:`host_state` (synchronous, never raising); rules turn the
 observation into conditions and the lifecycle turns conditions into alert transitions in memory. The tick
 (:meth:`evaluate`, every second, or called by tests with a fake clock) does everything time-driven: timeouts,
-pending -> firing, group flushes, repeats, refreshes, user notes, and saving changed alerts to the store.
+pending -> firing, group flushes, repeats, refreshes, user notes, and saving changed alerts (and the
+dispatcher's notification log) to the store.
 """
 
 from __future__ import annotations
@@ -247,6 +248,8 @@ class AlertEngine:
             self._counters["user_notifications"] += notes
             lc.cleanup()
             await self._persist()
+            if self.dispatcher is not None:  # the notification log too, so a kill -9 loses no retry
+                await self.dispatcher.persist()
 
     def _watch_notifiers(self, now: float) -> None:
         """notifier_down: the destinations that have accepted nothing for ``notifier_down_after``."""

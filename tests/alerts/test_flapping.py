@@ -120,3 +120,23 @@ def test_keep_firing_for_is_configurable_per_rule():
     assert cfg.rules["host_down"].keep_firing_for == 0.0
     assert parse_config("{}").rules["host_down"].keep_firing_for == 60.0, "the default damps a flap"
     assert parse_config("{}").rules["wasted"].keep_firing_for == 0.0
+
+
+async def test_keep_firing_for_on_a_snapshot_rule_resolves_on_the_tick(harness, clock, w):
+    """A rule evaluated on snapshots: the kept alert resolves when keep_firing_for ends even if no snapshot
+    comes then, with the message of the moment it cleared."""
+    h = harness(w.config(group_wait=0.0, group_interval=10.0,
+                         rules={"overheating": {"for": 0.0, "keep_firing_for": 120.0}}))
+    rec = h.notifiers[0]
+    await h.engine.start(run_tick=False)
+    t0 = clock.t
+    h.send(w.snap(w.gpu(0, temperature=90)))
+    await h.tick()
+    clock.t = t0 + 50
+    h.send(w.snap(w.gpu(0, temperature=71)))
+    await h.tick(t0 + 169)
+    assert [a.state for a in h.engine.active()] == ["firing"]
+    await h.tick(t0 + 170)
+    assert h.engine.active() == []
+    assert [n.status for n in rec.got] == ["firing", "resolved"]
+    assert rec.got[-1].alerts[0].annotations["resolved"] == "n3 GPU 0 back to 71 C"

@@ -99,8 +99,9 @@ class Collector:
                 log.info("carried over the last known state of %d hosts from %s", seeded,
                          cfg.storage.resolved_path())
             notifiers = build_notifiers(cfg.notifiers, cfg.alerting)
-            self._dispatcher = NotificationDispatcher(notifiers, queue_size=cfg.alerting.queue_size,
-                                                      clock=self.clock)
+            self._dispatcher = NotificationDispatcher(
+                notifiers, queue_size=cfg.alerting.queue_size, clock=self.clock, store=self._store,
+                backoff=cfg.alerting.retry_backoff, max_backoff=cfg.alerting.retry_backoff_max)
             self._alerts = AlertEngine(cfg, self._store, clock=self.clock, dispatcher=self._dispatcher)
             self._store.on_health_change = self._alerts.storage_health
             await self._alerts.start()

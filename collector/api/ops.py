@@ -495,7 +495,10 @@ class LiveOps(StoreOps):
         active = engine.active()
         is_muted = getattr(engine, "is_muted", None)
         muted = [x.fingerprint for x in active if is_muted is not None and is_muted(x)]
-        return {"active": active, "recent": recent, "silences": await engine.list_silences(), "muted": muted}
+        undelivered = getattr(engine, "undelivered", None)
+        stuck = {x.fingerprint: u for x in active if undelivered is not None and (u := undelivered(x))}
+        return {"active": active, "recent": recent, "silences": await engine.list_silences(), "muted": muted,
+                "undelivered": stuck}
 
     async def send_report(self, rep: Any, fmt: str, a: Args) -> dict[str, str | None]:
         """Deliver through the configured notifiers now; notifier name -> None (sent) or the error."""

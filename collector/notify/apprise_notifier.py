@@ -81,7 +81,7 @@ class AppriseNotifier(Notifier):
 
 
 class UserNotifier(Notifier):
-    """Mail (or any apprise URL taking ``to=``) straight to the user a wasted/stale alert names."""
+    """Mail (or any apprise URL taking ``to=``) straight to the user a note is addressed to."""
 
     kinds = frozenset({"user"})
 

@@ -106,6 +106,11 @@ class Rule:
         host = alert.labels.get("host", "")
         return f"{alert.rule} on {host} resolved after {fmt_duration(now - alert.started_at)}"
 
+    def keeps_firing(self, alert: AlertRecord, ctx: HostContext) -> bool:
+        """May ``keep_firing_for`` hold this alert whose condition cleared? False where another alert of
+        the rule took its place (the flap it damps is not happening)."""
+        return True
+
     def restore(self, alert: AlertRecord) -> None:
         """Seed internal state from an alert loaded at startup (so a restart does not forget)."""
 

@@ -1,4 +1,5 @@
-"""Collector-side rules: host down (SSH lost, host key refused, agent silent) and storage failing.
+"""Collector-side rules: host down (SSH lost, host key refused, agent silent), storage failing, and a
+notification destination failing (notifier_down).
 
 host_down is true while the transport says the host is ``down``, stays true through ``connecting`` retries
 (so a reconnect loop does not flap the alert), and is also true when a host that is ``up`` has sent no frame
@@ -87,6 +88,10 @@ class HostDownRule(Rule):
             return f"{host}: no longer '{alert.annotations.get('reason', 'down')}'; now: {state.reason}"
         return f"{host} is back up after {fmt_duration(now - alert.started_at)}"
 
+    def keeps_firing(self, alert: AlertRecord, ctx: HostContext) -> bool:
+        # still down, for another reason: the other kind's alert (host key vs down) fires instead
+        return ctx.name not in self._down
+
     def restore(self, alert: AlertRecord) -> None:
         host = alert.labels.get("host", "")
         reason = alert.annotations.get("reason", "connection lost")
@@ -122,3 +127,42 @@ class StorageRule(Rule):
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         return f"storage is healthy again after {fmt_duration(now - alert.started_at)}"
+
+
+class NotifierDownRule(Rule):
+    """Fed by the engine each tick with the failing destinations (NotificationDispatcher.failing): one
+    alert per destination that has accepted nothing for ``alerting.notifier_down_after``, labelled
+    ``notifier`` so it is delivered through the other destinations only (alerts.grouping)."""
+
+    name = "notifier_down"
+    on_snapshot = False
+
+    def __init__(self, config: RuleConfig) -> None:
+        super().__init__(config)
+        self.after = 600.0
+        self.failing: dict[str, float] | None = None  # destination -> failing since (wall time)
+        self.errors: dict[str, str] = {}
+
+    def set_failing(self, failing: dict[str, float], errors: dict[str, str], after: float) -> None:
+        self.failing, self.errors, self.after = dict(failing), dict(errors), after
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        if self.failing is None:
+            return None
+        out: list[Condition] = []
+        for name, since in sorted(self.failing.items()):
+            if now - since < self.after:
+                continue
+            error = safe(self.errors.get(name, "delivery failed"), 300)
+            out.append(Condition(
+                self.name, {"notifier": name},
+                f"notifications to {name} have failed for {fmt_duration(now - since)}: {safe(error, 200)}",
+                "Alerts are not reaching this destination; it is retried with backoff until it accepts them.",
+                annotations={"error": error, "failing_since": f"{since:.3f}"}))
+        return out
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        name = alert.labels.get("notifier", "?")
+        since = alert.annotations.get("failing_since")
+        took = f" after {fmt_duration(now - float(since))}" if since else ""
+        return f"notifier {name} accepts notifications again{took}"

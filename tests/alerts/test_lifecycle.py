@@ -117,8 +117,11 @@ async def test_group_wait_batches_and_group_interval_spaces_updates(harness, clo
     assert sorted(a.labels["user"] for a in update.alerts) == ["alice", "bob", "dave"]
 
 
+NO_KEEP = {"keep_firing_for": 0.0}  # host_down resolves as soon as the host is back (default: kept 60 s)
+
+
 async def test_host_down_inhibits_the_hosts_other_alerts(harness, clock, w):
-    h = harness(w.config(rules={"overheating": {"for": 0.0}}))
+    h = harness(w.config(rules={"overheating": {"for": 0.0}, "host_down": dict(NO_KEEP)}))
     rec = h.notifiers[0]
     await h.engine.start(run_tick=False)
     t0 = clock.t
@@ -170,7 +173,7 @@ async def test_host_back_with_a_new_key_is_news_and_still_inhibits(harness, cloc
 
 
 async def test_silent_agent_is_host_down_after_missed_intervals(harness, clock, w):
-    h = harness(w.config(group_wait=0.0))
+    h = harness(w.config(group_wait=0.0, rules={"host_down": dict(NO_KEEP)}))
     rec = h.notifiers[0]
     await h.engine.start(run_tick=False)
     t0 = clock.t

@@ -143,6 +143,7 @@ class HostInfo:
     frames: int | None = None
     bad_frames: int | None = None
     lag: float | None = None
+    shed: int | None = None  # snapshots the store did not keep (overload: collector/store/shedding.py)
 
 
 # ------------------------------------------------------------- inputs (live samples and stored rows alike)
@@ -501,7 +502,8 @@ def _gpu_count(s: HostState) -> int:
     return len(s.hello.gpus) if s.hello else 0
 
 
-def host_infos(states: Iterable[HostState]) -> list[HostInfo]:
+def host_infos(states: Iterable[HostState], shed: Mapping[str, int] | None = None) -> list[HostInfo]:
+    shed = shed or {}
     out = [
         HostInfo(
             name=s.name,
@@ -519,6 +521,7 @@ def host_infos(states: Iterable[HostState]) -> list[HostInfo]:
             frames=s.frames,
             bad_frames=s.bad_frames,
             lag=s.lag,
+            shed=shed.get(s.name, 0),
         )
         for s in states
     ]

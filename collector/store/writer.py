@@ -4,8 +4,9 @@ Ingest calls only append to a deque (never block, never await). The task takes a
 ``batch_max_rows`` GPU samples, or whatever arrived within ``batch_max_delay``; at once when someone awaits a
 flush or a write) and commits it in one ``BEGIN IMMEDIATE`` transaction on its own aiosqlite thread.
 
-When the queue holds more than ``queue_max`` snapshots the oldest *snapshot* is dropped and counted; hellos,
-events, host states, alerts and silences are never dropped.
+Before the queue fills, snapshots are shed evenly (one in k per host kept, see :mod:`shedding`), counted
+and marked; when it still holds more than ``queue_max`` snapshots the oldest *snapshot* is dropped and
+counted. Hellos, events, host states, alerts and silences are never shed or dropped.
 
 A write that fails for a reason that may pass (SQLITE_FULL / ENOSPC, I/O error, lock held too long) is
 rolled back, its frames go back to the front of the queue (so the queue bound still applies), everyone
@@ -39,6 +40,7 @@ from gpufleet.collector.store.ingest import (
     Rows,
     write_rows,
 )
+from gpufleet.collector.store.shedding import Shedder
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +130,7 @@ class Writer:
 
     def __init__(self, conn: aiosqlite.Connection, where: str, state: IngestState, *, max_rows: int,
                  max_delay: float, queue_max: int, retry_interval: float,
-                 on_health: Callable[[bool, str | None], None]) -> None:
+                 on_health: Callable[[bool, str | None], None], shedder: Shedder | None = None) -> None:
         self._conn = conn
         self._where = where
         self._state = state
@@ -137,6 +139,8 @@ class Writer:
         self._queue_max = max(1, queue_max)
         self._retry = max(0.01, retry_interval)
         self._on_health = on_health
+        self.shedder = shedder if shedder is not None else Shedder()
+        self._next_due = 0.0  # monotonic time of the next look for gap markers to store
         self._q: deque[Item] = deque()
         self._snapshots = 0
         self._weight = 0
@@ -162,6 +166,11 @@ class Writer:
     def put(self, item: Item) -> None:
         if self._closing:
             raise StorageError(f"{self._where}: store is closed")
+        if isinstance(item, FrameItem) and item.kind == "snapshot":
+            if not self.shedder.admit(item.host, self._snapshots / self._queue_max, item.frame.ts):
+                self._mark_gaps()
+                return
+            self._mark_gaps()
         self._q.append(item)
         self._count(item, 1)
         if self._snapshots > self._queue_max:
@@ -178,6 +187,16 @@ class Writer:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.put(FlushItem(fut))
         await fut
+
+    def _mark_gaps(self) -> None:
+        """Queue the shedder's gap markers (events: never shed); looked at no more than once a second."""
+        now = time.monotonic()
+        if now < self._next_due:
+            return
+        self._next_due = now + 1.0
+        for host, event in self.shedder.due():
+            self._q.append(FrameItem("event", host, event, event.ts))
+            self._count(self._q[-1], 1)
 
     def _count(self, item: Item, sign: int) -> None:
         self._weight += sign * _weight(item)

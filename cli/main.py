@@ -39,7 +39,8 @@ class State:
 
     def __init__(self) -> None:
         self.ends = Endpoints(
-            socket=os.environ.get("GPUFLEET_SOCKET") or None, db=os.environ.get("GPUFLEET_DB") or None
+            socket=os.environ.get("GPUFLEET_SOCKET") or None, db=os.environ.get("GPUFLEET_DB") or None,
+            collectors=[c for c in os.environ.get("GPUFLEET_COLLECTORS", "").split(",") if c.strip()],
         )
         self._console: Console | None = None
 
@@ -69,8 +70,24 @@ def _set_endpoint(attr: str) -> Callable[[click.Context, click.Parameter, str | 
     return callback
 
 
+def _add_collectors(ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    if value:
+        ctx.ensure_object(State).ends.collectors = list(value)
+    return value
+
+
 def where_options(f: F) -> F:
-    """``-c/--config``, ``--socket``, ``--db`` on the group *and* every command (either position works)."""
+    """``-c/--config``, ``--socket``, ``--db``, ``--collector`` on the group *and* every command."""
+    f = click.option(
+        "--collector",
+        metavar="WHERE",
+        multiple=True,
+        expose_value=False,
+        callback=_add_collectors,
+        is_eager=True,
+        help="Ask this collector too (repeatable: shards, replicas), merged: a socket path or "
+        "[user@]host[:port][/socket] over SSH [env GPUFLEET_COLLECTORS, comma-separated].",
+    )(f)
     f = click.option(
         "--db",
         metavar="PATH",

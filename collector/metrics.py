@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from gpufleet.agent import wire
+from gpufleet.collector import metrics_dcgm
 from gpufleet.collector.aioserver import close_server, close_writer
 from gpufleet.collector.config import parse_listen
 from gpufleet.collector.errors import ConfigError
@@ -253,13 +254,18 @@ class FleetView:
 class FleetCollector:
     """prometheus_client collector over a :class:`MetricsSource`; a failing section never blanks the rest."""
 
-    def __init__(self, source: MetricsSource) -> None:
+    def __init__(self, source: MetricsSource, *, dcgm_names: bool = False) -> None:
         self.source = source
+        self.dcgm_names = dcgm_names  # also dcgm-exporter's series (collector/metrics_dcgm.py)
         self.section_errors: dict[str, int] = {}
 
     def describe(self) -> Iterable[Metric]:
         """Every spec'd family, empty: lets the registry know our names without a scrape."""
-        return [_new_family(s) for s in _SPECS]
+        fams = [_new_family(s) for s in _SPECS]
+        if self.dcgm_names:
+            fams += [GaugeMetricFamily(f.name, f.doc, labels=metrics_dcgm.LABELS)
+                     for f in metrics_dcgm.FIELDS]
+        return fams
 
     def collect(self) -> Iterable[Metric]:
         return self.build(self.freeze())
@@ -310,9 +316,12 @@ class FleetCollector:
         self._section(batch, "gpus", lambda: self._gpus(batch, view))
         self._section(batch, "alerts", lambda: self._alerts(batch, view))
         self._section(batch, "collector", lambda: self._collector(batch, view))
+        dcgm: list[Metric] = []
+        if self.dcgm_names:
+            self._section(batch, "dcgm", lambda: dcgm.extend(metrics_dcgm.families(hosts)))
         for section, count in sorted(self.section_errors.items()):
             batch.add("gpufleet_collector_metrics_errors_total", (section,), count)
-        return list(batch.nonempty())
+        return [*batch.nonempty(), *dcgm]
 
     def _section(self, batch: _Batch, name: str, build: Callable[[], None]) -> None:
         """Run one section; on failure drop what it half-added, so a scrape never shows a partial GPU."""
@@ -474,7 +483,7 @@ class MetricsServer:
 
     def __init__(self, source: MetricsSource, listen: str, *, read_timeout: float = 5.0,
                  write_timeout: float = 10.0, max_header_bytes: int = 16384,
-                 max_connections: int = 32) -> None:
+                 max_connections: int = 32, dcgm_names: bool = False) -> None:
         self.listen = listen
         self._host, self._want_port = parse_listen(listen)
         self.read_timeout = read_timeout
@@ -482,7 +491,7 @@ class MetricsServer:
         self.max_header_bytes = max_header_bytes
         self.max_connections = max_connections
         self.registry = CollectorRegistry(auto_describe=False)
-        self.collector = FleetCollector(source)
+        self.collector = FleetCollector(source, dcgm_names=dcgm_names)
         self.registry.register(self.collector)
         # process_* series: the collector's own RSS, CPU, open fds
         self._process = ProcessCollector(registry=self.registry)

@@ -231,7 +231,7 @@ def _mhz(value: int | None) -> float | None:
 
 
 @dataclass(slots=True)
-class FleetView:
+class ScrapeView:
     """What one scrape reads, copied on the event loop so the families can be built in a thread.
 
     A source call that raised is kept as the error of its section (raised again while building, so the
@@ -270,14 +270,14 @@ class FleetCollector:
     def collect(self) -> Iterable[Metric]:
         return self.build(self.freeze())
 
-    def freeze(self) -> FleetView:
+    def freeze(self) -> ScrapeView:
         """Copy what a scrape needs from the source. Cheap; call it on the loop that mutates the source."""
         hosts = []
         for h in list(self.source.live.hosts.values()):
             c = copy.copy(h)
             c.tags = list(h.tags)
             hosts.append(c)
-        view = FleetView(hosts)
+        view = ScrapeView(hosts)
         try:
             view.flags = self._flags(hosts)
         except Exception as exc:  # noqa: BLE001 - reported when the gpus section is built
@@ -308,7 +308,7 @@ class FleetCollector:
                         out[(h.name, g.index)] = set(flags)
         return out
 
-    def build(self, view: FleetView) -> list[Metric]:
+    def build(self, view: ScrapeView) -> list[Metric]:
         """The families of one scrape from a :meth:`freeze` copy; touches nothing else (thread-safe)."""
         batch = _Batch()
         hosts = view.hosts
@@ -357,7 +357,7 @@ class FleetCollector:
                     b.add("gpufleet_host_snapshot_timestamp_seconds", lab, h.snapshot.ts)
                     b.add("gpufleet_host_gpus", lab, len(h.snapshot.gpus))
 
-    def _gpus(self, b: _Batch, view: FleetView) -> None:
+    def _gpus(self, b: _Batch, view: ScrapeView) -> None:
         view.check("gpus")
         user_gpus: dict[str, set[tuple[str, int]]] = {}
         no_flags: set[str] = set()
@@ -423,12 +423,12 @@ class FleetCollector:
             b.add("gpufleet_user_gpu_memory_bytes", ulab, memory[user])
         return list(count)
 
-    def _alerts(self, b: _Batch, view: FleetView) -> None:
+    def _alerts(self, b: _Batch, view: ScrapeView) -> None:
         view.check("alerts")
         for (rule, severity, state), n in sorted(view.alert_counts.items()):
             b.add("gpufleet_alerts", (rule, severity, state), n)
 
-    def _collector(self, b: _Batch, view: FleetView) -> None:
+    def _collector(self, b: _Batch, view: ScrapeView) -> None:
         view.check("collector")
         b.add("gpufleet_collector_info", view.identity, 1)
         hosts = view.hosts
@@ -467,7 +467,7 @@ class _Frozen:
         return [*self.metrics, *self.process.collect()]
 
 
-def _render(encoder: Callable[[Any], bytes], collector: FleetCollector, view: FleetView,
+def _render(encoder: Callable[[Any], bytes], collector: FleetCollector, view: ScrapeView,
             process: ProcessCollector, compress: bool) -> bytes:
     """Runs in a thread: build the families from the copied view, format, compress."""
     body = encoder(_Frozen(collector.build(view), process))

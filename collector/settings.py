@@ -188,6 +188,21 @@ class MetricsConfig:
     listen: str | None = None  # "127.0.0.1:9835"; None: off
 
 
+#: Where the web page listens unless ``web.listen`` says otherwise (the metrics port's neighbour).
+DEFAULT_WEB_LISTEN = "127.0.0.1:9836"
+
+
+@dataclass(slots=True)
+class WebConfig:
+    """The read-only web page (collector/web). Off by default; loopback unless the operator says otherwise."""
+
+    enabled: bool = False
+    listen: str = DEFAULT_WEB_LISTEN
+    token: str | None = field(default=None, repr=False)  # the resolved secret; None: no token asked
+    show_commands: bool = True  # False: command lines never leave the collector
+    max_clients: int = 32  # open live streams at once; more are refused with 503
+
+
 @dataclass(slots=True)
 class Config:
     hosts: list[HostConfig] = field(default_factory=list)
@@ -197,6 +212,7 @@ class Config:
     alerting: AlertingConfig = field(default_factory=AlertingConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    web: WebConfig = field(default_factory=WebConfig)
     max_concurrent_connects: int = 32  # SSH handshakes at once (CPU-bound); TCP connects are not limited
     max_hosts: int = 10000  # the host list may name no more (ranges are counted before they are expanded)
     source: str | None = None  # the file it came from

@@ -30,6 +30,7 @@ from gpufleet.collector.config.sections import (
     parse_listen,
     parse_notifiers,
     parse_rules,
+    parse_web,
 )
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.settings import (
@@ -118,6 +119,7 @@ def parse_config(text: str, source: str = "<config>", *, base_dir: str | Path | 
                     where, "alerting.notify_users")
     config.api = ApiConfig(**values_of(section(p, top.get("api"), "api", API_SPEC)))
     config.metrics = MetricsConfig(**values_of(section(p, top.get("metrics"), "metrics", METRICS_SPEC)))
+    config.web = parse_web(p, top.get("web"))
     if "max_concurrent_connects" in top:
         with contextlib.suppress(Bad):
             config.max_concurrent_connects = p.integer(top["max_concurrent_connects"],

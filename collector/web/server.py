@@ -121,7 +121,8 @@ class Broadcaster:
         self._task: asyncio.Task[None] | None = None
         self._wasted: dict[str, float] = {}
         self._wasted_at = -USAGE_REFRESH
-        self.stats = {"events": 0, "bytes": 0, "dropped": 0, "deferred": 0}
+        self.stats: dict[str, float] = {"events": 0, "bytes": 0, "dropped": 0, "deferred": 0,
+                                        "tick_ms_max": 0.0}
 
     async def inputs(self) -> model.Inputs:
         """Copy what a build reads (on the loop); the store's 24 h waste per user once a minute."""
@@ -170,20 +171,26 @@ class Broadcaster:
         self.clients.discard(client)
 
     async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time()
         while self.clients:
-            await asyncio.sleep(self.interval)
+            due += self.interval  # a steady rate: the build's own time does not stretch the interval
+            await asyncio.sleep(max(0.0, due - loop.time()))
             try:
                 await self.tick()
             except Exception:  # noqa: BLE001 - one bad tick must not end the stream for everyone
                 log.exception("web: building the live update failed")
+            due = max(due, loop.time() - self.interval)  # fell behind: carry on, no burst to catch up
 
     async def tick(self) -> None:
         async with self._lock:
             if self.sent is None:
                 return
+            started = time.perf_counter()
             cur = await self.current()
             body, deferred = await asyncio.to_thread(model.diff, self.sent, cur, soft_budget=self.soft_budget)
             self.stats["deferred"] = deferred
+            self.stats["tick_ms_max"] = max(self.stats["tick_ms_max"], (time.perf_counter() - started) * 1000)
             if body is None:
                 return
             self.seq += 1

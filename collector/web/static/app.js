@@ -123,6 +123,12 @@
     }
   }
   function applyDelta(d) {
+    const t0 = performance.now();
+    applyDeltaNow(d);
+    const ms = performance.now() - t0;  // for tests/bench/web_bench.py
+    window.gpufleetDeltaMsMax = Math.max(window.gpufleetDeltaMsMax || 0, ms);
+  }
+  function applyDeltaNow(d) {
     let rebuild = false;
     if (d.h) { st.hosts = d.h; rebuild = true; }
     if (d.hc) {

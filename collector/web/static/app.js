@@ -186,7 +186,7 @@
     }
     const t0 = new Date(since * 1000), t1 = new Date(until * 1000);
     const fmt = (t) => (until - since > 172800 ? t.toLocaleDateString() : t.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }));
-    return '<svg xmlns="http://www.w3.org/2000/svg" width="' + W + '" height="' + H + '" viewBox="0 0 ' + W + " " + H + '">' +
+    return '<svg width="' + W + '" height="' + H + '" viewBox="0 0 ' + W + " " + H + '">' +
       '<line x1="' + PAD_L + '" y1="' + y(max) + '" x2="' + W + '" y2="' + y(max) + '"/>' +
       '<line x1="' + PAD_L + '" y1="' + y(max / 2) + '" x2="' + W + '" y2="' + y(max / 2) + '"/>' +
       '<line x1="' + PAD_L + '" y1="' + y(0) + '" x2="' + W + '" y2="' + y(0) + '"/>' +

@@ -150,9 +150,12 @@ class Broadcaster:
         return await asyncio.to_thread(model.build_state, inp, self.thresholds,
                                        show_commands=self.web.show_commands)
 
-    async def join(self) -> tuple[Client, bytes]:
-        """A new stream and its first event (the full state the deltas then apply to)."""
+    async def join(self, max_clients: int) -> tuple[Client, bytes] | None:
+        """A new stream and its first event (the full state the deltas then apply to); None when
+        ``max_clients`` streams are open already."""
         async with self._lock:
+            if len(self.clients) >= max_clients:
+                return None
             if self.sent is None or not self.clients:
                 self.sent = await self.current()  # nobody holds the old one: start afresh
                 self.seq += 1
@@ -346,6 +349,9 @@ class WebServer:
             await self._json(writer, await self._status(), head_only)
         elif path == "/api/history":
             await self._json(writer, await self._history(req), head_only)
+        elif path == "/api/stream" and head_only:
+            writer.write(response_head(200, "text/event-stream", None))
+            await asyncio.wait_for(writer.drain(), self.write_timeout)
         elif path == "/api/stream":
             await self._stream(writer)
         else:
@@ -396,10 +402,11 @@ class WebServer:
 
     async def _stream(self, writer: asyncio.StreamWriter) -> None:
         b = self.broadcaster
-        if len(b.clients) >= self.web.max_clients:
+        joined = await b.join(self.web.max_clients)
+        if joined is None:
             await self._text(writer, 503, f"too many live pages (web.max_clients: {self.web.max_clients})")
             return
-        client, first = await b.join()
+        client, first = joined
         try:
             writer.write(response_head(200, "text/event-stream", None, (("X-Accel-Buffering", "no"),)))
             writer.write(b"retry: 2000\n\n" + first)

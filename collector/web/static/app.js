@@ -244,5 +244,6 @@
     $("history-close").addEventListener("click", () => { $("history").hidden = true; selected = null; renderFleet(); });
     connect();
     setInterval(() => { if (selected && !$("history").hidden) loadHistory(); }, 30000);
+    setInterval(() => { if (st) renderAlerts(); }, 15000);  // the "since" column ages
   });
 })();

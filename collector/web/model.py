@@ -141,7 +141,7 @@ def _users(rows: list[query.UserUsage], wasted_hours: Mapping[str, float]) -> li
         out[r.user] = [r.user, r.gpus, r.wasted, round(r.memory / GIB, 1), 0.0]
     for user, hours in wasted_hours.items():
         row = out.setdefault(user, [user, 0, 0, 0.0, 0.0])
-        row[4] = round(hours, 1)
+        row[4] = round(hours, 2)
     ordered = sorted(out.values(), key=lambda r: (-r[2], -r[4], -r[1], r[0]))
     return ordered[:MAX_USERS]
 

@@ -101,7 +101,7 @@
   }
   function renderUsers() {
     const rows = st.users.map((r) => "<tr><td>" + esc(r[0]) + '</td><td class="n">' + r[1] + '</td><td class="n">' +
-      r[2] + '</td><td class="n">' + r[3].toFixed(1) + '</td><td class="n">' + r[4].toFixed(1) + "</td></tr>");
+      r[2] + '</td><td class="n">' + r[3].toFixed(1) + '</td><td class="n">' + r[4].toFixed(r[4] < 10 ? 2 : 1) + "</td></tr>");
     $("users").tBodies[0].innerHTML = rows.join("") || '<tr><td colspan="5">nobody holds a GPU</td></tr>';
   }
   function renderAlerts() {

@@ -58,7 +58,7 @@ def open_page(driver: Any, url: str) -> None:
              lambda: js(driver, "return document.body.dataset.ready === '1'"))
 
 
-def test_page_shows_the_wasted_gpu_and_its_user(site: Site, browser: Any, shots: Any) -> None:
+def test_page_shows_the_wasted_gpu_and_its_user(browser: Any, site: Site, shots: Any) -> None:
     open_page(browser, site.url)
     wait_for("n1 GPU 0 flagged wasted", lambda: "wasted" in cell_class(browser, "n1/0"))
     users = wait_for("alice in waste by user", lambda: js(
@@ -80,7 +80,7 @@ def test_page_shows_the_wasted_gpu_and_its_user(site: Site, browser: Any, shots:
     shots(browser, "fleet")
 
 
-def test_a_host_going_down_shows_within_3_s_without_reload(site: Site, browser: Any, shots: Any) -> None:
+def test_a_host_going_down_shows_within_3_s_without_reload(browser: Any, site: Site, shots: Any) -> None:
     open_page(browser, site.url)
     js(browser, "window.notReloaded = true")
     wait_for("n2 up", lambda: "busy" in cell_class(browser, "n2/0") or "idle" in cell_class(browser, "n2/0"))
@@ -101,7 +101,7 @@ def test_a_host_going_down_shows_within_3_s_without_reload(site: Site, browser: 
     site.lt.run(site.fleet.restore("n2"))
 
 
-def test_history_chart_draws_points(site: Site, browser: Any, shots: Any) -> None:
+def test_history_chart_draws_points(browser: Any, site: Site, shots: Any) -> None:
     open_page(browser, site.url)
     browser.find_element("css selector", '.g[data-k="n1/1"]').click()
     n = wait_for("the utilization chart to draw", lambda: int(js(
@@ -117,7 +117,7 @@ def test_history_chart_draws_points(site: Site, browser: Any, shots: Any) -> Non
     shots(browser, "history")
 
 
-def test_token_is_required_and_commands_can_be_hidden(private_site: Site, browser: Any, shots: Any) -> None:
+def test_token_is_required_and_commands_can_be_hidden(browser: Any, private_site: Site, shots: Any) -> None:
     url = private_site.url
     for path in ("", "api/state", "api/status", "api/stream", "static/app.js", "?token=wrong"):
         status, _ = get(url + path)

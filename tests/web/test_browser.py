@@ -13,7 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from web_testkit import TOKEN, Site
+from gpufleet.collector.settings import WebConfig
+from gpufleet.collector.web import WebServer
+from web_testkit import TOKEN, LoopThread, Site, Source
 
 pytestmark = pytest.mark.slow
 
@@ -134,3 +136,26 @@ def test_token_is_required_and_commands_can_be_hidden(browser: Any, private_site
     _, status_body = get(url + "api/status", {"Authorization": f"Bearer {TOKEN}"})
     assert MARKER not in status_body.decode()
     shots(browser, "private")
+
+
+def test_host_supplied_text_is_shown_as_text_never_run(browser: Any, shots: Any) -> None:
+    """User names and command lines come from the GPU hosts: markup in them is escaped (and the page's
+    CSP would refuse an inline handler anyway)."""
+    src = Source(hosts=2)
+    evil = '<img src=x onerror="window.pwned=1">'
+    src.set_util("h1", 3, user=evil, command="python <b>bold.py --run")
+    lt = LoopThread()
+    server = WebServer(src, WebConfig(enabled=True, listen="127.0.0.1:0"))
+    lt.run(server.start())
+    try:
+        open_page(browser, server.url)
+        title = js(browser, "return document.querySelector('.g[data-k=\"h1/0\"]').title")
+        assert evil in title and "python <b>bold.py" in title
+        assert evil in js(browser, "return document.querySelector('#users tbody').innerText")
+        assert evil in js(browser, "return document.querySelector('.g[data-k=\"h1/0\"]').innerText")
+        assert js(browser, "return document.querySelectorAll('img, .g b, #users td b').length") == 0
+        assert js(browser, "return window.pwned === undefined")
+        shots(browser, "escaped")
+    finally:
+        lt.run(server.stop())
+        lt.close()

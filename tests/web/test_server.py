@@ -8,52 +8,12 @@ import asyncio
 import json
 import socket
 import time
-from typing import Any
 
-from gpufleet.agent import wire
 from gpufleet.collector.classify import thresholds_of
-from gpufleet.collector.live import HostState, LiveView
-from gpufleet.collector.settings import Config, WebConfig, default_rules
+from gpufleet.collector.settings import WebConfig
 from gpufleet.collector.store.records import AlertRecord
 from gpufleet.collector.web import WebServer, model
-
-GIB = 1 << 30
-
-
-class Alerts:
-    def __init__(self) -> None:
-        self.records: list[AlertRecord] = []
-
-    def active(self) -> list[AlertRecord]:
-        return self.records
-
-
-class Store:
-    async def usage_by_user(self, **_: Any) -> list[Any]:
-        return []
-
-    async def gpu_history(self, *_: Any, **__: Any) -> list[Any]:
-        return []
-
-
-class Source:
-    def __init__(self, hosts: int = 3, gpus: int = 2) -> None:
-        self.config = Config(rules=default_rules())
-        self.live = LiveView()
-        self.alerts = Alerts()
-        self.store = Store()
-        self.gpus = gpus
-        for h in range(hosts):
-            self.live.hosts[f"h{h}"] = HostState(name=f"h{h}", status="up", last_seen=1.0)
-            self.set_util(f"h{h}", 50)
-
-    def set_util(self, host: str, util: int, user: str = "alice") -> None:
-        gpus = [wire.GpuSample(index=i, uuid=f"GPU-{host}-{i}", util_gpu=util, memory_total=80 * GIB,
-                               memory_used=40 * GIB, temperature=60,
-                               processes=[wire.ProcessSample(pid=1, user=user, gpu_memory=40 * GIB,
-                                                             command="python train.py")])
-                for i in range(self.gpus)]
-        self.live.hosts[host].snapshot = wire.Snapshot(ts=time.time(), seq=1, gpus=gpus)
+from web_testkit import Source
 
 
 def state_of(src: Source) -> model.State:

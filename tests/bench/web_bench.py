@@ -161,7 +161,7 @@ async def churn_and_watch(fleet: Fleet, stop: asyncio.Event) -> float:
     return worst * 1000
 
 
-def browser_render(url: str) -> tuple[float, float, int] | None:
+def browser_render(url: str, screenshot: str | None = None) -> tuple[float, float, int] | None:
     """(render ms, slowest delta apply ms, deltas applied) in headless Chromium, or None without one."""
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         return None
@@ -189,6 +189,9 @@ def browser_render(url: str) -> tuple[float, float, int] | None:
         time.sleep(5)  # deltas arrive and apply
         slowest = float(driver.execute_script("return window.gpufleetDeltaMsMax || 0"))
         deltas = int(driver.execute_script("return window.gpufleetDeltas || 0"))
+        if screenshot:
+            driver.save_screenshot(screenshot)
+            print(f"screenshot: {screenshot}")
         return sorted(renders)[1], slowest, deltas
     finally:
         driver.quit()
@@ -199,6 +202,7 @@ def main() -> None:
     ap.add_argument("--hosts", type=int, default=1000)
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--screenshot", help="save the page as PNG here (after the deltas)")
     args = ap.parse_args()
     fleet = Fleet(args.hosts, args.gpus)
     freeze, build, encode, full = build_cost(fleet)
@@ -219,7 +223,7 @@ def main() -> None:
               f"{server.broadcaster.stats['tick_ms_max']:.0f} ms")
         if kbs >= STREAM_TARGET_KBS:
             failed.append("stream bandwidth")
-        got = browser_render(server.url)
+        got = browser_render(server.url, args.screenshot)
         if got is None:
             print("page render: not measured (needs /usr/bin/chromium and /usr/bin/chromedriver)")
         else:

@@ -81,6 +81,16 @@ def test_page_shows_the_wasted_gpu_and_its_user(browser: Any, site: Site, shots:
     assert f"{gpu0['mem_total'] / (1 << 30):.1f} GiB" in title and "alice" in title
     shots(browser, "fleet")
 
+    # the filter box: a user's hosts only, then problems only
+    browser.find_element("id", "filter").send_keys("alice")
+    visible = "return [...document.querySelectorAll('.host')].filter(h => !h.hidden).map(h => h.dataset.h)"
+    assert wait_for("only alice's host", lambda: js(browser, visible) == ["n1"])
+    browser.find_element("id", "filter").clear()
+    browser.find_element("id", "filter").send_keys(" ")  # an input event with an empty query
+    browser.find_element("id", "problems").click()
+    assert wait_for("only flagged hosts", lambda: js(browser, visible) == ["n1", "n3"])  # wasted; idle
+    browser.find_element("id", "problems").click()
+
 
 def test_a_host_going_down_shows_within_3_s_without_reload(browser: Any, site: Site, shots: Any) -> None:
     open_page(browser, site.url)

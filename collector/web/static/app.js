@@ -77,6 +77,26 @@
     for (const h of st.hosts) parts.push(hostHtml(h));
     $("fleet").innerHTML = parts.join("");
     index();
+    applyFilter();
+  }
+  // host rows matching the filter box (host, tag, user or flag) and "problems only"
+  function applyFilter() {
+    const q = $("filter").value.trim().toLowerCase(), only = $("problems").checked;
+    let shown = 0;
+    for (const h of st.hosts) {
+      const el = hostRows.get(h[0]);
+      if (!el) continue;
+      const gpus = [];
+      for (let i = 0; i < h[4]; i++) { const g = st.gpus[h[0] + "/" + i]; if (g) gpus.push(g); }
+      let show = !only || h[1] !== "up" || h[3].length > 0 || gpus.some((g) => g[F].length > 0);
+      if (show && q) {
+        show = h[0].toLowerCase().includes(q) || h[6].some((t) => t.toLowerCase().includes(q)) ||
+          gpus.some((g) => g[F].includes(q) || g[P].some((p) => String(p[0]).toLowerCase().includes(q)));
+      }
+      if (el.hidden === show) el.hidden = !show;
+      shown += show;
+    }
+    $("shown").textContent = q || only ? shown + " of " + st.hosts.length + " hosts" : "";
   }
   function hostOf(key) { return key.slice(0, key.lastIndexOf("/")); }
   function hostUp(name) {
@@ -140,7 +160,7 @@
         if (d.g) for (const k of Object.keys(d.g)) st.gpus[k] = d.g[k];
         el.outerHTML = hostHtml(h);
       }
-      if (!rebuild) index();
+      if (!rebuild) { index(); applyFilter(); }
     }
     if (d.gr) { for (const k of d.gr) delete st.gpus[k]; rebuild = true; }
     if (d.g) for (const [k, g] of Object.entries(d.g)) { st.gpus[k] = g; if (!rebuild && !updateCell(k)) rebuild = true; }
@@ -151,6 +171,7 @@
       if (!rebuild) updateCell(k);
     }
     if (rebuild) renderFleet();
+    else if (d.g) applyFilter();  // flags or users changed
     if (d.a || d.ar) {
       if (d.a) Object.assign(st.alerts, d.a);
       if (d.ar) for (const fp of d.ar) delete st.alerts[fp];
@@ -238,6 +259,8 @@
       el.classList.add("sel");
       loadHistory();
     });
+    $("filter").addEventListener("input", () => { if (st) applyFilter(); });
+    $("problems").addEventListener("change", () => { if (st) applyFilter(); });
     for (const b of document.querySelectorAll(".ranges button")) {
       b.addEventListener("click", () => { range = b.dataset.range; loadHistory(); });
     }

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import hashlib
 import hmac
 import json
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 RANGES = {"1h": 3600.0, "24h": 86400.0, "30d": 30 * 86400.0}
 HISTORY_POINTS = 360
 COOKIE = "gpufleet_token"
+LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 USAGE_REFRESH = 60.0  # seconds between reads of the 24 h waste per user from the store
 STATIC = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8",
           "index.html": "text/html; charset=utf-8"}
@@ -138,8 +140,8 @@ class Broadcaster:
                 self._wasted = wasted
             except Exception:  # noqa: BLE001 - the page shows the live part without it
                 log.warning("web: reading waste by user from the store failed", exc_info=True)
-        try:
-            alerts = list(self.source.alerts.active())
+        try:  # copies: the engine updates its records in place while the build runs in a thread
+            alerts = [copy.copy(a) for a in self.source.alerts.active()]
         except RuntimeError:  # collector not started (yet)
             alerts = []
         return model.Inputs(model.freeze_hosts(self.source.live.hosts.values()), alerts, dict(self._wasted),
@@ -317,7 +319,23 @@ class WebServer:
         cookie = req.cookie(COOKIE) or ""
         return bool(cookie) and hmac.compare_digest(cookie.encode(), self._cookie.encode())
 
+    def _host_ok(self, req: Request) -> bool:
+        """On a loopback address, only loopback names in ``Host``: a web site the user visits cannot
+        rebind its own name to 127.0.0.1 and read the page (DNS rebinding). A proxy that keeps nginx's
+        default ``Host`` (the upstream, 127.0.0.1:PORT) passes."""
+        if self._host not in LOOPBACK_NAMES:
+            return True
+        host = req.headers.get("host", "")
+        if not host:
+            return True  # not a browser (every browser sends Host)
+        name = host[1:host.find("]")] if host.startswith("[") else host.rpartition(":")[0] or host
+        return name.lower() in LOOPBACK_NAMES
+
     async def _route(self, req: Request, writer: asyncio.StreamWriter) -> None:
+        if not self._host_ok(req):
+            await self._text(writer, 403, "this page answers to 127.0.0.1 and localhost only (web.listen "
+                             "is a loopback address)")
+            return
         if req.method not in ("GET", "HEAD"):
             await self._text(writer, 405, "read-only: GET only", extra=(("Allow", "GET, HEAD"),))
             return

@@ -126,7 +126,7 @@ def build_cost(fleet: Fleet) -> tuple[float, float, float, int]:
 async def read_stream(port: int, seconds: float) -> tuple[int, int, int, float]:
     """(first event bytes, bytes after it, delta events, seconds measured) from one raw SSE client."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=64 << 20)
-    writer.write(b"GET /api/stream HTTP/1.1\r\nHost: bench\r\n\r\n")
+    writer.write(b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     await writer.drain()
     await reader.readuntil(b"\r\n\r\n")
     await reader.readuntil(b"\n\n")  # retry:

@@ -61,7 +61,7 @@ def test_diff_sends_only_what_changed_and_defers_readings_over_budget() -> None:
 
 async def _open_stream(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=16 << 20)
-    writer.write(b"GET /api/stream HTTP/1.1\r\nHost: t\r\n\r\n")
+    writer.write(b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     await writer.drain()
     return reader, writer
 
@@ -72,7 +72,7 @@ def _stuck_stream(port: int) -> socket.socket:
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", port))
-    sock.sendall(b"GET /api/stream HTTP/1.1\r\nHost: t\r\n\r\n")
+    sock.sendall(b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
     return sock
 
 
@@ -113,7 +113,12 @@ async def test_streams_are_capped_and_only_get_is_served() -> None:
             w.close()
             return out
 
-        assert (await ask(b"GET /api/stream HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 503")
+        assert (await ask(b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")).startswith(b"HTTP/1.1 503")
+        # DNS rebinding: a loopback server answers only to loopback names
+        for host in (b"localhost:1", b"[::1]:8", b"127.0.0.1"):
+            assert (await ask(b"GET / HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+        for host in (b"evil.example", b"evil.example:80", b"127.0.0.1.evil.example"):
+            assert (await ask(b"GET / HTTP/1.1\r\nHost: " + host + b"\r\n\r\n")).startswith(b"HTTP/1.1 403")
         assert (await ask(b"POST /api/state HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 405")
         assert (await ask(b"GET /nope HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 404")
         assert (await ask(b"GET /api/history?host=zz&gpu=0 HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 404")

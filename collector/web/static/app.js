@@ -67,6 +67,7 @@
       "</b>" + badges + "<small>" + sub + '</small></div><div class="gpus">' + gpus + "</div></div>";
   }
   function index() {
+    upHosts = new Set(st.hosts.filter((h) => h[1] === "up").map((h) => h[0]));
     cells = new Map();
     hostRows = new Map();
     for (const el of document.querySelectorAll("#fleet .g")) cells.set(el.dataset.k, el);
@@ -99,10 +100,8 @@
     $("shown").textContent = q || only ? shown + " of " + st.hosts.length + " hosts" : "";
   }
   function hostOf(key) { return key.slice(0, key.lastIndexOf("/")); }
-  function hostUp(name) {
-    const h = st.hosts.find((x) => x[0] === name);
-    return !!h && h[1] === "up";
-  }
+  let upHosts = new Set();
+  function hostUp(name) { return upHosts.has(name); }
   function updateCell(key) {
     const el = cells.get(key), g = st.gpus[key];
     if (!el || !g) return false;

@@ -153,12 +153,12 @@ class Collector:
         if self._alerts in self.live.listeners:
             # our own hang-ups are not hosts going down: the engine stops listening first
             self.live.listeners.remove(self._alerts)
+        if self._web is not None:  # before the transport: open pages never see our hang-ups as hosts down
+            await self._guard("web", self._web.stop(), share)
+            self._web = None
         if self._transport is not None:
             await self._guard("transport", self._transport.stop(timeout=share), share + 1)
             self._transport = None
-        if self._web is not None:
-            await self._guard("web", self._web.stop(), share)
-            self._web = None
         if self._metrics is not None:
             await self._guard("metrics", self._metrics.stop(), share)
             self._metrics = None

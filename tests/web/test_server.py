@@ -9,7 +9,9 @@ import json
 import socket
 import time
 
+import pytest
 from gpufleet.collector.classify import thresholds_of
+from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.settings import WebConfig
 from gpufleet.collector.store.records import AlertRecord
 from gpufleet.collector.web import WebServer, model
@@ -131,3 +133,12 @@ async def test_streams_are_capped_and_only_get_is_served() -> None:
         assert b"Content-Security-Policy: default-src 'none'" in page and b"<title>gpufleet</title>" in page
         assert b"http://" not in page.split(b"\r\n\r\n", 1)[1] and b"https://" not in page  # no CDN
         writer.close()
+
+
+async def test_a_port_in_use_is_a_config_error_naming_web_listen() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        server = WebServer(Source(), WebConfig(enabled=True, listen=f"127.0.0.1:{port}"))
+        with pytest.raises(ConfigError) as info:
+            await server.start()
+    assert info.value.key == "web.listen" and f"127.0.0.1:{port}" in str(info.value)

@@ -12,10 +12,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpufleet.collector.query import (
+    ROWS_FORM,
     FleetView,
     HostView,
     fleet_totals,
     fleet_view_from_dict,
+    fleet_view_rows,
     natural_key,
 )
 
@@ -37,7 +39,8 @@ def _freshest(items: Sequence[dict[str, Any]], key: Callable[[dict[str, Any]], s
     return list(best.values())
 
 
-def merge_status(answers: Sequence[dict[str, Any]]) -> dict[str, Any]:
+def merge_status(answers: Sequence[dict[str, Any]], form: str | None = None) -> dict[str, Any]:
+    """One status view; in the compact rows form when the screen asked for it (half the work to rebuild)."""
     views = [fleet_view_from_dict(a) for a in answers]
     hosts: dict[str, HostView] = {}
     for view in views:
@@ -52,7 +55,7 @@ def merge_status(answers: Sequence[dict[str, Any]]) -> dict[str, Any]:
                     last_sample=max(samples) if samples else None)
     from gpufleet.collector.api import plain
 
-    result: dict[str, Any] = plain(out)
+    result: dict[str, Any] = plain(fleet_view_rows(out) if form == ROWS_FORM else out)
     return result
 
 
@@ -81,12 +84,12 @@ def merge_alerts(answers: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def merge(op: str, answers: Sequence[Any]) -> Any:
+def merge(op: str, answers: Sequence[Any], args: dict[str, Any] | None = None) -> Any:
     """The merged answer of ``op``; ops without a merge take the first answer (one shard's view)."""
     if len(answers) == 1:
         return answers[0]
     if op == "status":
-        return merge_status(answers)
+        return merge_status(answers, (args or {}).get("form"))
     if op == "hosts":
         return merge_hosts(answers)
     if op == "alerts":

@@ -124,4 +124,4 @@ class MultiBackend:
             raise CollectorUnavailable(f"no collector answered ({self.where})")
         if refused and op not in HOST_OPS:
             self.notice(f"{len(refused)} collector(s) refused {op!r}: {refused[0]}")
-        return merge(op, answers)
+        return merge(op, answers, args)

@@ -255,6 +255,17 @@ def main() -> None:
         walls, _ = timed([*cbase, "status", "--by", "user"], env, args.runs)
         report("gpufleet status --by user, cold", walls, 300)
 
+        # two shards of --hosts each behind their own sockets, merged by the CLI (issue 17: under 500 ms)
+        other = StandinCollector({f"node{int(n[4:]) + args.hosts:04d}": s for n, s in names.items()},
+                                 gpus=args.gpus)
+        osock = tmp / "gfo.sock"
+        second = QueryServer(other, osock, 0o600)
+        lt.run(second.start())
+        walls, _ = timed([*gpufleet_argv(), "--collector", str(sock), "--collector", str(osock), "status"],
+                         env, args.runs)
+        report(f"gpufleet status over 2 shards of {args.hosts} hosts (merged)", walls, 500)
+        lt.run(second.stop())
+
         print("in-process parts of `status` (best of 5):")
         view = in_process(
             "build view (server, on its loop)",

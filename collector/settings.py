@@ -108,6 +108,13 @@ DEFAULT_RULES: dict[str, dict[str, Any]] = {
     "storage": {"for": 0.0, "severity": "critical"},
     "duplicate_gpu": {"for": 0.0, "severity": "warning", "window": 30.0},
     "notifier_down": {"for": 0.0, "severity": "warning"},  # after alerting.notifier_down_after
+    # diagnoses (collector/rules/patterns.py, peers.py): what pattern, and what to check
+    "underused": {"for": 0.0, "severity": "info", "util_below": 30, "window": 1800.0,
+                  "note_once_per": 86400.0},
+    "input_bound": {"for": 600.0, "severity": "warning", "window": 120.0, "high_above": 70, "low_below": 20,
+                    "min_swings_per_minute": 4.0, "memory_steady_pct": 5.0},
+    "idle_peers": {"for": 300.0, "severity": "warning", "window": 60.0, "min_gpus": 2},
+    "near_oom": {"for": 300.0, "severity": "warning", "memory_at_least_pct": 95.0},
 }
 for _params in DEFAULT_RULES.values():  # every rule takes it (Prometheus 2.42); 0: resolve once it clears
     _params.setdefault("keep_firing_for", 0.0)
@@ -115,7 +122,7 @@ for _params in DEFAULT_RULES.values():  # every rule takes it (Prometheus 2.42);
 
 #: Rule parameters that are durations (seconds; the YAML also accepts ``30m``, ``1h30m``).
 RULE_DURATION_PARAMS: frozenset[str] = frozenset({"for", "no_session_idle", "hold", "spike_tolerance",
-                                                  "keep_firing_for", "window"})
+                                                  "keep_firing_for", "window", "note_once_per"})
 
 #: Alert severities, lowest first (``min_severity`` compares by this order).
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")

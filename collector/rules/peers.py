@@ -1,0 +1,126 @@
+"""idle_peers: one job holds several GPUs, on one host or across hosts, but only some of them compute.
+
+A DistributedDataParallel job whose ranks all picked ``cuda:0`` (CUDA_VISIBLE_DEVICES set per rank wrongly,
+a missing ``.to(local_rank)`` / ``.cuda()``, a model never wrapped in DDP) leaves its other GPUs allocated
+and idle. The job is :func:`gpufleet.collector.jobkey.group_key` (Slurm job, container, or one launcher's
+ranks); a GPU's activity is :func:`gpufleet.collector.classify.activity`, judged over ``window`` seconds so
+one sample between steps is neither: a GPU *computes* when at least half its samples are busy, and is an
+*idle peer* when none is. Stuck GPUs (util high, power idle: a hung collective) are neither; ``wasted``
+speaks for them. One condition per idle peer GPU (labels host, gpu, uuid, user, job), on that GPU's host.
+Each host's part is kept from its latest snapshot and dropped once the host has not reported for
+``3 * interval + 5`` seconds, so a host that went away does not keep a job half-busy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpufleet.agent import wire
+from gpufleet.collector.classify import activity, holders, user_of
+from gpufleet.collector.jobkey import group_key, job_label
+from gpufleet.collector.rules.base import DURATION, Condition, HostContext, Rule, gpu_labels, short_command
+from gpufleet.collector.rules.series import Window
+from gpufleet.collector.settings import RuleConfig
+
+
+@dataclass(slots=True)
+class _PeerGpu:
+    window: Window[str]  # activity per sample: busy | idle | stuck
+    sample: wire.GpuSample
+    groups: dict[str, list[wire.ProcessSample]] = field(default_factory=dict)  # job group -> its processes
+
+    def busy_share(self) -> float | None:
+        kinds = list(self.window.values())
+        return sum(1 for k in kinds if k == "busy") / len(kinds) if kinds else None
+
+
+@dataclass(slots=True)
+class _HostPart:
+    seen: float
+    keep_for: float
+    gpus: dict[str, _PeerGpu] = field(default_factory=dict)  # uuid -> GPU
+
+
+class IdlePeersRule(Rule):
+    name = "idle_peers"
+
+    def __init__(self, config: RuleConfig) -> None:
+        super().__init__(config)
+        self._hosts: dict[str, _HostPart] = {}
+
+    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+        span = self.param_float("window", 60.0)
+        old = self._hosts.get(ctx.name)
+        part = self._hosts[ctx.name] = _HostPart(now, 3 * ctx.interval + 5.0)
+        t = self.thresholds
+        for g in snapshot.gpus:
+            kind = activity(g, t)
+            if kind is None:
+                continue
+            prev = old.gpus.get(g.uuid) if old is not None else None
+            peer = prev or _PeerGpu(Window(span), g)
+            peer.sample, peer.groups = g, {}
+            peer.window.add(now, kind)
+            for procs in holders(g, t).values():
+                for p in procs:
+                    peer.groups.setdefault(group_key(ctx.name, p), []).append(p)
+            part.gpus[g.uuid] = peer
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        mine = self._hosts.get(ctx.name)
+        if ctx.snapshot is None or mine is None:
+            return None
+        for host in [h for h, part in self._hosts.items() if now - part.seen > part.keep_for]:
+            del self._hosts[host]
+        mine_groups = {key for peer in mine.gpus.values() for key in peer.groups}
+        # job group -> every (host, GPU) it holds, across hosts
+        members: dict[str, list[tuple[str, _PeerGpu]]] = {key: [] for key in mine_groups}
+        for host, part in self._hosts.items():
+            for peer in part.gpus.values():
+                for key in peer.groups:
+                    if key in members:
+                        members[key].append((host, peer))
+        min_gpus = int(self.param_float("min_gpus", 2))
+        out: list[Condition] = []
+        for key, gpus in sorted(members.items()):
+            if len(gpus) < min_gpus or not all(peer.window.full() for _, peer in gpus):
+                continue
+            shares = [(host, peer, peer.busy_share() or 0.0) for host, peer in gpus]
+            computing = [(h, p) for h, p, s in shares if s >= 0.5]
+            idle = [(h, p) for h, p, s in shares
+                    if s == 0.0 and all(k == "idle" for k in p.window.values())]
+            if not computing or not idle:
+                continue
+            for host, peer in idle:
+                if host == ctx.name:
+                    out.append(self._condition(ctx.name, key, peer, len(gpus), computing))
+        return out
+
+    def _condition(self, host: str, key: str, peer: _PeerGpu, held: int,
+                   computing: list[tuple[str, _PeerGpu]]) -> Condition:
+        g = peer.sample
+        procs = peer.groups[key]
+        p = procs[0]
+        user = user_of(p)
+        busy = ", ".join(f"{h} GPU {q.sample.index}" for h, q in computing[:4])
+        more = f" and {len(computing) - 4} more" if len(computing) > 4 else ""
+        job = job_label(key)
+        summary = (f"{user}'s {job} ({short_command(p.command)}) holds {held} GPUs but only {len(computing)} "
+                   f"compute{'s' if len(computing) == 1 else ''} ({busy}{more}); {host} GPU {g.index} idle "
+                   f"for {DURATION}")
+        description = (
+            "One job holds these GPUs but only some do any work; the idle ones are allocated and wasted. "
+            "What to check: the distributed setup. Each rank must use its own device "
+            "(torch.cuda.set_device(local_rank), model.to(local_rank), DDP(model, device_ids=[local_rank])); "
+            "CUDA_VISIBLE_DEVICES must not hide or repeat devices per rank; a missing .cuda() / .to(device) "
+            "leaves a rank's work on the CPU; or the job asked for more GPUs than the code uses (--gpus, "
+            "--nproc_per_node)."
+        )
+        labels = {**gpu_labels(host, g), "user": user, "job": key}
+        annotations = {"pid": ",".join(str(q.pid) for q in procs), "gpus_held": str(held),
+                       "gpus_computing": str(len(computing)), "computing": busy}
+        return Condition(self.name, labels, summary, description, value=float(held - len(computing)),
+                         annotations=annotations)
+
+    def forget_host(self, host: str) -> None:
+        self._hosts.pop(host, None)

@@ -117,7 +117,7 @@ class Collector:
                 self._metrics = MetricsServer(self, cfg.metrics.listen)
                 await self._metrics.start()
 
-            self._jobs = JobTracker(self._store.save_jobs, flags=self.flags,
+            self._jobs = JobTracker(self._store.save_jobs, flags=self.gpu_flags,
                                     intervals={h.name: h.interval for h in cfg.hosts},
                                     thresholds=thresholds_of(cfg.rules))
             self.live.listeners = [self._store, self._alerts, self._jobs]

@@ -6,7 +6,8 @@ snapshot, per GPU, each job holding memory on it (:func:`gpufleet.collector.jobk
 else container, else pid + start time) is credited the seconds since the GPU's previous sample (capped like
 the GPU-hours accounting, :func:`gpufleet.collector.store.usage.credit`), weighted by util, and as waste
 when :func:`gpufleet.collector.classify.waste_users` names its user (the one classification). The
-diagnoses are the rules firing on the job's GPUs while it holds them (the alert engine's flags).
+diagnoses are the rules firing on the job's GPUs while it holds them (the alert engine's flags per GPU,
+read at most once a second for the whole fleet).
 
 A job ends once no host has shown it for ``GONE_INTERVALS`` of that host's sampling intervals; a job on a
 host that stops reporting altogether ends ``QUIET_AFTER`` seconds after its last sighting. State is in
@@ -36,7 +37,10 @@ GONE_INTERVALS: Final = 3
 QUIET_AFTER: Final = 600.0
 SWEEP_EVERY: Final = 10.0
 
-Flags = Callable[[str, int], set[str]]
+FLAGS_EVERY: Final = 1.0
+
+#: (host, GPU index) -> the rules firing on it (Collector.gpu_flags: one pass over the alerts)
+GpuFlags = Callable[[], dict[tuple[str, int], set[str]]]
 Save = Callable[[list[JobRecord]], Awaitable[None]]
 
 
@@ -72,7 +76,7 @@ class _Job:
 class JobTracker:
     """Follows the jobs on the fleet's GPUs and saves each one's record when it ends."""
 
-    def __init__(self, save: Save | None, *, flags: Flags | None = None,
+    def __init__(self, save: Save | None, *, flags: GpuFlags | None = None,
                  intervals: dict[str, float] | None = None,
                  thresholds: Thresholds = DEFAULT_THRESHOLDS) -> None:
         self.save = save
@@ -83,6 +87,8 @@ class JobTracker:
         self.finished: list[JobRecord] = []  # every record handed to save (tests, metrics)
         self._last_sample: dict[tuple[str, str], tuple[float, float | None]] = {}  # (host, uuid) -> ts, typ.
         self._swept = 0.0
+        self._flags: dict[tuple[str, int], set[str]] = {}
+        self._flags_at = float("-inf")
         self._tasks: set[asyncio.Task[None]] = set()
 
     # FleetSink
@@ -101,6 +107,8 @@ class JobTracker:
 
     def observe(self, host: str, snap: wire.Snapshot, now: float) -> None:
         t = self.thresholds
+        if self.flags is not None and abs(now - self._flags_at) >= FLAGS_EVERY:
+            self._flags, self._flags_at = self.flags(), now
         shown: set[str] = set()
         for g in snap.gpus:
             if g.error is not None:
@@ -115,7 +123,7 @@ class JobTracker:
             if not mine:
                 continue
             wasting = set(waste_users(g, t))
-            fired = self.flags(host, g.index) if self.flags is not None else set()
+            fired = self._flags.get((host, g.index), set())
             for key, procs in mine.items():
                 shown.add(key)
                 job = self.jobs.get(key)

@@ -31,7 +31,7 @@ def snap(t: float, *gpus: wire.GpuSample) -> wire.Snapshot:
 
 async def test_a_job_across_two_hosts_is_recorded_once_when_it_releases_its_gpus(store: Store) -> None:
     flags = {("n2", 0): {"idle_peers", "wasted"}}
-    tracker = JobTracker(store.save_jobs, flags=lambda h, g: flags.get((h, g), set()))
+    tracker = JobTracker(store.save_jobs, flags=lambda: flags)
     for t in range(1000, 1601):  # 10 minutes: n1 computes (90 %, peak 99), n2's GPU idles (0 %)
         tracker.frame("n1", snap(t, gpu(0, 99 if t == 1300 else 90, [proc(1, job="77", mem_gib=30)])), t)
         tracker.frame("n2", snap(t, gpu(0, 0, [proc(2, job="77", mem_gib=2)], host="n2")), t)

@@ -84,6 +84,7 @@ class JobTracker:
         self.intervals = intervals or {}  # host -> sampling interval (default 1 s)
         self.thresholds = thresholds
         self.jobs: dict[str, _Job] = {}
+        self._on_host: dict[str, set[str]] = {}  # host -> keys of the jobs it still shows (present)
         self.finished: list[JobRecord] = []  # every record handed to save (tests, metrics)
         self._last_sample: dict[tuple[str, str], tuple[float, float | None]] = {}  # (host, uuid) -> ts, typ.
         self._swept = 0.0
@@ -134,6 +135,7 @@ class JobTracker:
                                                 short_command(p.command, 120), now)
                 job.seen[host] = now
                 job.present.add(host)
+                self._on_host.setdefault(host, set()).add(key)
                 job.gpus.add(f"{host}:{g.index}")
                 memory = sum(q.gpu_memory or 0 for q in procs)
                 job.peak_memory = memory if job.peak_memory is None else max(job.peak_memory, memory)
@@ -148,15 +150,25 @@ class JobTracker:
                     if job.user in wasting:
                         job.wasted += seconds
         gone_after = GONE_INTERVALS * self.intervals.get(host, 1.0)
-        for key, job in self.jobs.items():
-            if key not in shown and host in job.present and now - job.seen[host] > gone_after:
-                job.present.discard(host)  # released its GPUs on this host
-        self._end([job for job in self.jobs.values() if not job.present])
+        here = self._on_host.get(host, set())
+        ended = []
+        for key in [k for k in here if k not in shown]:
+            job = self.jobs.get(key)
+            if job is None:
+                here.discard(key)
+            elif now - job.seen[host] > gone_after:  # released its GPUs on this host
+                job.present.discard(host)
+                here.discard(key)
+                if not job.present:
+                    ended.append(job)
+        self._end(ended)
 
     def sweep(self, now: float) -> None:
         """End the jobs whose hosts went quiet for QUIET_AFTER; drop the GPU clocks of quiet hosts."""
         for job in self.jobs.values():
-            job.present = {h for h in job.present if now - job.seen[h] <= QUIET_AFTER}
+            for host in [h for h in job.present if now - job.seen[h] > QUIET_AFTER]:
+                job.present.discard(host)
+                self._on_host.get(host, set()).discard(job.key)
         self._end([job for job in self.jobs.values() if not job.present])
         for key in [k for k, (ts, _) in self._last_sample.items() if now - ts > QUIET_AFTER]:
             del self._last_sample[key]

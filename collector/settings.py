@@ -115,7 +115,8 @@ DEFAULT_RULES: dict[str, dict[str, Any]] = {
     "input_bound": {"for": 600.0, "severity": "warning", "window": 120.0, "high_above": 70, "low_below": 20,
                     "min_swings_per_minute": 4.0, "memory_steady_pct": 5.0},
     "idle_peers": {"for": 300.0, "severity": "warning", "window": 60.0, "min_gpus": 2},
-    "near_oom": {"for": 300.0, "severity": "warning", "memory_at_least_pct": 95.0},
+    "near_oom": {"for": 300.0, "severity": "warning", "memory_at_least_pct": 95.0, "restarts_at_least": 2,
+                 "restart_window": 1800.0},
 }
 for _params in DEFAULT_RULES.values():  # every rule takes it (Prometheus 2.42); 0: resolve once it clears
     _params.setdefault("keep_firing_for", 0.0)
@@ -123,7 +124,8 @@ for _params in DEFAULT_RULES.values():  # every rule takes it (Prometheus 2.42);
 
 #: Rule parameters that are durations (seconds; the YAML also accepts ``30m``, ``1h30m``).
 RULE_DURATION_PARAMS: frozenset[str] = frozenset({"for", "no_session_idle", "hold", "spike_tolerance",
-                                                  "keep_firing_for", "window", "note_once_per"})
+                                                  "keep_firing_for", "window", "note_once_per",
+                                                  "restart_window"})
 
 #: Alert severities, lowest first (``min_severity`` compares by this order).
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")

@@ -8,15 +8,18 @@ the pattern and says what to check.
 - ``input_bound``: util swings between above ``high_above`` and under ``low_below`` at least
   ``min_swings_per_minute`` times a minute over ``window`` while memory stays steady (within
   ``memory_steady_pct`` of the total): the GPU waits for the CPU between batches.
-- ``near_oom``: memory used at least ``memory_at_least_pct`` of the total: the next larger batch fails.
+- ``near_oom``: memory used at least ``memory_at_least_pct`` of the total: the next larger batch fails; or
+  a crash loop: at least ``restarts_at_least`` of a user's processes reached that share and left the GPU
+  within ``restart_window`` while the user holds it again (the job restarts what ran out of memory).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 
 from gpufleet.agent import wire
-from gpufleet.collector.classify import holders, user_of
+from gpufleet.collector.classify import holders, is_zombie, user_of
 from gpufleet.collector.rules.base import (
     DURATION,
     Condition,
@@ -203,39 +206,98 @@ class InputBoundRule(Rule):
         self._gpus.pop(host, None)
 
 
+@dataclass(slots=True)
+class _OomTrack:
+    peaked: dict[ProcKey, str] = field(default_factory=dict)  # processes that reached the limit -> user
+    deaths: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=64))  # (when, user)
+
+
 class NearOomRule(Rule):
     name = "near_oom"
+
+    def __init__(self, config: RuleConfig) -> None:
+        super().__init__(config)
+        self._gpus: dict[str, dict[str, _OomTrack]] = {}  # host -> uuid -> track
+
+    @staticmethod
+    def _pct(g: wire.GpuSample) -> float | None:
+        if g.error or g.memory_used is None or not g.memory_total:
+            return None
+        return 100.0 * g.memory_used / g.memory_total
+
+    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+        """Crash loops: a process that reached the limit and left the GPU is a death at the limit."""
+        at_least = self.param_float("memory_at_least_pct", 95.0)
+        horizon = now - self.param_float("restart_window", 1800.0)
+        old = self._gpus.get(ctx.name, {})
+        tracks = self._gpus[ctx.name] = {}
+        for g in snapshot.gpus:
+            track = tracks[g.uuid] = old.get(g.uuid) or _OomTrack()
+            pct = self._pct(g)
+            if pct is None:
+                continue  # an unreadable sample says nothing about who left
+            present = {(p.pid, p.start_time) for p in g.processes if not is_zombie(p)}
+            for key, user in track.peaked.items():
+                if key not in present:
+                    track.deaths.append((now, user))
+            track.peaked = {k: u for k, u in track.peaked.items() if k in present}
+            if pct >= at_least:
+                for user, procs in holders(g, self.thresholds).items():
+                    track.peaked.update({(p.pid, p.start_time): user for p in procs})
+            while track.deaths and track.deaths[0][0] < horizon:
+                track.deaths.popleft()
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
             return None
         at_least = self.param_float("memory_at_least_pct", 95.0)
+        loops = self.param_float("restarts_at_least", 2)
+        tracks = self._gpus.get(ctx.name, {})
         out: list[Condition] = []
         for g in ctx.snapshot.gpus:
-            if g.error or g.memory_used is None or not g.memory_total:
+            pct = self._pct(g)
+            if pct is None:
                 continue
-            pct = 100.0 * g.memory_used / g.memory_total
-            if pct < at_least:
-                continue
-            for user, procs in sorted(holders(g, self.thresholds).items()):
-                out.append(self._condition(ctx.name, g, user, procs, pct))
+            track = tracks.get(g.uuid)
+            held = holders(g, self.thresholds)
+            dead: dict[str, int] = {}
+            for _, user in track.deaths if track is not None else ():
+                dead[user] = dead.get(user, 0) + 1
+            # a crash loop holds between two runs too (nothing on the GPU while the job restarts)
+            for user in sorted(set(held) | {u for u, n in dead.items() if loops > 0 and n >= loops}):
+                full = pct >= at_least and user in held
+                if full or (loops > 0 and dead.get(user, 0) >= loops):
+                    out.append(self._condition(ctx.name, g, user, held.get(user, []), pct, dead.get(user, 0),
+                                               full))
         return out
 
     def _condition(self, host: str, g: wire.GpuSample, user: str, procs: list[wire.ProcessSample],
-                   pct: float) -> Condition:
-        p = procs[0]
+                   pct: float, deaths: int, full: bool) -> Condition:
+        p = procs[0] if procs else None
         free = (g.memory_total or 0) - (g.memory_used or 0)
-        summary = (f"{user}'s {short_command(p.command)} (pid {p.pid}) on {host} GPU {g.index}: memory "
-                   f"{fmt_bytes(g.memory_used)} of {fmt_bytes(g.memory_total)} ({pct:.0f} %) for {DURATION}, "
-                   f"{fmt_bytes(max(free, 0))} free: near out of memory")
+        what = f"{short_command(p.command)} (pid {p.pid})" if p is not None else "job"
+        where = f"{user}'s {what} on {host} GPU {g.index}"
+        window = fmt_duration(self.param_float("restart_window", 1800.0))
+        restarts = f"; {deaths} of their processes filled it and died in {window}" if deaths else ""
+        if full:
+            summary = (f"{where}: memory {fmt_bytes(g.memory_used)} of {fmt_bytes(g.memory_total)} "
+                       f"({pct:.0f} %) for {DURATION}, {fmt_bytes(max(free, 0))} free: near out of memory"
+                       f"{restarts}")
+        else:
+            summary = (f"{where}: {deaths} processes grew to the memory limit and died in {window}: out of "
+                       f"memory in a loop")
         description = (
-            "The GPU's memory is almost full: a larger batch, a longer sequence or a memory spike in the "
-            "next step will fail with CUDA out of memory. What to check: reduce the batch size (keep the "
+            ("The GPU's memory is almost full: a larger batch, a longer sequence or a memory spike in the "
+             "next step will fail with CUDA out of memory." if full else
+             "Processes of this job keep growing to the GPU's memory limit and dying (CUDA out of memory), "
+             "and the job restarts them.") + " What to check: reduce the batch size (keep the "
             "effective batch with gradient accumulation), enable gradient (activation) checkpointing, use "
             "mixed precision (bf16/fp16), set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against "
             "fragmentation, or check for tensors kept alive across steps (a growing loss history on the GPU)."
         )
         labels = {**gpu_labels(host, g), "user": user}
-        annotations = {"pid": ",".join(str(q.pid) for q in procs), "command": safe(p.command, 200),
-                       "memory_pct": f"{pct:.1f}", "memory_bytes": str(g.memory_used or 0)}
+        annotations = {"pid": ",".join(str(q.pid) for q in procs),
+                       "command": safe(p.command if p is not None else None, 200),
+                       "memory_pct": f"{pct:.1f}", "memory_bytes": str(g.memory_used or 0),
+                       "reason": "full" if full else "restarts", "deaths_at_limit": str(deaths)}
         return Condition(self.name, labels, summary, description, value=pct, annotations=annotations)

@@ -8,7 +8,8 @@ one sample between steps is neither: a GPU *computes* when at least half its sam
 *idle peer* when none is. Stuck GPUs (util high, power idle: a hung collective) are neither; ``wasted``
 speaks for them. One condition per idle peer GPU (labels host, gpu, uuid, user, job), on that GPU's host.
 Each host's part is kept from its latest snapshot and dropped once the host has not reported for
-``3 * interval + 5`` seconds, so a host that went away does not keep a job half-busy.
+``3 * interval + 5`` seconds, so a host that went away does not keep a job half-busy. An index (job group ->
+hosts) keeps a host's evaluation to its own jobs' hosts, not the fleet.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class IdlePeersRule(Rule):
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
         self._hosts: dict[str, _HostPart] = {}
+        self._members: dict[str, set[str]] = {}  # job group -> the hosts where it holds GPUs
 
     def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
         span = self.param_float("window", 60.0)
@@ -65,21 +67,37 @@ class IdlePeersRule(Rule):
                 for p in procs:
                     peer.groups.setdefault(group_key(ctx.name, p), []).append(p)
             part.gpus[g.uuid] = peer
+        self._index(ctx.name, old, part)
+
+    def _index(self, host: str, old: _HostPart | None, new: _HostPart | None) -> None:
+        before = {k for peer in old.gpus.values() for k in peer.groups} if old is not None else set()
+        after = {k for peer in new.gpus.values() for k in peer.groups} if new is not None else set()
+        for key in before - after:
+            hosts = self._members.get(key)
+            if hosts is not None:
+                hosts.discard(host)
+                if not hosts:
+                    del self._members[key]
+        for key in after - before:
+            self._members.setdefault(key, set()).add(host)
+
+    def _drop(self, host: str) -> None:
+        self._index(host, self._hosts.pop(host, None), None)
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         mine = self._hosts.get(ctx.name)
         if ctx.snapshot is None or mine is None:
             return None
-        for host in [h for h, part in self._hosts.items() if now - part.seen > part.keep_for]:
-            del self._hosts[host]
-        mine_groups = {key for peer in mine.gpus.values() for key in peer.groups}
         # job group -> every (host, GPU) it holds, across hosts
-        members: dict[str, list[tuple[str, _PeerGpu]]] = {key: [] for key in mine_groups}
-        for host, part in self._hosts.items():
-            for peer in part.gpus.values():
-                for key in peer.groups:
-                    if key in members:
-                        members[key].append((host, peer))
+        members: dict[str, list[tuple[str, _PeerGpu]]] = {}
+        for key in {k for peer in mine.gpus.values() for k in peer.groups}:
+            gpus = members[key] = []
+            for host in sorted(self._members.get(key, ())):
+                part = self._hosts.get(host)
+                if part is None or now - part.seen > part.keep_for:
+                    self._drop(host)  # gone quiet
+                    continue
+                gpus.extend((host, peer) for peer in part.gpus.values() if key in peer.groups)
         min_gpus = int(self.param_float("min_gpus", 2))
         out: list[Condition] = []
         for key, gpus in sorted(members.items()):
@@ -123,4 +141,4 @@ class IdlePeersRule(Rule):
                          annotations=annotations)
 
     def forget_host(self, host: str) -> None:
-        self._hosts.pop(host, None)
+        self._drop(host)

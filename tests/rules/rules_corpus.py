@@ -32,6 +32,7 @@ class Gpu:
     trace: Trace
     proc_gib: float  # what the job's process holds of the memory used
     power: Callable[[int, int, random.Random], float] | None = None  # (t, util) -> watts
+    pid_at: Callable[[int], int | None] | None = None  # the job's process at t (None: none on the GPU)
 
 
 @dataclass(slots=True)
@@ -91,6 +92,18 @@ def low(t: int, rng: random.Random) -> tuple[int, float]:
     return _noisy(rng, 12, 30), 20.0 + rng.uniform(-0.05, 0.05)
 
 
+def crash_loop(t: int, rng: random.Random) -> tuple[int, float]:
+    # each run grows its memory from 20 GiB to the 80 GiB limit over 90 s, dies, and is restarted 5 s later
+    phase = t % 100
+    if phase >= 95:
+        return 0, 0.4
+    return _noisy(rng, 88, 98), min(20.0 + phase * 0.65, 79.5)
+
+
+def crash_loop_pid(t: int) -> int | None:
+    return None if t % 100 >= 95 else 2000 + t // 100
+
+
 def _idle_power(t: int, util: int, rng: random.Random) -> float:
     return IDLE_W + rng.uniform(0, 8)
 
@@ -108,6 +121,7 @@ CASES: list[Case] = [
          frozenset({"idle_peers", "wasted"}), job="4242"),
     Case("near_oom", [Gpu(near_full, 78.0)], frozenset({"near_oom"})),
     Case("underused", [Gpu(low, 19.5)], frozenset({"underused"})),
+    Case("oom_crash_loop", [Gpu(crash_loop, 0.0, pid_at=crash_loop_pid)], frozenset({"near_oom"})),
 ]
 
 
@@ -116,12 +130,14 @@ def snapshot(case: Case, t: int, rng: random.Random) -> wire.Snapshot:
     for i, spec in enumerate(case.gpus):
         util, used = spec.trace(t, rng)
         power = spec.power(t, util, rng) if spec.power else IDLE_W + (LIMIT - IDLE_W) * util / 100 * 0.9
-        proc = wire.ProcessSample(pid=1000 + i, user="alice", gpu_memory=int(spec.proc_gib * GIB),
-                                  command=f"python train.py --rank {i}", start_time=5000.0, ppid=999,
-                                  state="S", job=case.job)
+        pid = spec.pid_at(t) if spec.pid_at else 1000 + i
+        held = spec.proc_gib * GIB or used * GIB - 0.4 * GIB  # 0: all the memory but the context
+        procs = [] if pid is None else [wire.ProcessSample(
+            pid=pid, user="alice", gpu_memory=int(held), command=f"python train.py --rank {i}",
+            start_time=5000.0 + pid, ppid=999, state="S", job=case.job)]
         gpus.append(wire.GpuSample(index=i, uuid=f"GPU-{case.name}-{i}", name="A100", util_gpu=util,
                                    memory_total=TOTAL, memory_used=int(used * GIB), power_draw=power,
-                                   power_limit=LIMIT, temperature=60, processes=[proc]))
+                                   power_limit=LIMIT, temperature=60, processes=procs))
     return wire.Snapshot(ts=float(t), seq=t, gpus=gpus)
 
 

@@ -131,3 +131,22 @@ def test_job_and_group_keys(w):
     nb2 = w.proc(8, ppid=40, command="python -m ipykernel_launcher -f kernel-cd.json")
     assert group_key("h", nb1) != group_key("h", nb2)
     assert job_key("h", w.proc(1, job="9")) == group_key("x", w.proc(2, job="9")) == "slurm:9"
+
+
+def test_near_oom_crash_loop(runner, w):
+    """Runs that grow to the limit and die, restarted by the job: a condition between the runs too."""
+    r = runner("near_oom", restart_window=600.0)
+    t = 0.0
+    conds = None
+    for run in range(3):
+        p = w.proc(100 + run, start_time=float(run), mem_gib=40.0)
+        r.feed(w.snap(w.gpu(0, util=90, procs=[p], mem_used_gib=40.0)), t)
+        conds = r.feed(w.snap(w.gpu(0, util=90, procs=[p], mem_used_gib=79.0)), t + 1)  # at the limit
+        assert conds and conds[0].annotations["reason"] == "full"
+        conds = r.feed(w.snap(w.gpu(0, util=0, procs=[], mem_used_gib=0.3)), t + 2)  # died
+        t += 10
+        if run == 0:
+            assert conds == [], "one death is not a loop"
+    assert conds and conds[0].labels["user"] == "alice" and conds[0].annotations["reason"] == "restarts"
+    assert "3 processes grew to the memory limit and died in 10m" in conds[0].summary
+    assert r.feed(w.snap(w.gpu(0, util=0, procs=[], mem_used_gib=0.3)), t + 700) == [], "the loop aged out"

@@ -12,6 +12,7 @@ records (collector/jobs.py) share, so an alert and a job record name a job alike
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any
 
 _DIGITS = re.compile(r"\d+")
@@ -36,8 +37,12 @@ def group_key(host: str, p: Any) -> str:
     ppid = getattr(p, "ppid", None)
     if ppid in _NO_LAUNCHER:
         return job_key(host, p)
-    command = _DIGITS.sub("#", getattr(p, "command", None) or "")
-    return f"launcher:{ppid}@{host}:{command}"
+    return _launcher_key(host, ppid, getattr(p, "command", None) or "")
+
+
+@lru_cache(maxsize=8192)  # the same processes recur every sample
+def _launcher_key(host: str, ppid: int, command: str) -> str:
+    return f"launcher:{ppid}@{host}:{_DIGITS.sub('#', command)}"
 
 
 def job_label(key: str) -> str:

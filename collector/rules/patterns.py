@@ -41,6 +41,15 @@ class _ProcTrack:
     window: Window[float]  # mean util of the GPUs the process holds, per sample
     gpu: wire.GpuSample  # the first GPU it holds, latest sample
     proc: wire.ProcessSample
+    total: float = 0.0  # sum of the window's values
+
+    def add(self, ts: float, util: float) -> None:
+        dropped = self.window.add(ts, util)
+        if dropped is not None:
+            self.total += util - sum(dropped)
+
+    def mean(self) -> float:
+        return self.total / len(self.window) if len(self.window) else 0.0
 
 
 class UnderusedRule(Rule):
@@ -67,7 +76,7 @@ class UnderusedRule(Rule):
                         track.gpu, track.proc = g, p
                         procs[key] = track
         for key, values in utils.items():
-            procs[key].window.add(now, sum(values) / len(values))
+            procs[key].add(now, sum(values) / len(values))
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
@@ -78,8 +87,7 @@ class UnderusedRule(Rule):
         for track in self._procs.get(ctx.name, {}).values():
             if not track.window.full():
                 continue
-            values = list(track.window.values())
-            mean = sum(values) / len(values)
+            mean = track.mean()
             if idle_below <= mean < below:
                 out.append(self._condition(ctx.name, track, mean))
         return out
@@ -113,19 +121,20 @@ class UnderusedRule(Rule):
 @dataclass(slots=True)
 class _GpuTrack:
     window: Window[tuple[int, int | None]]  # (util, memory used)
+    side: str | None = None  # the band of the latest sample that was in one: high | low
+    #: when util moved from one band to the other (above high_above <-> under low_below); values between
+    #: the bands keep the side, so noise around one threshold is not a swing
+    swings: deque[float] = field(default_factory=deque)
 
-
-def count_swings(utils: list[int], high_above: float, low_below: float) -> int:
-    """Moves between the two bands (above ``high_above`` <-> under ``low_below``); values between the bands
-    leave the side unchanged, so noise around one threshold is not a swing."""
-    side: str | None = None
-    swings = 0
-    for u in utils:
-        now = "high" if u > high_above else "low" if u < low_below else side
-        if now is not None and side is not None and now != side:
-            swings += 1
-        side = now
-    return swings
+    def add(self, ts: float, util: int, memory: int | None, high_above: float, low_below: float) -> None:
+        if self.window.add(ts, (util, memory)) is None:
+            return
+        side = "high" if util > high_above else "low" if util < low_below else self.side
+        if side is not None and self.side is not None and side != self.side:
+            self.swings.append(ts)
+        self.side = side
+        while self.swings and self.swings[0] < ts - self.window.span:
+            self.swings.popleft()
 
 
 class InputBoundRule(Rule):
@@ -137,13 +146,14 @@ class InputBoundRule(Rule):
 
     def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
         span = self.param_float("window", 120.0)
+        high, low = self.param_float("high_above", 70.0), self.param_float("low_below", 20.0)
         old = self._gpus.get(ctx.name, {})
         tracks = self._gpus[ctx.name] = {}
         for g in snapshot.gpus:
             if g.error or g.util_gpu is None:
                 continue  # an unreadable sample ends the series: the pattern must be seen unbroken
             track = tracks[g.uuid] = old.get(g.uuid) or _GpuTrack(Window(span))
-            track.window.add(now, (g.util_gpu, g.memory_used))
+            track.add(now, g.util_gpu, g.memory_used, high, low)
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
@@ -154,12 +164,10 @@ class InputBoundRule(Rule):
             track = tracks.get(g.uuid)
             if track is None or not track.window.full():
                 continue
-            held = holders(g, self.thresholds)
-            if not held:
-                continue
             found = self._sawtooth(g, track)
             if found is None:
                 continue
+            held = holders(g, self.thresholds)
             per_minute, spread = found
             for user, procs in sorted(held.items()):
                 out.append(self._condition(ctx.name, g, user, procs, per_minute, spread))
@@ -167,13 +175,10 @@ class InputBoundRule(Rule):
 
     def _sawtooth(self, g: wire.GpuSample, track: _GpuTrack) -> tuple[float, int] | None:
         """(swings per minute, memory spread in bytes) when the window shows the pattern, else None."""
-        points = list(track.window.values())
-        swings = count_swings([u for u, _ in points], self.param_float("high_above", 70.0),
-                              self.param_float("low_below", 20.0))
-        per_minute = swings * 60.0 / max(track.window.covered(), 1.0)
+        per_minute = len(track.swings) * 60.0 / max(track.window.covered(), 1.0)
         if per_minute < self.param_float("min_swings_per_minute", 4.0):
             return None
-        mems = [m for _, m in points if m is not None]
+        mems = [m for _, m in track.window.values() if m is not None]  # only once the util saws
         if not mems:
             return None
         spread = max(mems) - min(mems)
@@ -234,8 +239,8 @@ class NearOomRule(Rule):
         for g in snapshot.gpus:
             track = tracks[g.uuid] = old.get(g.uuid) or _OomTrack()
             pct = self._pct(g)
-            if pct is None:
-                continue  # an unreadable sample says nothing about who left
+            if pct is None or (pct < at_least and not track.peaked and not track.deaths):
+                continue  # an unreadable sample says nothing about who left; or nothing to follow
             present = {(p.pid, p.start_time) for p in g.processes if not is_zombie(p)}
             for key, user in track.peaked.items():
                 if key not in present:
@@ -259,6 +264,8 @@ class NearOomRule(Rule):
             if pct is None:
                 continue
             track = tracks.get(g.uuid)
+            if pct < at_least and (track is None or not track.deaths):
+                continue
             held = holders(g, self.thresholds)
             dead: dict[str, int] = {}
             for _, user in track.deaths if track is not None else ():

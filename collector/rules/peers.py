@@ -29,10 +29,21 @@ class _PeerGpu:
     window: Window[str]  # activity per sample: busy | idle | stuck
     sample: wire.GpuSample
     groups: dict[str, list[wire.ProcessSample]] = field(default_factory=dict)  # job group -> its processes
+    counts: dict[str, int] = field(default_factory=dict)  # activity -> samples in the window
 
-    def busy_share(self) -> float | None:
-        kinds = list(self.window.values())
-        return sum(1 for k in kinds if k == "busy") / len(kinds) if kinds else None
+    def add(self, ts: float, kind: str) -> None:
+        dropped = self.window.add(ts, kind)
+        if dropped is not None:
+            counts = self.counts
+            counts[kind] = counts.get(kind, 0) + 1
+            for old in dropped:
+                counts[old] -= 1
+
+    def computes(self) -> bool:
+        return self.counts.get("busy", 0) * 2 >= len(self.window) > 0
+
+    def idles(self) -> bool:
+        return self.counts.get("idle", 0) == len(self.window) > 0
 
 
 @dataclass(slots=True)
@@ -62,7 +73,7 @@ class IdlePeersRule(Rule):
             prev = old.gpus.get(g.uuid) if old is not None else None
             peer = prev or _PeerGpu(Window(span), g)
             peer.sample, peer.groups = g, {}
-            peer.window.add(now, kind)
+            peer.add(now, kind)
             for procs in holders(g, t).values():
                 for p in procs:
                     peer.groups.setdefault(group_key(ctx.name, p), []).append(p)
@@ -103,10 +114,8 @@ class IdlePeersRule(Rule):
         for key, gpus in sorted(members.items()):
             if len(gpus) < min_gpus or not all(peer.window.full() for _, peer in gpus):
                 continue
-            shares = [(host, peer, peer.busy_share() or 0.0) for host, peer in gpus]
-            computing = [(h, p) for h, p, s in shares if s >= 0.5]
-            idle = [(h, p) for h, p, s in shares
-                    if s == 0.0 and all(k == "idle" for k in p.window.values())]
+            computing = [(h, p) for h, p in gpus if p.computes()]
+            idle = [(h, p) for h, p in gpus if p.idles()]
             if not computing or not idle:
                 continue
             for host, peer in idle:

@@ -2,6 +2,8 @@
 
 Bounded twice: points older than ``span`` seconds drop out, and at most ``cap`` points are kept (a sample
 closer than ``span / cap`` to the previous one is skipped), so a fast agent interval cannot grow it.
+:meth:`Window.add` hands back what dropped out, so rules keep running sums and counts: a judgement per
+sample costs O(1), not a scan of the window.
 """
 
 from __future__ import annotations
@@ -25,13 +27,17 @@ class Window(Generic[T]):
         self.cap = cap
         self._points: deque[tuple[float, T]] = deque(maxlen=cap)
 
-    def add(self, ts: float, value: T) -> None:
+    def add(self, ts: float, value: T) -> list[T] | None:
+        """Add a sample; returns the values that dropped out (so a caller keeps sums and counts without
+        rescanning), or None when the sample was skipped (not added)."""
         pts = self._points
         if pts and ts - pts[-1][0] < self.span / self.cap:
-            return  # a replay, or faster than the window needs
+            return None  # a replay, or faster than the window needs
+        dropped = [pts.popleft()[1]] if len(pts) == self.cap else []
         pts.append((ts, value))
         while pts and pts[0][0] < ts - self.span:
-            pts.popleft()
+            dropped.append(pts.popleft()[1])
+        return dropped
 
     def covered(self) -> float:
         """Seconds between the oldest and newest point."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from gpufleet.collector.jobkey import group_key, job_key
 from gpufleet.collector.rules.base import HostContext
-from gpufleet.collector.rules.patterns import count_swings
+from gpufleet.collector.rules.patterns import _GpuTrack
+from gpufleet.collector.rules.series import Window
 
 
 def feed(r, snaps, start=0.0):
@@ -14,10 +15,17 @@ def feed(r, snaps, start=0.0):
     return conds
 
 
-def test_count_swings_needs_both_bands():
-    assert count_swings([90, 10, 90, 10], 70, 20) == 3
-    assert count_swings([90, 50, 90, 50], 70, 20) == 0, "never under the low band"
-    assert count_swings([90, 50, 10, 50, 90], 70, 20) == 2, "values between the bands keep the side"
+def swings(utils: list[int]) -> int:
+    track = _GpuTrack(Window(1000.0))
+    for t, u in enumerate(utils):
+        track.add(float(t), u, None, 70, 20)
+    return len(track.swings)
+
+
+def test_swings_need_both_bands():
+    assert swings([90, 10, 90, 10]) == 3
+    assert swings([90, 50, 90, 50]) == 0, "never under the low band"
+    assert swings([90, 50, 10, 50, 90]) == 2, "values between the bands keep the side"
 
 
 def test_underused_fires_on_a_full_window_of_low_mean_util(runner, w):

@@ -79,3 +79,13 @@ async def test_schema_v4_has_the_jobs_table(store: Store) -> None:
         conn.close()
     assert {"job_key", "user", "hosts", "gpus", "started", "ended", "gpu_hours", "mean_util", "peak_util",
             "peak_memory", "waste_pct", "diagnoses"} <= set(cols)
+
+
+async def test_job_records_are_kept_as_long_as_hourly_rollups(store: Store) -> None:
+    from gpufleet.collector.store.records import JobRecord
+
+    year = store.config.hour_retention
+    await store.save_jobs([JobRecord(key="slurm:1", user="a", started=0.0, ended=100.0),
+                           JobRecord(key="slurm:2", user="a", started=0.0, ended=year + 500.0)])
+    await store.run_maintenance(year + 200.0)
+    assert [r.key for r in await store.jobs(since=0, until=2 * year)] == ["slurm:2"]

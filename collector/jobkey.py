@@ -12,6 +12,7 @@ records (collector/jobs.py) share, so an alert and a job record name a job alike
 from __future__ import annotations
 
 import re
+import zlib
 from functools import lru_cache
 from typing import Any
 
@@ -21,7 +22,8 @@ _NO_LAUNCHER = (None, 0, 1)
 
 
 def job_key(host: str, p: Any) -> str:
-    """``slurm:90210``, ``container:<12 hex>@host`` or ``pid:4242.1701590000@host``."""
+    """``slurm:90210``, ``container:<12 hex>@host`` or ``pid:4242.1701590000@host``; :func:`group_key` adds
+    ``launcher:<ppid>@host:<8 hex>``."""
     if getattr(p, "job", None):
         return f"slurm:{p.job}"
     if getattr(p, "container", None):
@@ -42,7 +44,8 @@ def group_key(host: str, p: Any) -> str:
 
 @lru_cache(maxsize=8192)  # the same processes recur every sample
 def _launcher_key(host: str, ppid: int, command: str) -> str:
-    return f"launcher:{ppid}@{host}:{_DIGITS.sub('#', command)}"
+    # the command (digits dropped) only tells launches of one parent apart: a short hash of it will do
+    return f"launcher:{ppid}@{host}:{zlib.crc32(_DIGITS.sub('#', command).encode()):08x}"
 
 
 def job_label(key: str) -> str:

@@ -10,7 +10,9 @@ the pattern and says what to check.
   ``memory_steady_pct`` of the total): the GPU waits for the CPU between batches.
 - ``near_oom``: memory used at least ``memory_at_least_pct`` of the total: the next larger batch fails; or
   a crash loop: at least ``restarts_at_least`` of a user's processes reached that share and left the GPU
-  within ``restart_window`` while the user holds it again (the job restarts what ran out of memory).
+  within ``restart_window`` (the job restarts what ran out of memory; the condition holds between runs).
+  NVML does not say why a process ended, so two short jobs that each fill the GPU and finish count too;
+  frameworks that preallocate (TensorFlow, JAX) look full: the description says how to turn that off.
 """
 
 from __future__ import annotations
@@ -300,7 +302,10 @@ class NearOomRule(Rule):
              "and the job restarts them.") + " What to check: reduce the batch size (keep the "
             "effective batch with gradient accumulation), enable gradient (activation) checkpointing, use "
             "mixed precision (bf16/fp16), set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against "
-            "fragmentation, or check for tensors kept alive across steps (a growing loss history on the GPU)."
+            "fragmentation, or check for tensors kept alive across steps (a growing loss history on the "
+            "GPU). "
+            "TensorFlow and JAX reserve the memory up front: TF_FORCE_GPU_ALLOW_GROWTH=true or "
+            "XLA_PYTHON_CLIENT_PREALLOCATE=false show what the job really uses."
         )
         labels = {**gpu_labels(host, g), "user": user}
         annotations = {"pid": ",".join(str(q.pid) for q in procs),

@@ -37,6 +37,10 @@ DEMO_HOSTS: dict[str, str] = {
     "gpu-node-07": "hot",
     "gpu-node-09": "lost",
     "gpu-node-11": "idle",
+    "gpu-node-13": "input_bound",
+    "gpu-node-15": "ddp_idle_peers",
+    "gpu-node-17": "near_oom",
+    "gpu-node-19": "underused",
 }
 MAX_ALERT_LINES = 8
 
@@ -77,13 +81,16 @@ def banner(socket: str, log_path: str, width: int) -> list[Text]:
     lines = [
         Text.assemble(
             ("gpufleet demo", "bold cyan"),
-            ": six simulated GPU hosts, fake NVML behind real SSH on 127.0.0.1 (no GPU needed)",
+            f": {len(DEMO_HOSTS)} simulated GPU hosts, fake NVML behind real SSH on 127.0.0.1 "
+            "(no GPU needed)",
         )
     ]
+    pad = max(map(len, DEMO_HOSTS.values())) + 1
     for host, text in _descriptions().items():
-        lines.append(Text.assemble("  ", (f"{host:<12}", "bold"), f"{DEMO_HOSTS[host]:<8}", (text, "dim")))
+        name = DEMO_HOSTS[host]
+        lines.append(Text.assemble("  ", (f"{host:<12}", "bold"), f"{name:<{pad}}", (text, "dim")))
     lines.append(
-        Text("  Alerts appear within 5-60 s. From another terminal, ask the running collector:", "dim")
+        Text("  Alerts appear within 5-90 s. From another terminal, ask the running collector:", "dim")
     )
     lines.append(Text.assemble("    ", ("gpufleet alerts", "bold"), (f"   (socket {socket})", "dim")))
     lines.append(Text(f"  Collector log: {log_path}   Ctrl-C quits.", style="dim"))

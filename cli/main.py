@@ -1,4 +1,4 @@
-"""The ``gpufleet`` command: status, history, alerts, hosts, report, silences, demo, collector, config.
+"""The ``gpufleet`` command: status, history, alerts, hosts, report, jobs, silences, demo, collector, config.
 
 Only click and the socket client load at import; each command imports rich, the store or the collector when
 it runs, so ``gpufleet status`` starts fast. Every error a user can cause ends as one line
@@ -376,6 +376,27 @@ def report(
             click.echo(f"gpufleet: report sent via {', '.join(ok)}", err=True)
         if failed:
             raise CliError("report not delivered via " + "; ".join(f"{n}: {e}" for n, e in failed.items()))
+
+
+# ------------------------------------------------------------------------------------------- jobs
+
+
+@cli.command()
+@where_options
+@click.option("--user", default=None, help="Only this user's jobs.")
+@click.option("--since", default=None, metavar="WHEN", help="Jobs that ended since (default 7d).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@pass_state
+def jobs(state: State, user: str | None, since: str | None, as_json: bool) -> None:
+    """Finished jobs: GPUs held, GPU-hours, mean and peak util, peak memory, waste, diagnoses."""
+    start, end = _range(since, None, "7d")
+    result = state.backend().call("jobs", since=start, until=end, user=user)
+    if as_json:
+        _print_json(result)
+        return
+    from gpufleet.cli.render_jobs import render_jobs
+
+    state.console.print(render_jobs(result, state.console.width))
 
 
 # ------------------------------------------------------------------------------------------- silences

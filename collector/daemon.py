@@ -22,6 +22,7 @@ from gpufleet.collector.settings import Config
 if TYPE_CHECKING:
     from gpufleet.collector.alerts.engine import AlertEngine
     from gpufleet.collector.api import QueryServer
+    from gpufleet.collector.jobs import JobTracker
     from gpufleet.collector.metrics import MetricsServer
     from gpufleet.collector.notify import NotificationDispatcher
     from gpufleet.collector.store.store import Store
@@ -48,6 +49,7 @@ class Collector:
         self._store: Store | None = None
         self._alerts: AlertEngine | None = None
         self._dispatcher: NotificationDispatcher | None = None
+        self._jobs: JobTracker | None = None
         self._transport: FleetTransport | None = None
         self._api: QueryServer | None = None
         self._metrics: MetricsServer | None = None
@@ -94,6 +96,7 @@ class Collector:
         from gpufleet.collector.alerts.engine import AlertEngine
         from gpufleet.collector.api import QueryServer
         from gpufleet.collector.classify import thresholds_of
+        from gpufleet.collector.jobs import JobTracker
         from gpufleet.collector.notify import NotificationDispatcher, build_notifiers
         from gpufleet.collector.store.store import Store
         from gpufleet.collector.transport.manager import FleetTransport
@@ -127,7 +130,10 @@ class Collector:
                 self._web = WebServer(self, cfg.web)
                 await self._web.start()
 
-            self.live.listeners = [self._store, self._alerts]
+            self._jobs = JobTracker(self._store.save_jobs, flags=self.gpu_flags,
+                                    intervals={h.name: h.interval for h in cfg.hosts},
+                                    thresholds=thresholds_of(cfg.rules))
+            self.live.listeners = [self._store, self._alerts, self._jobs]
             self._transport = FleetTransport(cfg.hosts, self.live, clock=self.clock,
                                              max_concurrent_connects=cfg.max_concurrent_connects)
             await self._transport.start()
@@ -168,6 +174,8 @@ class Collector:
             self._api = None
         if self._alerts is not None:
             await self._guard("alert engine", self._alerts.stop(), share + 1)
+        if self._jobs is not None:
+            await self._guard("job records", self._jobs.drain(), share)
         if self._store is not None:
             # the store drains its queue on close: never cut that short, or received frames are lost
             await self._guard("store", self._store.close(), max(share + 5, STORE_CLOSE_TIMEOUT))

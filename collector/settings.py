@@ -96,7 +96,8 @@ class Selector:
 #: the default's type (durations in seconds), so a typo is an error with file:line.
 DEFAULT_RULES: dict[str, dict[str, Any]] = {
     "wasted": {"for": 1800.0, "severity": "warning", "util_below": 5, "min_memory_mib": 256,
-               "power_idle_ratio": 0.0, "spike_tolerance": 60.0, "stuck_power_ratio": 0.0},
+               "power_idle_ratio": 0.0, "spike_tolerance": 60.0, "stuck_power_ratio": 0.0,
+               "busy_share": 0.5},
     "idle": {"for": 7200.0, "severity": "info", "max_memory_mib": 256},
     "stale": {"for": 0.0, "severity": "warning", "no_session_idle": 3600.0, "util_below": 5},
     "orphaned_memory": {"for": 600.0, "severity": "warning", "min_memory_mib": 256},
@@ -111,6 +112,14 @@ DEFAULT_RULES: dict[str, dict[str, Any]] = {
     "duplicate_gpu": {"for": 0.0, "severity": "warning", "window": 30.0},
     "collector_overloaded": {"for": 0.0, "severity": "warning"},
     "notifier_down": {"for": 0.0, "severity": "warning"},  # after alerting.notifier_down_after
+    # diagnoses (collector/rules/patterns.py, peers.py): what pattern, and what to check
+    "underused": {"for": 0.0, "severity": "info", "util_below": 30, "window": 1800.0,
+                  "note_once_per": 86400.0},
+    "input_bound": {"for": 600.0, "severity": "warning", "window": 120.0, "high_above": 70, "low_below": 20,
+                    "min_swings_per_minute": 4.0, "memory_steady_pct": 5.0},
+    "idle_peers": {"for": 300.0, "severity": "warning", "window": 60.0, "min_gpus": 2},
+    "near_oom": {"for": 300.0, "severity": "warning", "memory_at_least_pct": 95.0, "restarts_at_least": 2,
+                 "restart_window": 1800.0},
 }
 for _params in DEFAULT_RULES.values():  # every rule takes it (Prometheus 2.42); 0: resolve once it clears
     _params.setdefault("keep_firing_for", 0.0)
@@ -118,7 +127,8 @@ for _params in DEFAULT_RULES.values():  # every rule takes it (Prometheus 2.42);
 
 #: Rule parameters that are durations (seconds; the YAML also accepts ``30m``, ``1h30m``).
 RULE_DURATION_PARAMS: frozenset[str] = frozenset({"for", "no_session_idle", "hold", "spike_tolerance",
-                                                  "keep_firing_for", "window"})
+                                                  "keep_firing_for", "window", "note_once_per",
+                                                  "restart_window"})
 
 #: Alert severities, lowest first (``min_severity`` compares by this order).
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")

@@ -42,7 +42,8 @@ from gpufleet.collector.transport.local import signal_name
 log = logging.getLogger(__name__)
 
 Mode = Literal["subprocess", "inproc"]
-SCENARIOS: tuple[str, ...] = ("busy", "wasting", "hot", "zombie", "lost", "idle")
+SCENARIOS: tuple[str, ...] = ("busy", "wasting", "hot", "zombie", "lost", "idle", "input_bound",
+                              "ddp_idle_peers", "near_oom", "underused")
 AGENT_NAME = "gpufleet-agent"
 LOOPBACK = "127.0.0.1"
 #: A shared server takes the whole fleet's TCP connects at once (the collector connects before it takes a

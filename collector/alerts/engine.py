@@ -71,7 +71,8 @@ class AlertEngine:
         self.lifecycle = Lifecycle(self.rules, self._counters)
         self.grouper = Grouper(self.alerting)
         self.silences = Silences(store, clock)
-        self.notes = UserNotes(self.alerting)
+        self.notes = UserNotes(self.alerting, {name: rule.param_float("note_once_per", 0.0)
+                                               for name, rule in self.rules.items()})
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 

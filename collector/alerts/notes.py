@@ -1,5 +1,7 @@
-"""Notes to the users whose processes an alert names (wasted, stale): at most one per user per rule per
-``repeat_interval``, listing all their current alerts, mailed through the user notifier; and the "keep" note,
+"""Notes to the users whose processes an alert names (wasted, stale, underused): at most one per user per rule
+per ``repeat_interval``, listing all their current alerts, mailed through the user notifier; a rule with a
+``note_once_per`` parameter (underused) instead notes each process (pid + start time) at most once per that
+long, whatever its alert does in between; and the "keep" note,
 the exact command that keeps (silences) one user's alert, carried by the alert itself so every channel can
 print it without knowing which rules name users.
 """
@@ -19,7 +21,14 @@ from gpufleet.collector.store.records import AlertRecord
 NAGGED_AT = "user_notified_at"  # annotation: when the user was last told about this alert
 ENGINE_ANNOTATIONS = (NAGGED_AT,)  # bookkeeping saved with the alert, never shown to a notifier
 
-_WHAT = {"wasted": "is holding memory but idle", "stale": "has a stale process"}
+_WHAT = {"wasted": "is holding memory but idle", "stale": "has a stale process",
+         "underused": "is underused (low mean util)"}
+
+
+def _process_of(a: AlertRecord) -> tuple[str, str, str, str]:
+    """(rule, host, pid, start time): the process an alert names, for once-per-process notes."""
+    labels = a.labels
+    return (a.rule, labels.get("host", ""), labels.get("pid", ""), a.annotations.get("process_start", ""))
 
 
 def keep_annotations(a: AlertRecord) -> dict[str, str]:
@@ -32,9 +41,11 @@ def keep_annotations(a: AlertRecord) -> dict[str, str]:
 class UserNotes:
     """Who was told what when (restored from the alerts' ``user_notified_at`` after a restart)."""
 
-    def __init__(self, alerting: AlertingConfig) -> None:
+    def __init__(self, alerting: AlertingConfig, once_per: dict[str, float] | None = None) -> None:
         self.alerting = alerting
+        self.once_per = {rule: s for rule, s in (once_per or {}).items() if s > 0}  # rule -> seconds
         self._nags: dict[tuple[str, str], float] = {}  # (user, rule) -> last note to that user
+        self._noted: dict[tuple[str, str, str, str], float] = {}  # process (once_per rules) -> last note
 
     def restore(self, a: AlertRecord) -> None:
         nagged = a.annotations.get(NAGGED_AT)
@@ -43,6 +54,9 @@ class UserNotes:
             with contextlib.suppress(ValueError):
                 key = (user, a.rule)
                 self._nags[key] = max(self._nags.get(key, 0.0), float(nagged))
+                if a.rule in self.once_per:
+                    proc = _process_of(a)
+                    self._noted[proc] = max(self._noted.get(proc, 0.0), float(nagged))
 
     def email(self, user: str) -> str | None:
         if user in self.alerting.user_emails:
@@ -63,11 +77,18 @@ class UserNotes:
             if (a.state == "firing" and user and a.rule in USER_RULES and not muted(a)
                     and now - (a.fired_at or now) >= self.alerting.group_wait):
                 by_user.setdefault((user, a.rule), []).append(a)
+        for proc in [k for k, at in self._noted.items() if now - at >= self.once_per.get(k[0], 0.0)]:
+            del self._noted[proc]  # bounded: a process's entry lives only as long as its window
         out: list[Notification] = []
         for (user, rule), mine in sorted(by_user.items()):
-            last = self._nags.get((user, rule))
-            if last is not None and now - last < self.alerting.repeat_interval:
-                continue
+            if rule in self.once_per:  # each process once per window, not the user once per repeat
+                mine = [a for a in mine if _process_of(a) not in self._noted]
+                if not mine:
+                    continue
+            else:
+                last = self._nags.get((user, rule))
+                if last is not None and now - last < self.alerting.repeat_interval:
+                    continue
             email = self.email(user)
             if email is None:
                 continue
@@ -80,6 +101,8 @@ class UserNotes:
                 targets=frozenset({USER_NOTIFIER}), recipient=email, created_at=now))
             self._nags[(user, rule)] = now
             for a in mine:
+                if rule in self.once_per:
+                    self._noted[_process_of(a)] = now
                 a.annotations[NAGGED_AT] = f"{now:.3f}"
                 mark(a)
         return out

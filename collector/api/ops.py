@@ -29,6 +29,7 @@ from gpufleet.collector.store.records import (
     GpuLatest,
     GpuSeries,
     HostRow,
+    JobRecord,
     ProcessSpan,
     SilenceRecord,
     UsageRow,
@@ -83,6 +84,8 @@ class StoreLike(Protocol):
         self, *, active_only: bool = True, since: float | None = None
     ) -> list[AlertRecord]: ...
     async def list_silences(self, *, include_expired: bool = False) -> list[SilenceRecord]: ...
+    async def jobs(self, *, since: float, until: float, user: str | None = None,
+                   limit: int = 1000) -> list[JobRecord]: ...
 
 
 class AlertsLike(Protocol):
@@ -346,6 +349,15 @@ class StoreOps:
         rows: list[EventRow] = await self.store.events(host=host, since=since, until=until)
         return rows
 
+    async def jobs(self, a: Args) -> list[JobRecord]:
+        """Per-job efficiency records of the jobs that ended in the range (default: the last 7 days)."""
+        now = self.clock()
+        since, until = a.time_range(now) if "since" in a.raw else (now - 7 * 86400.0, now)
+        limit = a.opt_int("limit", 1000) or 1000
+        rows: list[JobRecord] = await self.store.jobs(since=since, until=until, user=a.opt_str("user"),
+                                                      limit=max(1, min(limit, 100_000)))
+        return rows
+
     async def report(self, a: Args) -> dict[str, Any]:
         from gpufleet.collector.report import FORMATS, build_report, render_report
 
@@ -429,6 +441,7 @@ class StoreOps:
             "processes": self.processes,
             "usage": self.usage,
             "events": self.events,
+            "jobs": self.jobs,
             "report": self.report,
             "alerts": self.stored_alerts,
             "silence_list": self.stored_silence_list,
@@ -572,6 +585,7 @@ class LiveOps(StoreOps):
             "processes": self.processes,
             "usage": self.usage,
             "events": self.events,
+            "jobs": self.jobs,
             "report": self.report,
             "alerts": self.alerts,
             "silence_add": self.silence_add,

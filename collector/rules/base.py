@@ -26,7 +26,7 @@ DURATION = "{duration}"
 
 SEVERITIES = ("info", "warning", "critical")
 #: Rules whose alerts name one user's processes: the text says how to keep them, and the user may be mailed.
-USER_RULES = ("wasted", "stale")
+USER_RULES = ("wasted", "stale", "underused")
 
 
 @dataclass(slots=True)
@@ -76,7 +76,8 @@ class Rule:
         params = {**DEFAULT_RULES.get(config.name, {}), **config.params}
         self.config = dataclasses.replace(config, params=params)
         self.params: dict[str, Any] = params
-        #: the shared classification's thresholds as this rule's params set them (collector/classify.py)
+        #: the shared classification's thresholds as this rule's params set them (collector/classify.py);
+        #: build_rules replaces them with the whole config's, so every rule classifies alike
         self.thresholds = Thresholds.from_rules({config.name: params})
 
     @property

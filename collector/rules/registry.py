@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from gpufleet.collector.classify import Thresholds
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.rules.base import Rule
 from gpufleet.collector.rules.faults import EccRule, GpuLostRule, XidRule
@@ -12,6 +13,8 @@ from gpufleet.collector.rules.hosts import (
     StorageRule,
 )
 from gpufleet.collector.rules.identity import DuplicateGpuRule
+from gpufleet.collector.rules.patterns import InputBoundRule, NearOomRule, UnderusedRule
+from gpufleet.collector.rules.peers import IdlePeersRule
 from gpufleet.collector.rules.thermal import OverheatingRule, ThrottlingRule
 from gpufleet.collector.rules.usage import IdleRule, OrphanedMemoryRule, StaleRule, WastedRule
 from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig
@@ -20,7 +23,8 @@ RULE_TYPES: dict[str, type[Rule]] = {
     cls.name: cls
     for cls in (WastedRule, IdleRule, StaleRule, OrphanedMemoryRule, OverheatingRule, ThrottlingRule,
                 GpuLostRule, XidRule, EccRule, HostDownRule, StorageRule, DuplicateGpuRule,
-                NotifierDownRule, CollectorOverloadedRule)
+                NotifierDownRule, CollectorOverloadedRule, UnderusedRule, InputBoundRule, IdlePeersRule,
+                NearOomRule)
 }
 
 assert set(RULE_TYPES) == set(DEFAULT_RULES), "every default rule needs an implementation"
@@ -32,8 +36,11 @@ def build_rules(configs: dict[str, RuleConfig]) -> dict[str, Rule]:
     if unknown:
         raise ConfigError(f"unknown rule(s): {', '.join(sorted(unknown))}", key="rules")
     rules: dict[str, Rule] = {}
+    # every rule classifies samples alike: the wasted/idle/orphaned_memory thresholds as configured
+    fleet = Thresholds.from_rules({name: cfg.params for name, cfg in configs.items()})
     for name, cls in RULE_TYPES.items():
         cfg = configs.get(name) or RuleConfig(name=name)
         if cfg.enabled:
-            rules[name] = cls(cfg)  # Rule.__init__ lays the configured params over DEFAULT_RULES[name]
+            rule = rules[name] = cls(cfg)  # Rule.__init__ lays the configured params over DEFAULT_RULES
+            rule.thresholds = fleet
     return rules

@@ -4,7 +4,10 @@ What a sample is (busy / idle / stuck, who holds it, free, orphaned) is decided 
 :mod:`gpufleet.collector.classify`, the one definition the GPU-hours accounting and ``status`` use too; these
 rules add only *how long* it must last:
 - Idle and stuck samples both extend a streak. Busy spikes up to ``spike_tolerance`` seconds (default 60)
-  inside a streak are ignored: the condition only clears when the GPU stays busy longer than that.
+  inside a streak are ignored: the condition only clears when the GPU stays busy longer than that, or when
+  it is busy for more than ``busy_share`` (0.5) of the time (a moving average over 5 x spike_tolerance):
+  a GPU that saws between computing and waiting (input_bound) is used, though no busy run is long. While
+  that share is above ``busy_share`` an idle sample starts no streak.
 - ``stuck_power_ratio`` (stuck: util busy, power near idle) is off by default (0.0): idle power differs per
   board (about 10-15 % of the limit on A100/H100, 5 % on consumer cards), so a site sets it for its GPUs
   (0.2 suits A100/H100). Per-process SM util does not veto it: NVML's ``smUtil`` has util's blind spot.
@@ -31,6 +34,7 @@ Stale labels include the pid: each stale process is its own thing to kill.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from gpufleet.agent import wire
@@ -58,6 +62,8 @@ class _Streak:
     low_since: float | None = None  # start of the current idle streak
     busy_since: float | None = None  # start of the current busy run (None: last sample idle)
     stuck: bool = False  # the latest idle sample was "stuck" (busy util, near-idle power)
+    busy_share: float = 0.0  # moving average of busy (1) / idle (0) over 5 x spike_tolerance
+    seen: float | None = None  # the previous sample
 
 
 class WastedRule(Rule):
@@ -69,23 +75,30 @@ class WastedRule(Rule):
 
     def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
         tolerance = self.param_float("spike_tolerance", DEFAULT_SPIKE_TOLERANCE)
+        max_share = self.param_float("busy_share", 0.5)
+        tau = 5 * max(tolerance, 1.0)
         old = self._streaks.get(ctx.name, {})
         streaks = self._streaks[ctx.name] = {}  # GPUs gone from the snapshot drop out
         t = self.thresholds
         for g in snapshot.gpus:
             streak = streaks[g.uuid] = old.get(g.uuid) or _Streak()
             kind = activity(g, t)
+            if kind is not None:
+                dt = min(max(now - streak.seen, 0.0), tau) if streak.seen is not None else 0.0
+                weight = 1.0 - math.exp(-dt / tau)
+                streak.busy_share += ((kind == "busy") - streak.busy_share) * weight
+                streak.seen = now
             if kind is None:
                 streak.low_since = streak.busy_since = None
             elif kind != "busy":
-                if streak.low_since is None:
+                if streak.low_since is None and streak.busy_share <= max_share:
                     streak.low_since = now
                 streak.busy_since = None
                 streak.stuck = kind == "stuck"
             else:
                 if streak.busy_since is None:
                     streak.busy_since = now
-                if now - streak.busy_since > tolerance:
+                if now - streak.busy_since > tolerance or streak.busy_share > max_share:
                     streak.low_since = None
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:

@@ -148,6 +148,30 @@ class AlertRecord:
 
 
 @dataclass(slots=True)
+class JobRecord:
+    """One job's efficiency summary, written when it released its GPUs (collector/jobs.py).
+
+    ``key``: collector/jobkey.py's job identity (Slurm job, container, or pid + start time). Hours are
+    GPU-hours held (a GPU counts while the job's processes hold memory on it); ``mean_util`` is weighted by
+    them; ``waste_pct`` is the share of them :func:`classify.waste_users` counts as waste (idle, stuck or
+    zombie); ``diagnoses``: the rules that fired on the job's GPUs while it held them."""
+
+    key: str
+    user: str
+    started: float  # the earliest process start time (else first seen)
+    ended: float  # last seen holding a GPU
+    hosts: list[str] = field(default_factory=list)
+    gpus: list[str] = field(default_factory=list)  # "host:index"
+    command: str | None = None
+    gpu_hours: float = 0.0
+    mean_util: float | None = None
+    peak_util: float | None = None
+    peak_memory: int | None = None  # bytes, on one GPU
+    waste_pct: float | None = None
+    diagnoses: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class SilenceRecord:
     """Mutes alerts whose labels match every matcher (exact or shell glob) between starts_at and ends_at."""
 

@@ -218,12 +218,13 @@ _YEARLY: Final = (
     "DELETE FROM alerts WHERE fingerprint IN (SELECT fingerprint FROM alerts WHERE state = 'resolved' "
     "AND resolved_at < ? LIMIT ?)",
     "DELETE FROM silences WHERE id IN (SELECT id FROM silences WHERE ends_at < ? LIMIT ?)",
+    "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE ended < ? LIMIT ?)",
 )
 
 
 def delete_history(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
-    """Usage and capacity, process spans, events, resolved alerts, expired silences: kept as long as
-    1-hour rollups."""
+    """Usage and capacity, process spans, events, resolved alerts, expired silences, job records: kept as
+    long as 1-hour rollups."""
     more = False
     for sql in _YEARLY:
         more = _delete(conn, sql, now - policy.hour_retention, policy.batch, None) or more

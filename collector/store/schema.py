@@ -240,8 +240,32 @@ _V3: Final[list[str]] = [
     ) WITHOUT ROWID""",
 ]
 
+#: v4: per-job efficiency records (collector/jobs.py), one row per job that released its GPUs; ``hosts``,
+#: ``gpus`` and ``diagnoses`` are JSON lists. (job_key, started) is unique: a job recorded twice is one row.
+_V4: Final[list[str]] = [
+    """CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY,
+        job_key TEXT NOT NULL,
+        user TEXT NOT NULL,
+        command TEXT,
+        hosts TEXT NOT NULL,
+        gpus TEXT NOT NULL,
+        started REAL NOT NULL,
+        ended REAL NOT NULL,
+        gpu_hours REAL NOT NULL,
+        mean_util REAL,
+        peak_util REAL,
+        peak_memory INTEGER,
+        waste_pct REAL,
+        diagnoses TEXT NOT NULL,
+        UNIQUE (job_key, started)
+    )""",
+    "CREATE INDEX jobs_ended ON jobs(ended)",
+    "CREATE INDEX jobs_user ON jobs(user, ended)",
+]
+
 #: MIGRATIONS[i] brings the schema from version i to i + 1.
-MIGRATIONS: Final[list[list[str]]] = [_V1, _V2, _V3]
+MIGRATIONS: Final[list[list[str]]] = [_V1, _V2, _V3, _V4]
 LATEST: Final = len(MIGRATIONS)
 
 

@@ -27,7 +27,7 @@ from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds
 from gpufleet.collector.errors import StorageError
 from gpufleet.collector.live import HostState
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import nflog, queries, rollup, schema
+from gpufleet.collector.store import jobs, nflog, queries, rollup, schema
 from gpufleet.collector.store._db import call, connect, is_corrupt, setup_reader, setup_writer, storage_error
 from gpufleet.collector.store.guard import FileGuard
 from gpufleet.collector.store.ingest import FrameItem, HostStateItem, IngestState
@@ -38,6 +38,7 @@ from gpufleet.collector.store.records import (
     GpuLatest,
     GpuSeries,
     HostRow,
+    JobRecord,
     ProcessSpan,
     SilenceRecord,
     UsageRow,
@@ -343,6 +344,16 @@ class Store:
 
     async def load_nflog(self, *, since: float) -> list[nflog.NflogRecord]:
         return await self._read(partial(nflog.load, since=since))
+
+    async def save_jobs(self, records: list[JobRecord]) -> None:
+        """Per-job efficiency records (collector/jobs.py); a job saved again replaces its row."""
+        if records:
+            await self._w().call(partial(jobs.save, records=list(records)))
+
+    async def jobs(self, *, since: float, until: float, user: str | None = None,
+                   limit: int = 1000) -> list[JobRecord]:
+        """Jobs that ended in the range, newest first."""
+        return await self._read(partial(jobs.load, since=since, until=until, user=user, limit=limit))
 
     # ------------------------------------------------------------------------------ maintenance
 

@@ -161,6 +161,40 @@ async def test_keep_command_in_the_notification_mutes_only_that_user(harness, cl
     await h.engine.add_silence(_cli_matchers(keep_alice), 7200, comment="keep")
     h.send(shared)
     await h.tick(clock.t + 601)  # the repeat is due: only bob's alert is re-sent
-    assert [a.labels["user"] for a in rec.got[-1].alerts] == ["bob"]
-    muted = {a.labels["user"]: h.engine.is_muted(a) for a in h.engine.active()}
+    wasted = [n for n in rec.got if n.group_labels.get("rule") == "wasted"]  # (the GPU is full: near_oom too)
+    assert [a.labels["user"] for a in wasted[-1].alerts] == ["bob"]
+    muted = {a.labels["user"]: h.engine.is_muted(a) for a in h.engine.active() if a.rule == "wasted"}
     assert muted == {"alice": True, "bob": False}
+
+
+async def test_underused_notes_each_process_once_a_day(harness, clock, w):
+    """underused is addressed to the user, at most once per process (pid + start time) per note_once_per,
+    even when its alert resolves and fires again, and whatever repeat_interval says."""
+    cfg = w.config(group_wait=0.0, repeat_interval=60.0, notify_users=True, user_email_domain="example.org",
+                   rules={"underused": {"window": 10.0, "for": 0.0}})
+    users = w.recorder("users", targeted=True)
+    h = harness(cfg, notifiers=[users])
+    await h.engine.start(run_tick=False)
+
+    async def run_for(seconds: int, start_time: float = 500.0) -> None:
+        for _ in range(seconds):
+            clock.t += 1
+            h.send(w.snap(w.gpu(0, util=20, procs=[w.proc(7, mem_gib=8, start_time=start_time)])))
+            await h.tick()
+
+    def notes() -> list[str]:
+        return [a.labels.get("pid", "") + "@" + a.annotations.get("process_start", "")
+                for n in users.got for a in n.alerts]
+
+    await run_for(15)
+    assert notes() == ["7@500"]
+    assert users.got[0].recipient == "alice@example.org" and "underused" in users.got[0].title
+    clock.t += 3600  # a gap: the alert resolves, and fires again when the window is full again
+    await run_for(15)
+    assert any(a.rule == "underused" and a.state == "firing" for a in h.engine.active())
+    assert notes() == ["7@500"], "the same process is not noted again within a day"
+    await run_for(15, start_time=900.0)  # pid 7 reused by a new process: its own note
+    assert notes() == ["7@500", "7@900"]
+    clock.t += 86400
+    await run_for(15, start_time=900.0)
+    assert notes() == ["7@500", "7@900", "7@900"], "a day later, once more"

@@ -13,6 +13,7 @@ import pytest
 from cli_testkit import Result, cli_env, gpufleet_argv, run_cli
 
 pytest.importorskip("gpufleet.collector.daemon")
+from gpufleet.cli.demo import DEMO_HOSTS  # noqa: E402
 from gpufleet.collector.simfleet import SimFleet  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -193,7 +194,7 @@ def _alive(pid: int, cmd: str) -> bool:
 
 async def test_demo_ctrl_c_leaves_nothing_behind(home: Path) -> None:
     """Ctrl-C (SIGINT to the whole foreground process group, as a terminal sends it) stops the demo with
-    exit 0; its six agent subprocesses are gone, its SSH servers with it, and its temp dir is removed."""
+    exit 0; its agent subprocesses are gone, its SSH servers with it, and its temp dir is removed."""
     import os
 
     proc = await asyncio.create_subprocess_exec(
@@ -210,11 +211,11 @@ async def test_demo_ctrl_c_leaves_nothing_behind(home: Path) -> None:
     agents: dict[int, str] = {}
     try:
 
-        async def six_agents() -> Any:
+        async def all_agents() -> Any:
             kids = {p: c for p, c in _children(proc.pid).items() if "gpufleet.agent" in c}
-            return kids if len(kids) == 6 else None
+            return kids if len(kids) == len(DEMO_HOSTS) else None
 
-        agents = await until(six_agents)
+        agents = await until(all_agents)
         workdirs = set(home.glob("gpufleet-demo-*"))
         assert len(workdirs) == 1 and (next(iter(workdirs)) / "gpufleet.sock").exists()
         os.killpg(proc.pid, signal.SIGINT)
@@ -255,7 +256,7 @@ async def test_readme_commands_work_against_a_running_demo(home: Path) -> None:
             if r.rc != 0:
                 return None
             hosts = json.loads(r.out)["hosts"]
-            return hosts if sum(h["status"] == "up" for h in hosts) == 6 else None
+            return hosts if sum(h["status"] == "up" for h in hosts) == len(DEMO_HOSTS) else None
 
         hosts = await until(demo_hosts_up, timeout=60)
         assert [h["name"] for h in hosts][0] == "gpu-node-01"

@@ -143,6 +143,7 @@ async def test_fallback_answers_are_the_encoded_shapes_without_the_text(home: Pa
             "processes": {},
             "usage": {"by_host": True},
             "events": {},
+            "jobs": {},
             "report": {},
             "alerts": {},
             "silence_list": {},

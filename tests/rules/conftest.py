@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -10,6 +12,8 @@ from gpufleet.agent import wire
 from gpufleet.collector.rules.base import Condition, HostContext, Rule
 from gpufleet.collector.rules.registry import RULE_TYPES
 from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig, Selector
+
+sys.path.insert(0, str(Path(__file__).parent))  # rules_corpus.py (the suite runs --import-mode=importlib)
 
 GIB = 1 << 30
 

@@ -1,0 +1,50 @@
+"""``gpufleet jobs``: per-job efficiency records, newest first, the diagnoses seen as the last column."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from gpufleet.cli import convert
+from gpufleet.cli.grid import Cell, Col, grid
+from gpufleet.cli.timeparse import fmt_ts
+from gpufleet.collector.jobkey import job_label
+from gpufleet.collector.store.records import JobRecord
+from gpufleet.collector.units import fmt_duration_short, fmt_pct, fmt_size_short
+from rich.console import Group, RenderableType
+from rich.text import Text
+
+WASTE_STYLE = "bold red"
+
+
+def records(rows: Iterable[Mapping[str, Any]] | None) -> list[JobRecord]:
+    return convert.many(JobRecord, rows)
+
+
+def _gpus(r: JobRecord) -> str:
+    if len(r.hosts) == 1:
+        return f"{len(r.gpus)} on {r.hosts[0]}"
+    return f"{len(r.gpus)} on {len(r.hosts)} hosts"
+
+
+def render_jobs(rows: Iterable[Mapping[str, Any]] | None, width: int) -> RenderableType:
+    jobs = records(rows)
+    if not jobs:
+        return Text("No finished jobs in this range.", style="dim")
+    cols = [Col("ENDED"), Col("USER", shrink=True), Col("JOB", shrink=True), Col("GPUS", shrink=True),
+            Col("TOOK", right=True), Col("GPU-H", right=True), Col("UTIL", right=True),
+            Col("PEAK", right=True), Col("MEM", right=True), Col("WASTE", right=True)]
+    table: list[list[Cell]] = []
+    for r in jobs:
+        waste = fmt_pct(r.waste_pct, compact=True)
+        diagnoses = ", ".join(r.diagnoses)
+        table.append([
+            fmt_ts(r.ended), r.user, job_label(r.key), _gpus(r), fmt_duration_short(r.ended - r.started),
+            f"{r.gpu_hours:.2f}", fmt_pct(r.mean_util, compact=True), fmt_pct(r.peak_util, compact=True),
+            fmt_size_short(r.peak_memory),
+            (waste, WASTE_STYLE) if (r.waste_pct or 0) >= 50 else waste,
+            (diagnoses, "yellow") if diagnoses else "",
+        ])
+    total = sum(r.gpu_hours for r in jobs)
+    foot = Text(f"{len(jobs)} jobs, {total:.2f} GPU-hours held", style="dim")
+    return Group(grid(cols, table, width, tail="DIAGNOSES", tail_min=20), foot)

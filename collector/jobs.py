@@ -1,0 +1,200 @@
+"""Per-job efficiency records, as HPC centres' job reports have them: when a job releases its GPUs, one row
+with its hosts, GPUs, held GPU-hours, mean and peak util, peak memory, waste share and the diagnoses seen.
+
+A :class:`JobTracker` is a FleetSink (collector/live.py) next to the store and the alert engine. Per
+snapshot, per GPU, each job holding memory on it (:func:`gpufleet.collector.jobkey.job_key`: Slurm job,
+else container, else pid + start time) is credited the seconds since the GPU's previous sample (capped like
+the GPU-hours accounting, :func:`gpufleet.collector.store.usage.credit`), weighted by util, and as waste
+when :func:`gpufleet.collector.classify.waste_users` names its user (the one classification). The
+diagnoses are the rules firing on the job's GPUs while it holds them (the alert engine's flags per GPU,
+read at most once a second for the whole fleet).
+
+A job ends once no host has shown it for ``GONE_INTERVALS`` of that host's sampling intervals; a job on a
+host that stops reporting altogether ends ``QUIET_AFTER`` seconds after its last sighting. State is in
+memory and bounded by the jobs running now: a collector restart starts a running job's accounting afresh
+(its ``started`` is still its processes' start time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from gpufleet.agent import wire
+from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds, user_of, waste_users
+from gpufleet.collector.jobkey import job_key
+from gpufleet.collector.live import HostState
+from gpufleet.collector.procname import short_command
+from gpufleet.collector.store.records import JobRecord
+from gpufleet.collector.store.usage import credit
+
+log = logging.getLogger(__name__)
+
+GONE_INTERVALS: Final = 3
+QUIET_AFTER: Final = 600.0
+SWEEP_EVERY: Final = 10.0
+
+FLAGS_EVERY: Final = 1.0
+
+#: (host, GPU index) -> the rules firing on it (Collector.gpu_flags: one pass over the alerts)
+GpuFlags = Callable[[], dict[tuple[str, int], set[str]]]
+Save = Callable[[list[JobRecord]], Awaitable[None]]
+
+
+@dataclass(slots=True)
+class _Job:
+    key: str
+    user: str
+    started: float
+    command: str | None
+    first_seen: float
+    seen: dict[str, float] = field(default_factory=dict)  # host -> last snapshot that showed the job
+    present: set[str] = field(default_factory=set)  # hosts still showing it (not gone for GONE_INTERVALS)
+    gpus: set[str] = field(default_factory=set)  # "host:index"
+    held: float = 0.0  # GPU-seconds
+    util_seconds: float = 0.0  # sum of util * seconds over the held seconds with a util
+    util_held: float = 0.0  # the held seconds that had a util
+    wasted: float = 0.0
+    peak_util: float | None = None
+    peak_memory: int | None = None
+    diagnoses: set[str] = field(default_factory=set)
+
+    def record(self) -> JobRecord:
+        hosts = sorted(self.seen)
+        return JobRecord(
+            key=self.key, user=self.user, started=self.started, ended=max(self.seen.values()),
+            hosts=hosts, gpus=sorted(self.gpus), command=self.command, gpu_hours=self.held / 3600.0,
+            mean_util=self.util_seconds / self.util_held if self.util_held else None,
+            peak_util=self.peak_util, peak_memory=self.peak_memory,
+            waste_pct=100.0 * self.wasted / self.held if self.held else None,
+            diagnoses=sorted(self.diagnoses))
+
+
+class JobTracker:
+    """Follows the jobs on the fleet's GPUs and saves each one's record when it ends."""
+
+    def __init__(self, save: Save | None, *, flags: GpuFlags | None = None,
+                 intervals: dict[str, float] | None = None,
+                 thresholds: Thresholds = DEFAULT_THRESHOLDS) -> None:
+        self.save = save
+        self.flags = flags
+        self.intervals = intervals or {}  # host -> sampling interval (default 1 s)
+        self.thresholds = thresholds
+        self.jobs: dict[str, _Job] = {}
+        self._on_host: dict[str, set[str]] = {}  # host -> keys of the jobs it still shows (present)
+        self.finished: list[JobRecord] = []  # every record handed to save (tests, metrics)
+        self._last_sample: dict[tuple[str, str], tuple[float, float | None]] = {}  # (host, uuid) -> ts, typ.
+        self._swept = 0.0
+        self._flags: dict[tuple[str, int], set[str]] = {}
+        self._flags_at = float("-inf")
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # FleetSink
+    def host_state(self, state: HostState) -> None:
+        """Nothing: a host that goes down stops showing its jobs, which then end after QUIET_AFTER."""
+
+    def frame(self, host: str, frame: wire.Frame, received: float) -> None:
+        try:
+            if isinstance(frame, wire.Snapshot):
+                self.observe(host, frame, received)
+            if received - self._swept >= SWEEP_EVERY:
+                self._swept = received
+                self.sweep(received)
+        except Exception:  # noqa: BLE001 - a sink never raises into the transport
+            log.exception("job tracker failed on a frame from %s", host)
+
+    def observe(self, host: str, snap: wire.Snapshot, now: float) -> None:
+        t = self.thresholds
+        if self.flags is not None and abs(now - self._flags_at) >= FLAGS_EVERY:
+            self._flags, self._flags_at = self.flags(), now
+        shown: set[str] = set()
+        for g in snap.gpus:
+            if g.error is not None:
+                continue
+            last = self._last_sample.get((host, g.uuid))
+            seconds, typical = credit(now - last[0], last[1]) if last is not None else (0.0, None)
+            self._last_sample[(host, g.uuid)] = (now, typical)
+            mine: dict[str, list[wire.ProcessSample]] = {}
+            for p in g.processes:
+                if p.gpu_memory is None or p.gpu_memory > 0:
+                    mine.setdefault(job_key(host, p), []).append(p)
+            if not mine:
+                continue
+            wasting = set(waste_users(g, t))
+            fired = self._flags.get((host, g.index), set())
+            for key, procs in mine.items():
+                shown.add(key)
+                job = self.jobs.get(key)
+                if job is None:
+                    p = procs[0]
+                    starts = [q.start_time for q in procs if q.start_time is not None]
+                    job = self.jobs[key] = _Job(key, user_of(p), min(starts, default=now),
+                                                short_command(p.command, 120), now)
+                job.seen[host] = now
+                job.present.add(host)
+                self._on_host.setdefault(host, set()).add(key)
+                job.gpus.add(f"{host}:{g.index}")
+                memory = sum(q.gpu_memory or 0 for q in procs)
+                job.peak_memory = memory if job.peak_memory is None else max(job.peak_memory, memory)
+                if g.util_gpu is not None:
+                    job.peak_util = max(job.peak_util or 0.0, float(g.util_gpu))
+                job.diagnoses |= fired
+                if seconds > 0:
+                    job.held += seconds
+                    if g.util_gpu is not None:
+                        job.util_seconds += seconds * g.util_gpu
+                        job.util_held += seconds
+                    if job.user in wasting:
+                        job.wasted += seconds
+        gone_after = GONE_INTERVALS * self.intervals.get(host, 1.0)
+        here = self._on_host.get(host, set())
+        ended = []
+        for key in [k for k in here if k not in shown]:
+            job = self.jobs.get(key)
+            if job is None:
+                here.discard(key)
+            elif now - job.seen[host] > gone_after:  # released its GPUs on this host
+                job.present.discard(host)
+                here.discard(key)
+                if not job.present:
+                    ended.append(job)
+        self._end(ended)
+
+    def sweep(self, now: float) -> None:
+        """End the jobs whose hosts went quiet for QUIET_AFTER; drop the GPU clocks of quiet hosts."""
+        for job in self.jobs.values():
+            for host in [h for h in job.present if now - job.seen[h] > QUIET_AFTER]:
+                job.present.discard(host)
+                self._on_host.get(host, set()).discard(job.key)
+        self._end([job for job in self.jobs.values() if not job.present])
+        for key in [k for k, (ts, _) in self._last_sample.items() if now - ts > QUIET_AFTER]:
+            del self._last_sample[key]
+
+    def _end(self, jobs: list[_Job]) -> None:
+        if not jobs:
+            return
+        records = []
+        for job in jobs:
+            del self.jobs[job.key]
+            records.append(job.record())
+        self.finished.extend(records)
+        del self.finished[:-1000]  # bounded
+        if self.save is not None:
+            task = asyncio.get_running_loop().create_task(self._save(records))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _save(self, records: list[JobRecord]) -> None:
+        assert self.save is not None
+        try:
+            await self.save(records)
+        except Exception as exc:  # noqa: BLE001 - the store raises its own alert; the records are logged
+            log.warning("could not save %d job records: %s", len(records), exc)
+
+    async def drain(self) -> None:
+        """Wait for the records being saved (before the store closes)."""
+        if self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)

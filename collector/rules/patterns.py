@@ -1,0 +1,315 @@
+"""Diagnoses people make by reading nvidia-smi's util and memory columns, made automatic: each rule names
+the pattern and says what to check.
+
+- ``underused``: a process's mean GPU util over ``window`` (30 min) stays under ``util_below`` (30 %) while
+  it holds the GPU, but is not idle (under wasted's util_below the ``wasted`` rule speaks). Info, addressed
+  to the user (USER_RULES); one alert per process (pid + start time), one note per process per
+  ``note_once_per`` (a day, alerts/notes.py).
+- ``input_bound``: util swings between above ``high_above`` and under ``low_below`` at least
+  ``min_swings_per_minute`` times a minute over ``window`` while memory stays steady (within
+  ``memory_steady_pct`` of the total): the GPU waits for the CPU between batches.
+- ``near_oom``: memory used at least ``memory_at_least_pct`` of the total: the next larger batch fails; or
+  a crash loop: at least ``restarts_at_least`` of a user's processes reached that share and left the GPU
+  within ``restart_window`` (the job restarts what ran out of memory; the condition holds between runs).
+  NVML does not say why a process ended, so two short jobs that each fill the GPU and finish count too;
+  frameworks that preallocate (TensorFlow, JAX) look full: the description says how to turn that off.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from gpufleet.agent import wire
+from gpufleet.collector.classify import holders, is_zombie, user_of
+from gpufleet.collector.rules.base import (
+    DURATION,
+    Condition,
+    HostContext,
+    Rule,
+    gpu_labels,
+    safe,
+    short_command,
+)
+from gpufleet.collector.rules.series import Window
+from gpufleet.collector.settings import RuleConfig
+from gpufleet.collector.units import fmt_bytes, fmt_duration
+
+ProcKey = tuple[int, float | None]  # pid, start time
+
+
+@dataclass(slots=True)
+class _ProcTrack:
+    window: Window[float]  # mean util of the GPUs the process holds, per sample
+    gpu: wire.GpuSample  # the first GPU it holds, latest sample
+    proc: wire.ProcessSample
+    total: float = 0.0  # sum of the window's values
+
+    def add(self, ts: float, util: float) -> None:
+        dropped = self.window.add(ts, util)
+        if dropped is not None:
+            self.total += util - sum(dropped)
+
+    def mean(self) -> float:
+        return self.total / len(self.window) if len(self.window) else 0.0
+
+
+class UnderusedRule(Rule):
+    name = "underused"
+
+    def __init__(self, config: RuleConfig) -> None:
+        super().__init__(config)
+        self._procs: dict[str, dict[ProcKey, _ProcTrack]] = {}  # host -> process -> track
+
+    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+        span = self.param_float("window", 1800.0)
+        old = self._procs.get(ctx.name, {})
+        procs = self._procs[ctx.name] = {}  # processes gone from the snapshot drop out
+        utils: dict[ProcKey, list[float]] = {}
+        for g in snapshot.gpus:
+            if g.error or g.util_gpu is None:
+                continue
+            for plist in holders(g, self.thresholds).values():
+                for p in plist:
+                    key = (p.pid, p.start_time)
+                    utils.setdefault(key, []).append(float(g.util_gpu))
+                    if key not in procs:
+                        track = old.get(key) or _ProcTrack(Window(span), g, p)
+                        track.gpu, track.proc = g, p
+                        procs[key] = track
+        for key, values in utils.items():
+            procs[key].add(now, sum(values) / len(values))
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        if ctx.snapshot is None:
+            return None
+        below = self.param_float("util_below", 30.0)
+        idle_below = self.thresholds.util_below  # under this the GPU is idle: the wasted rule's case
+        out: list[Condition] = []
+        for track in self._procs.get(ctx.name, {}).values():
+            if not track.window.full():
+                continue
+            mean = track.mean()
+            if idle_below <= mean < below:
+                out.append(self._condition(ctx.name, track, mean))
+        return out
+
+    def _condition(self, host: str, track: _ProcTrack, mean: float) -> Condition:
+        g, p = track.gpu, track.proc
+        user = user_of(p)
+        labels = {**gpu_labels(host, g), "user": user, "pid": str(p.pid)}
+        span = fmt_duration(self.param_float("window", 1800.0))
+        summary = (f"{user}'s {short_command(p.command)} (pid {p.pid}) on {host} GPU {g.index} averages "
+                   f"{mean:.0f} % GPU util over {span}: the GPU is underused")
+        description = (
+            f"The job holds {fmt_bytes(p.gpu_memory)} of the GPU but keeps it busy only {mean:.0f} % of the "
+            f"time (under {self.param_float('util_below', 30.0):.0f} %). What to check: the input pipeline "
+            f"(DataLoader num_workers, pin_memory, data on a slow filesystem), a batch size too small for "
+            f"this GPU, CPU-side work between steps (logging, metrics, checkpointing); or run it on a "
+            f"smaller GPU or a MIG slice and leave this one to a job that fills it."
+        )
+        annotations = {"command": safe(p.command, 200), "mean_util": f"{mean:.1f}",
+                       "memory_bytes": "" if p.gpu_memory is None else str(p.gpu_memory)}
+        if p.start_time is not None:
+            annotations["process_start"] = f"{p.start_time:.0f}"
+        if p.job or p.container:
+            annotations["job"] = p.job or p.container or ""
+        return Condition(self.name, labels, summary, description, value=mean, annotations=annotations)
+
+    def forget_host(self, host: str) -> None:
+        self._procs.pop(host, None)
+
+
+@dataclass(slots=True)
+class _GpuTrack:
+    window: Window[tuple[int, int | None]]  # (util, memory used)
+    side: str | None = None  # the band of the latest sample that was in one: high | low
+    #: when util moved from one band to the other (above high_above <-> under low_below); values between
+    #: the bands keep the side, so noise around one threshold is not a swing
+    swings: deque[float] = field(default_factory=deque)
+
+    def add(self, ts: float, util: int, memory: int | None, high_above: float, low_below: float) -> None:
+        if self.window.add(ts, (util, memory)) is None:
+            return
+        side = "high" if util > high_above else "low" if util < low_below else self.side
+        if side is not None and self.side is not None and side != self.side:
+            self.swings.append(ts)
+        self.side = side
+        while self.swings and self.swings[0] < ts - self.window.span:
+            self.swings.popleft()
+
+
+class InputBoundRule(Rule):
+    name = "input_bound"
+
+    def __init__(self, config: RuleConfig) -> None:
+        super().__init__(config)
+        self._gpus: dict[str, dict[str, _GpuTrack]] = {}  # host -> uuid -> track
+
+    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+        span = self.param_float("window", 120.0)
+        high, low = self.param_float("high_above", 70.0), self.param_float("low_below", 20.0)
+        old = self._gpus.get(ctx.name, {})
+        tracks = self._gpus[ctx.name] = {}
+        for g in snapshot.gpus:
+            if g.error or g.util_gpu is None:
+                continue  # an unreadable sample ends the series: the pattern must be seen unbroken
+            track = tracks[g.uuid] = old.get(g.uuid) or _GpuTrack(Window(span))
+            track.add(now, g.util_gpu, g.memory_used, high, low)
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        if ctx.snapshot is None:
+            return None
+        out: list[Condition] = []
+        tracks = self._gpus.get(ctx.name, {})
+        for g in ctx.snapshot.gpus:
+            track = tracks.get(g.uuid)
+            if track is None or not track.window.full():
+                continue
+            found = self._sawtooth(g, track)
+            if found is None:
+                continue
+            held = holders(g, self.thresholds)
+            per_minute, spread = found
+            for user, procs in sorted(held.items()):
+                out.append(self._condition(ctx.name, g, user, procs, per_minute, spread))
+        return out
+
+    def _sawtooth(self, g: wire.GpuSample, track: _GpuTrack) -> tuple[float, int] | None:
+        """(swings per minute, memory spread in bytes) when the window shows the pattern, else None."""
+        per_minute = len(track.swings) * 60.0 / max(track.window.covered(), 1.0)
+        if per_minute < self.param_float("min_swings_per_minute", 4.0):
+            return None
+        mems = [m for _, m in track.window.values() if m is not None]  # only once the util saws
+        if not mems:
+            return None
+        spread = max(mems) - min(mems)
+        total = g.memory_total or max(mems)
+        if total <= 0 or spread > total * self.param_float("memory_steady_pct", 5.0) / 100.0:
+            return None  # memory moves with util: phases of different work (evaluation), not starvation
+        return per_minute, spread
+
+    def _condition(self, host: str, g: wire.GpuSample, user: str, procs: list[wire.ProcessSample],
+                   per_minute: float, spread: int) -> Condition:
+        p = procs[0]
+        high, low = self.param_float("high_above", 70.0), self.param_float("low_below", 20.0)
+        summary = (f"{user}'s {short_command(p.command)} (pid {p.pid}) on {host} GPU {g.index} swings "
+                   f"between over {high:.0f} % and under {low:.0f} % util {per_minute:.0f} times a minute "
+                   f"for {DURATION}: input-bound")
+        description = (
+            f"GPU util saws up and down while memory stays flat (within {fmt_bytes(spread)}): the GPU "
+            f"finishes each batch and then waits for the next one. What to check: the input pipeline is too "
+            f"slow for the GPU. Raise DataLoader num_workers (about the CPU cores per GPU), set "
+            f"pin_memory=True and persistent_workers=True, prefetch (prefetch_factor), move decoding and "
+            f"augmentation to the GPU (DALI, torchvision.transforms.v2 on tensors), or read from faster "
+            f"storage."
+        )
+        labels = {**gpu_labels(host, g), "user": user}
+        annotations = {"pid": ",".join(str(q.pid) for q in procs), "command": safe(p.command, 200),
+                       "swings_per_minute": f"{per_minute:.1f}"}
+        return Condition(self.name, labels, summary, description, value=per_minute, annotations=annotations)
+
+    def forget_host(self, host: str) -> None:
+        self._gpus.pop(host, None)
+
+
+@dataclass(slots=True)
+class _OomTrack:
+    peaked: dict[ProcKey, str] = field(default_factory=dict)  # processes that reached the limit -> user
+    deaths: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=64))  # (when, user)
+
+
+class NearOomRule(Rule):
+    name = "near_oom"
+
+    def __init__(self, config: RuleConfig) -> None:
+        super().__init__(config)
+        self._gpus: dict[str, dict[str, _OomTrack]] = {}  # host -> uuid -> track
+
+    @staticmethod
+    def _pct(g: wire.GpuSample) -> float | None:
+        if g.error or g.memory_used is None or not g.memory_total:
+            return None
+        return 100.0 * g.memory_used / g.memory_total
+
+    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+        """Crash loops: a process that reached the limit and left the GPU is a death at the limit."""
+        at_least = self.param_float("memory_at_least_pct", 95.0)
+        horizon = now - self.param_float("restart_window", 1800.0)
+        old = self._gpus.get(ctx.name, {})
+        tracks = self._gpus[ctx.name] = {}
+        for g in snapshot.gpus:
+            track = tracks[g.uuid] = old.get(g.uuid) or _OomTrack()
+            pct = self._pct(g)
+            if pct is None or (pct < at_least and not track.peaked and not track.deaths):
+                continue  # an unreadable sample says nothing about who left; or nothing to follow
+            present = {(p.pid, p.start_time) for p in g.processes if not is_zombie(p)}
+            for key, user in track.peaked.items():
+                if key not in present:
+                    track.deaths.append((now, user))
+            track.peaked = {k: u for k, u in track.peaked.items() if k in present}
+            if pct >= at_least:
+                for user, procs in holders(g, self.thresholds).items():
+                    track.peaked.update({(p.pid, p.start_time): user for p in procs})
+            while track.deaths and track.deaths[0][0] < horizon:
+                track.deaths.popleft()
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        if ctx.snapshot is None:
+            return None
+        at_least = self.param_float("memory_at_least_pct", 95.0)
+        loops = self.param_float("restarts_at_least", 2)
+        tracks = self._gpus.get(ctx.name, {})
+        out: list[Condition] = []
+        for g in ctx.snapshot.gpus:
+            pct = self._pct(g)
+            if pct is None:
+                continue
+            track = tracks.get(g.uuid)
+            if pct < at_least and (track is None or not track.deaths):
+                continue
+            held = holders(g, self.thresholds)
+            dead: dict[str, int] = {}
+            for _, user in track.deaths if track is not None else ():
+                dead[user] = dead.get(user, 0) + 1
+            # a crash loop holds between two runs too (nothing on the GPU while the job restarts)
+            for user in sorted(set(held) | {u for u, n in dead.items() if loops > 0 and n >= loops}):
+                full = pct >= at_least and user in held
+                if full or (loops > 0 and dead.get(user, 0) >= loops):
+                    out.append(self._condition(ctx.name, g, user, held.get(user, []), pct, dead.get(user, 0),
+                                               full))
+        return out
+
+    def _condition(self, host: str, g: wire.GpuSample, user: str, procs: list[wire.ProcessSample],
+                   pct: float, deaths: int, full: bool) -> Condition:
+        p = procs[0] if procs else None
+        free = (g.memory_total or 0) - (g.memory_used or 0)
+        what = f"{short_command(p.command)} (pid {p.pid})" if p is not None else "job"
+        where = f"{user}'s {what} on {host} GPU {g.index}"
+        window = fmt_duration(self.param_float("restart_window", 1800.0))
+        restarts = f"; {deaths} of their processes filled it and died in {window}" if deaths else ""
+        if full:
+            summary = (f"{where}: memory {fmt_bytes(g.memory_used)} of {fmt_bytes(g.memory_total)} "
+                       f"({pct:.0f} %) for {DURATION}, {fmt_bytes(max(free, 0))} free: near out of memory"
+                       f"{restarts}")
+        else:
+            summary = (f"{where}: {deaths} processes grew to the memory limit and died in {window}: out of "
+                       f"memory in a loop")
+        description = (
+            ("The GPU's memory is almost full: a larger batch, a longer sequence or a memory spike in the "
+             "next step will fail with CUDA out of memory." if full else
+             "Processes of this job keep growing to the GPU's memory limit and dying (CUDA out of memory), "
+             "and the job restarts them.") + " What to check: reduce the batch size (keep the "
+            "effective batch with gradient accumulation), enable gradient (activation) checkpointing, use "
+            "mixed precision (bf16/fp16), set PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against "
+            "fragmentation, or check for tensors kept alive across steps (a growing loss history on the "
+            "GPU). "
+            "TensorFlow and JAX reserve the memory up front: TF_FORCE_GPU_ALLOW_GROWTH=true or "
+            "XLA_PYTHON_CLIENT_PREALLOCATE=false show what the job really uses."
+        )
+        labels = {**gpu_labels(host, g), "user": user}
+        annotations = {"pid": ",".join(str(q.pid) for q in procs),
+                       "command": safe(p.command if p is not None else None, 200),
+                       "memory_pct": f"{pct:.1f}", "memory_bytes": str(g.memory_used or 0),
+                       "reason": "full" if full else "restarts", "deaths_at_limit": str(deaths)}
+        return Condition(self.name, labels, summary, description, value=pct, annotations=annotations)

@@ -1,0 +1,153 @@
+"""idle_peers: one job holds several GPUs, on one host or across hosts, but only some of them compute.
+
+A DistributedDataParallel job whose ranks all picked ``cuda:0`` (CUDA_VISIBLE_DEVICES set per rank wrongly,
+a missing ``.to(local_rank)`` / ``.cuda()``, a model never wrapped in DDP) leaves its other GPUs allocated
+and idle. The job is :func:`gpufleet.collector.jobkey.group_key` (Slurm job, container, or one launcher's
+ranks); a GPU's activity is :func:`gpufleet.collector.classify.activity`, judged over ``window`` seconds so
+one sample between steps is neither: a GPU *computes* when at least half its samples are busy, and is an
+*idle peer* when none is. Stuck GPUs (util high, power idle: a hung collective) are neither; ``wasted``
+speaks for them. One condition per idle peer GPU (labels host, gpu, uuid, user, job), on that GPU's host.
+Each host's part is kept from its latest snapshot and dropped once the host has not reported for
+``3 * interval + 5`` seconds, so a host that went away does not keep a job half-busy. An index (job group ->
+hosts) keeps a host's evaluation to its own jobs' hosts, not the fleet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gpufleet.agent import wire
+from gpufleet.collector.classify import activity, holders, user_of
+from gpufleet.collector.jobkey import group_key, job_label
+from gpufleet.collector.rules.base import DURATION, Condition, HostContext, Rule, gpu_labels, short_command
+from gpufleet.collector.rules.series import Window
+from gpufleet.collector.settings import RuleConfig
+
+
+@dataclass(slots=True)
+class _PeerGpu:
+    window: Window[str]  # activity per sample: busy | idle | stuck
+    sample: wire.GpuSample
+    groups: dict[str, list[wire.ProcessSample]] = field(default_factory=dict)  # job group -> its processes
+    counts: dict[str, int] = field(default_factory=dict)  # activity -> samples in the window
+
+    def add(self, ts: float, kind: str) -> None:
+        dropped = self.window.add(ts, kind)
+        if dropped is not None:
+            counts = self.counts
+            counts[kind] = counts.get(kind, 0) + 1
+            for old in dropped:
+                counts[old] -= 1
+
+    def computes(self) -> bool:
+        return self.counts.get("busy", 0) * 2 >= len(self.window) > 0
+
+    def idles(self) -> bool:
+        return self.counts.get("idle", 0) == len(self.window) > 0
+
+
+@dataclass(slots=True)
+class _HostPart:
+    seen: float
+    keep_for: float
+    gpus: dict[str, _PeerGpu] = field(default_factory=dict)  # uuid -> GPU
+
+
+class IdlePeersRule(Rule):
+    name = "idle_peers"
+
+    def __init__(self, config: RuleConfig) -> None:
+        super().__init__(config)
+        self._hosts: dict[str, _HostPart] = {}
+        self._members: dict[str, set[str]] = {}  # job group -> the hosts where it holds GPUs
+
+    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+        span = self.param_float("window", 60.0)
+        old = self._hosts.get(ctx.name)
+        part = self._hosts[ctx.name] = _HostPart(now, 3 * ctx.interval + 5.0)
+        t = self.thresholds
+        for g in snapshot.gpus:
+            kind = activity(g, t)
+            if kind is None:
+                continue
+            prev = old.gpus.get(g.uuid) if old is not None else None
+            peer = prev or _PeerGpu(Window(span), g)
+            peer.sample, peer.groups = g, {}
+            peer.add(now, kind)
+            for procs in holders(g, t).values():
+                for p in procs:
+                    peer.groups.setdefault(group_key(ctx.name, p), []).append(p)
+            part.gpus[g.uuid] = peer
+        self._index(ctx.name, old, part)
+
+    def _index(self, host: str, old: _HostPart | None, new: _HostPart | None) -> None:
+        before = {k for peer in old.gpus.values() for k in peer.groups} if old is not None else set()
+        after = {k for peer in new.gpus.values() for k in peer.groups} if new is not None else set()
+        for key in before - after:
+            hosts = self._members.get(key)
+            if hosts is not None:
+                hosts.discard(host)
+                if not hosts:
+                    del self._members[key]
+        for key in after - before:
+            self._members.setdefault(key, set()).add(host)
+
+    def _drop(self, host: str) -> None:
+        self._index(host, self._hosts.pop(host, None), None)
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        mine = self._hosts.get(ctx.name)
+        if ctx.snapshot is None or mine is None:
+            return None
+        # job group -> every (host, GPU) it holds, across hosts
+        members: dict[str, list[tuple[str, _PeerGpu]]] = {}
+        for key in {k for peer in mine.gpus.values() for k in peer.groups}:
+            gpus = members[key] = []
+            for host in sorted(self._members.get(key, ())):
+                part = self._hosts.get(host)
+                if part is None or now - part.seen > part.keep_for:
+                    self._drop(host)  # gone quiet
+                    continue
+                gpus.extend((host, peer) for peer in part.gpus.values() if key in peer.groups)
+        min_gpus = int(self.param_float("min_gpus", 2))
+        out: list[Condition] = []
+        for key, gpus in sorted(members.items()):
+            if len(gpus) < min_gpus or not all(peer.window.full() for _, peer in gpus):
+                continue
+            computing = [(h, p) for h, p in gpus if p.computes()]
+            idle = [(h, p) for h, p in gpus if p.idles()]
+            if not computing or not idle:
+                continue
+            for host, peer in idle:
+                if host == ctx.name:
+                    out.append(self._condition(ctx.name, key, peer, len(gpus), computing))
+        return out
+
+    def _condition(self, host: str, key: str, peer: _PeerGpu, held: int,
+                   computing: list[tuple[str, _PeerGpu]]) -> Condition:
+        g = peer.sample
+        procs = peer.groups[key]
+        p = procs[0]
+        user = user_of(p)
+        busy = ", ".join(f"{h} GPU {q.sample.index}" for h, q in computing[:4])
+        more = f" and {len(computing) - 4} more" if len(computing) > 4 else ""
+        job = job_label(key)
+        summary = (f"{user}'s {job} ({short_command(p.command)}) holds {held} GPUs but only {len(computing)} "
+                   f"compute{'s' if len(computing) == 1 else ''} ({busy}{more}); {host} GPU {g.index} idle "
+                   f"for {DURATION}")
+        description = (
+            "One job holds these GPUs but only some do any work; the idle ones are allocated and wasted. "
+            "What to check: the distributed setup. Each rank must use its own device "
+            "(torch.cuda.set_device(local_rank), model.to(local_rank), DDP(model, device_ids=[local_rank])); "
+            "CUDA_VISIBLE_DEVICES must not hide or repeat devices per rank; a missing .cuda() / .to(device) "
+            "leaves a rank's work on the CPU; or the job asked for more GPUs than the code uses (--gpus, "
+            "--nproc_per_node)."
+        )
+        labels = {**gpu_labels(host, g), "user": user, "job": key}
+        annotations = {"pid": ",".join(str(q.pid) for q in procs), "gpus_held": str(held),
+                       "gpus_computing": str(len(computing)), "computing": busy}
+        return Condition(self.name, labels, summary, description, value=float(held - len(computing)),
+                         annotations=annotations)
+
+    def forget_host(self, host: str) -> None:
+        self._drop(host)

@@ -1,0 +1,46 @@
+"""The ``jobs`` table (schema v4): per-job efficiency records, written once when a job ends."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Final
+
+from gpufleet.collector.store.records import JobRecord
+
+UPSERT: Final = """
+INSERT INTO jobs (job_key, user, command, hosts, gpus, started, ended, gpu_hours, mean_util, peak_util,
+    peak_memory, waste_pct, diagnoses)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (job_key, started) DO UPDATE SET
+    user = excluded.user, command = excluded.command, hosts = excluded.hosts, gpus = excluded.gpus,
+    ended = excluded.ended, gpu_hours = excluded.gpu_hours, mean_util = excluded.mean_util,
+    peak_util = excluded.peak_util, peak_memory = excluded.peak_memory, waste_pct = excluded.waste_pct,
+    diagnoses = excluded.diagnoses
+"""
+_COLUMNS: Final = ("job_key, user, command, hosts, gpus, started, ended, gpu_hours, mean_util, peak_util, "
+                   "peak_memory, waste_pct, diagnoses")
+
+
+def save(conn: sqlite3.Connection, records: list[JobRecord]) -> None:
+    conn.executemany(UPSERT, [
+        (r.key, r.user, r.command, json.dumps(r.hosts), json.dumps(r.gpus), r.started, r.ended, r.gpu_hours,
+         r.mean_util, r.peak_util, r.peak_memory, r.waste_pct, json.dumps(r.diagnoses))
+        for r in records])
+
+
+def load(conn: sqlite3.Connection, *, since: float, until: float, user: str | None = None,
+         limit: int = 1000) -> list[JobRecord]:
+    """Jobs that ended in [since, until], newest first (``user``: only theirs)."""
+    sql = f"SELECT {_COLUMNS} FROM jobs WHERE ended >= ? AND ended <= ?"
+    params: list[object] = [since, until]
+    if user is not None:
+        sql += " AND user = ?"
+        params.append(user)
+    sql += " ORDER BY ended DESC LIMIT ?"
+    params.append(limit)
+    return [JobRecord(key=row[0], user=row[1], command=row[2], hosts=json.loads(row[3]),
+                      gpus=json.loads(row[4]), started=row[5], ended=row[6], gpu_hours=row[7],
+                      mean_util=row[8], peak_util=row[9], peak_memory=row[10], waste_pct=row[11],
+                      diagnoses=json.loads(row[12]))
+            for row in conn.execute(sql, params)]

@@ -1,0 +1,194 @@
+"""A corpus of synthetic 1 Hz GPU traces shaped like real ones, and the confusion table of the rules on it.
+
+Each case is what nvidia-smi shows for a familiar situation (util, memory and power per GPU, with the noise
+real samples have); :func:`confusion` feeds every case through the real alert engine (all rules, default
+parameters, ``stuck_power_ratio`` 0.2 as a site with A100/H100 sets it) on a fake clock and returns which
+rules *fired* (pending is not firing) on which case. ``python tests/rules/rules_corpus.py`` prints the table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gpufleet.agent import wire
+from gpufleet.collector.alerts.engine import AlertEngine
+from gpufleet.collector.settings import Config, HostConfig, default_rules
+
+GIB = 1 << 30
+TOTAL = 80 * GIB
+LIMIT = 400.0
+IDLE_W = 60.0
+DURATION = 2000  # seconds: past wasted's 30 min `for` and underused's 30 min window
+
+#: (util, memory used GiB) of one GPU at second t; power follows util unless the case says otherwise
+Trace = Callable[[int, random.Random], tuple[int, float]]
+
+
+@dataclass(slots=True)
+class Gpu:
+    trace: Trace
+    proc_gib: float  # what the job's process holds of the memory used
+    power: Callable[[int, int, random.Random], float] | None = None  # (t, util) -> watts
+    pid_at: Callable[[int], int | None] | None = None  # the job's process at t (None: none on the GPU)
+
+
+@dataclass(slots=True)
+class Case:
+    name: str
+    gpus: list[Gpu]
+    expect: frozenset[str]  # the rules that should fire
+    job: str | None = None  # Slurm job id of the processes (one job on all GPUs)
+
+
+def _noisy(rng: random.Random, lo: int, hi: int) -> int:
+    return rng.randint(lo, hi)
+
+
+def steady(t: int, rng: random.Random) -> tuple[int, float]:
+    return _noisy(rng, 90, 99), 70.0 + rng.uniform(-0.05, 0.05)
+
+
+def sawtooth(t: int, rng: random.Random) -> tuple[int, float]:
+    # 6 s computing a batch, 4 s waiting for the next (the starved 1 s samples read ~5-15 %)
+    return (_noisy(rng, 85, 97) if t % 10 < 6 else _noisy(rng, 6, 15)), 30.0 + rng.uniform(-0.1, 0.1)
+
+
+def sawtooth_zero(t: int, rng: random.Random) -> tuple[int, float]:
+    # the same at a coarser NVML sample period: the waits read 0-3 %, under wasted's util_below
+    return (_noisy(rng, 85, 97) if t % 10 < 6 else _noisy(rng, 0, 3)), 30.0 + rng.uniform(-0.1, 0.1)
+
+
+def eval_bursts(t: int, rng: random.Random) -> tuple[int, float]:
+    # 40 s of evaluation batches, 20 s writing metrics / loading the next shard; eval buffers come and go
+    if t % 60 < 40:
+        return _noisy(rng, 88, 98), 44.0 + rng.uniform(-0.1, 0.1)
+    return _noisy(rng, 8, 15), 38.0 + rng.uniform(-0.1, 0.1)
+
+
+def notebook(t: int, rng: random.Random) -> tuple[int, float]:
+    return _noisy(rng, 0, 2), 12.0
+
+
+def hung(t: int, rng: random.Random) -> tuple[int, float]:
+    return 100, 60.0  # a NCCL kernel spins: util 100 %, power near idle (below)
+
+
+def ddp_busy(t: int, rng: random.Random) -> tuple[int, float]:
+    return _noisy(rng, 92, 99), 70.0
+
+
+def ddp_idle(t: int, rng: random.Random) -> tuple[int, float]:
+    return 0, 1.5  # the rank created its CUDA context here but computes elsewhere
+
+
+def near_full(t: int, rng: random.Random) -> tuple[int, float]:
+    return _noisy(rng, 88, 99), 78.2 + rng.uniform(-0.2, 0.2)
+
+
+def low(t: int, rng: random.Random) -> tuple[int, float]:
+    return _noisy(rng, 12, 30), 20.0 + rng.uniform(-0.05, 0.05)
+
+
+def crash_loop(t: int, rng: random.Random) -> tuple[int, float]:
+    # each run grows its memory from 20 GiB to the 80 GiB limit over 90 s, dies, and is restarted 5 s later
+    phase = t % 100
+    if phase >= 95:
+        return 0, 0.4
+    return _noisy(rng, 88, 98), min(20.0 + phase * 0.65, 79.5)
+
+
+def crash_loop_pid(t: int) -> int | None:
+    return None if t % 100 >= 95 else 2000 + t // 100
+
+
+def _idle_power(t: int, util: int, rng: random.Random) -> float:
+    return IDLE_W + rng.uniform(0, 8)
+
+
+CASES: list[Case] = [
+    Case("steady_training", [Gpu(steady, 69.5)], frozenset()),
+    Case("input_bound_sawtooth", [Gpu(sawtooth, 29.5)], frozenset({"input_bound"})),
+    Case("input_bound_zero_waits", [Gpu(sawtooth_zero, 29.5)], frozenset({"input_bound"})),
+    Case("evaluation_bursts", [Gpu(eval_bursts, 37.5)], frozenset()),
+    Case("idle_notebook", [Gpu(notebook, 11.5)], frozenset({"wasted"})),
+    Case("hung_collective", [Gpu(hung, 59.5, _idle_power), Gpu(hung, 59.5, _idle_power)],
+         frozenset({"wasted"}), job="31337"),
+    # the idle ranks hold memory at 0 %: wasted is right about them too, idle_peers says why
+    Case("ddp_one_busy", [Gpu(ddp_busy, 69.5)] + [Gpu(ddp_idle, 1.2) for _ in range(3)],
+         frozenset({"idle_peers", "wasted"}), job="4242"),
+    Case("near_oom", [Gpu(near_full, 78.0)], frozenset({"near_oom"})),
+    Case("underused", [Gpu(low, 19.5)], frozenset({"underused"})),
+    Case("oom_crash_loop", [Gpu(crash_loop, 0.0, pid_at=crash_loop_pid)], frozenset({"near_oom"})),
+]
+
+
+def snapshot(case: Case, t: int, rng: random.Random) -> wire.Snapshot:
+    gpus = []
+    for i, spec in enumerate(case.gpus):
+        util, used = spec.trace(t, rng)
+        power = spec.power(t, util, rng) if spec.power else IDLE_W + (LIMIT - IDLE_W) * util / 100 * 0.9
+        pid = spec.pid_at(t) if spec.pid_at else 1000 + i
+        held = spec.proc_gib * GIB or used * GIB - 0.4 * GIB  # 0: all the memory but the context
+        procs = [] if pid is None else [wire.ProcessSample(
+            pid=pid, user="alice", gpu_memory=int(held), command=f"python train.py --rank {i}",
+            start_time=5000.0 + pid, ppid=999, state="S", job=case.job)]
+        gpus.append(wire.GpuSample(index=i, uuid=f"GPU-{case.name}-{i}", name="A100", util_gpu=util,
+                                   memory_total=TOTAL, memory_used=int(used * GIB), power_draw=power,
+                                   power_limit=LIMIT, temperature=60, processes=procs))
+    return wire.Snapshot(ts=float(t), seq=t, gpus=gpus)
+
+
+def default_config() -> Config:
+    rules = default_rules()
+    rules["wasted"].params["stuck_power_ratio"] = 0.2
+    return Config(hosts=[HostConfig(name="n1")], rules=rules)
+
+
+async def fired_on(case: Case, seconds: int = DURATION, config: Config | None = None) -> set[str]:
+    """The rules that fired at any time while the case ran for ``seconds``."""
+    clock = [0.0]
+    engine = AlertEngine(config or default_config(), None, clock=lambda: clock[0])
+    await engine.start(run_tick=False)
+    rng = random.Random(case.name)
+    fired: set[str] = set()
+    for t in range(seconds):
+        clock[0] = float(t)
+        engine.frame("n1", snapshot(case, t, rng), float(t))
+        if t % 5 == 0:
+            await engine.evaluate(float(t))
+            fired |= {a.rule for a in engine.lifecycle.alerts.values() if a.state == "firing"}
+    await engine.stop()
+    return fired
+
+
+def confusion(seconds: int = DURATION) -> dict[str, set[str]]:
+    async def run() -> dict[str, set[str]]:
+        return {case.name: await fired_on(case, seconds) for case in CASES}
+
+    return asyncio.run(run())
+
+
+COLUMNS = ("underused", "input_bound", "idle_peers", "near_oom", "wasted", "idle", "stale", "orphaned_memory")
+
+
+def table(result: dict[str, set[str]]) -> str:
+    """Markdown, one row per case: X where a rule fired as expected, X! where it fired but should not,
+    -! where it should have fired but did not; blank: neither."""
+    expected = {c.name: c.expect for c in CASES}
+    head = "| case | " + " | ".join(COLUMNS) + " | other |"
+    lines = [head, "|" + "---|" * (len(COLUMNS) + 2)]
+    for name, got in result.items():
+        cells = []
+        for rule in COLUMNS:
+            want = rule in expected[name]
+            cells.append(("X" if want else "X!") if rule in got else ("-!" if want else ""))
+        other = ", ".join(sorted(got - set(COLUMNS))) or ""
+        lines.append(f"| {name} | " + " | ".join(cells) + f" | {other} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    print(table(confusion()))

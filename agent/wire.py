@@ -10,6 +10,9 @@ Frames are JSON objects, one per line, each with ``"type"`` and ``"proto"`` ("MA
 - ``event``: something that happened between samples (Xid, GPU lost, driver errors).
 - ``heartbeat``: liveness when there is nothing else to say.
 
+Text is made safe once, here, at decode (:func:`safe_text`): everything downstream may store, print and
+send any string of a frame.
+
 Compatibility rules: unknown fields are ignored; missing optional fields become None; a frame with an
 unknown *major* version is a :class:`ProtocolVersionError`; a newer *minor* version is accepted.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal
 
@@ -244,7 +248,22 @@ def _typed(obj: dict[str, Any], key: str, kinds: tuple[type, ...], where: str, r
         raise MalformedFrame(f"{where}: field {key!r} must be {_names(kinds)}, got {type(value).__name__}")
     if isinstance(value, float) and not math.isfinite(value):
         raise MalformedFrame(f"{where}: field {key!r} is not finite")
+    if isinstance(value, str):
+        return safe_text(value)
     return value
+
+
+#: What no string from an agent may carry past decode: C0 controls but tab, DEL, C1 controls (terminal escape
+#: sequences on the status screen, "embedded null byte" in a notifier's argv) and lone surrogates (valid
+#: JSON, but not encodable as UTF-8: SQLite, /metrics and the CLI's stdout all refuse them).
+_UNSAFE_TEXT: Final = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def safe_text(value: str) -> str:
+    """``value`` with every unsafe character replaced by U+FFFD, so it can be stored, shown and sent."""
+    if value.isprintable() and value.isascii():
+        return value  # the common case, without a regex pass
+    return _UNSAFE_TEXT.sub("\ufffd", value)
 
 
 def _names(kinds: tuple[type, ...]) -> str:
@@ -315,6 +334,8 @@ def _gpu_sample(raw: Any, where: str) -> GpuSample:
     reasons = o.get("throttle_reasons")
     if reasons is not None and not (isinstance(reasons, list) and all(isinstance(r, str) for r in reasons)):
         raise MalformedFrame(f"{where}: field 'throttle_reasons' must be a list of strings")
+    if reasons is not None:
+        reasons = [safe_text(r) for r in reasons]
     return GpuSample(
         index=_typed(o, "index", _INT, where, required=True),
         uuid=_typed(o, "uuid", _STR, where, required=True),

@@ -33,6 +33,7 @@ from gpufleet.collector.aioserver import close_server, close_writer
 from gpufleet.collector.config import parse_listen
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.live import HostState, LiveView
+from gpufleet.collector.wirestate import wire_counts
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -96,6 +97,9 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("gpufleet_host_lag_seconds", "gauge", "Receive time minus frame timestamp, last frame.", _HOST),
     _Spec("gpufleet_host_frames_total", "counter", "Valid frames received from the host.", _HOST),
     _Spec("gpufleet_host_bad_frames_total", "counter", "Invalid frames received from the host.", _HOST),
+    _Spec("gpufleet_host_wire_ignored_total", "counter",
+          "Parts of valid frames the collector ignored: value (a reading out of its plausible range).",
+          ("host", "what")),
     _Spec("gpufleet_host_connects_total", "counter", "Successful connections to the host.", _HOST),
     _Spec("gpufleet_host_reconnects_total", "counter", "Connection attempts after the first.", _HOST),
     # GPUs (hosts that are up)
@@ -327,6 +331,8 @@ class FleetCollector:
                 b.add("gpufleet_host_tag", (h.name, tag), 1)
             b.add("gpufleet_host_frames_total", lab, h.frames)
             b.add("gpufleet_host_bad_frames_total", lab, h.bad_frames)
+            for what, count in wire_counts(h).items():
+                b.add("gpufleet_host_wire_ignored_total", (h.name, what), count)
             b.add("gpufleet_host_connects_total", lab, h.connects)
             b.add("gpufleet_host_reconnects_total", lab, h.reconnects)
             if h.status == "up":

@@ -143,6 +143,8 @@ class HostInfo:
     frames: int | None = None
     bad_frames: int | None = None
     lag: float | None = None
+    nulled_values: int | None = None  # readings out of range, nulled at decode (last_nulled says which)
+    last_nulled: str | None = None
 
 
 # ------------------------------------------------------------- inputs (live samples and stored rows alike)
@@ -502,6 +504,8 @@ def _gpu_count(s: HostState) -> int:
 
 
 def host_infos(states: Iterable[HostState]) -> list[HostInfo]:
+    from gpufleet.collector.wirestate import WireHostState, wire_counts  # collector side only
+
     out = [
         HostInfo(
             name=s.name,
@@ -519,6 +523,8 @@ def host_infos(states: Iterable[HostState]) -> list[HostInfo]:
             frames=s.frames,
             bad_frames=s.bad_frames,
             lag=s.lag,
+            nulled_values=wire_counts(s)["value"],
+            last_nulled=s.last_nulled if isinstance(s, WireHostState) else None,
         )
         for s in states
     ]

@@ -28,6 +28,7 @@ from gpufleet.collector.transport.hostkeys import POLICIES, HostKeyRefused, Know
 from gpufleet.collector.transport.local import run_local
 from gpufleet.collector.transport.ssh import SshContext, run_ssh
 from gpufleet.collector.transport.stream import AgentStream
+from gpufleet.collector.wirestate import WireHostState
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ class FleetTransport:
         self._ssh = SshContext({h.name: h for h in hosts}, self._slots, KnownHostsStore())
         self._hosts: dict[str, _Host] = {}
         for h in hosts:
-            state = HostState(name=h.name, tags=list(h.tags), since=clock())
+            state = WireHostState(name=h.name, tags=list(h.tags), since=clock())
             backoff = Backoff(backoff_base, backoff_cap, stable_after=stable_after,
                               rng=random.Random(self._rng.random()))
             self._hosts[h.name] = _Host(h, state, backoff)

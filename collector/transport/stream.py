@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 
 from gpufleet.agent import wire
 from gpufleet.collector.live import FleetSink, HostState
+from gpufleet.collector.wirestate import WireHostState
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +101,9 @@ class AgentStream:
                     return
         except wire.WireError as exc:
             self._bad(str(exc))
+        except Exception as exc:  # noqa: BLE001 - a decoder bug must not escape into the event loop
+            log.exception("%s: frame could not be decoded", self.state.name)
+            self._bad(f"frame could not be decoded: {type(exc).__name__}: {exc}"[:300])
 
     def feed_stderr(self, data: bytes) -> None:
         """Agent stderr: kept (the tail only) to explain an exit, and logged at debug level."""
@@ -173,12 +177,15 @@ class AgentStream:
         self.last_rx = self.loop.time()
         if not line.strip():
             return  # blank lines carry nothing; tolerate them
-        frame = wire.decode(line, self.framer.max_line_bytes)
+        notes = wire.DecodeNotes()
+        frame = wire.decode(line, self.framer.max_line_bytes, notes)
         if self.hello is None and not isinstance(frame, wire.Hello):
             raise wire.MalformedFrame(f"first frame is {frame.type!r}, expected 'hello'")
         received = self.clock()
         state = self.state
         state.frames += 1
+        if isinstance(state, WireHostState):
+            state.noted(notes)
         state.lag = received - frame.ts
         if isinstance(frame, wire.Hello):
             if self.hello is not None:

@@ -1,0 +1,33 @@
+"""What the collector's edge noticed about a host's frames, kept beside the rest of its live state.
+
+The transport creates a :class:`WireHostState` for every host, so the live view, the query API, the rules
+and /metrics read these counters from the one state object the transport owns. Frames that were accepted
+but changed on the way in are counted here, never silently: readings outside their plausible range
+(nulled at decode), and (see the stream) frame types and fields of a newer minor version, ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpufleet.agent import wire
+from gpufleet.collector.live import HostState
+
+
+@dataclass(slots=True)
+class WireHostState(HostState):
+    nulled_values: int = 0  # readings outside their plausible range, nulled at decode (wire.DecodeNotes)
+    last_nulled: str | None = None  # the last one, e.g. "snapshot.gpus[0]: ecc_uncorrected=-1 outside 0..N"
+
+    def noted(self, notes: wire.DecodeNotes) -> None:
+        """Count what decode changed in one frame."""
+        if notes.out_of_range:
+            self.nulled_values += notes.out_of_range
+            self.last_nulled = notes.last
+
+
+def wire_counts(state: HostState) -> dict[str, int]:
+    """The edge's counters of any host state (all zero for a plain :class:`HostState`)."""
+    if isinstance(state, WireHostState):
+        return {"value": state.nulled_values}
+    return {"value": 0}

@@ -33,7 +33,7 @@ from gpufleet.collector.aioserver import close_server, close_writer
 from gpufleet.collector.config import parse_listen
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.live import HostState, LiveView
-from gpufleet.collector.wirestate import wire_counts
+from gpufleet.collector.wirestate import WireHostState, wire_counts
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -97,6 +97,9 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("gpufleet_host_lag_seconds", "gauge", "Receive time minus frame timestamp, last frame.", _HOST),
     _Spec("gpufleet_host_frames_total", "counter", "Valid frames received from the host.", _HOST),
     _Spec("gpufleet_host_bad_frames_total", "counter", "Invalid frames received from the host.", _HOST),
+    _Spec("gpufleet_host_clock_skew_seconds", "gauge",
+          "Seconds the collector adds to the host's timestamps (its clock is off by over max_clock_skew).",
+          _HOST),
     _Spec("gpufleet_host_wire_ignored_total", "counter",
           "Parts of valid frames the collector ignored: value (a reading out of its plausible range).",
           ("host", "what")),
@@ -337,6 +340,8 @@ class FleetCollector:
             b.add("gpufleet_host_reconnects_total", lab, h.reconnects)
             if h.status == "up":
                 b.add("gpufleet_host_lag_seconds", lab, h.lag)
+                if isinstance(h, WireHostState) and h.clock_skew is not None:
+                    b.add("gpufleet_host_clock_skew_seconds", lab, h.clock_skew)
                 if h.snapshot is not None:
                     b.add("gpufleet_host_snapshot_timestamp_seconds", lab, h.snapshot.ts)
                     b.add("gpufleet_host_gpus", lab, len(h.snapshot.gpus))

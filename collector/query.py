@@ -145,6 +145,7 @@ class HostInfo:
     lag: float | None = None
     nulled_values: int | None = None  # readings out of range, nulled at decode (last_nulled says which)
     last_nulled: str | None = None
+    clock_skew: float | None = None  # seconds the collector adds to the agent's stamps; None: clocks agree
 
 
 # ------------------------------------------------------------- inputs (live samples and stored rows alike)
@@ -525,6 +526,7 @@ def host_infos(states: Iterable[HostState]) -> list[HostInfo]:
             lag=s.lag,
             nulled_values=wire_counts(s)["value"],
             last_nulled=s.last_nulled if isinstance(s, WireHostState) else None,
+            clock_skew=s.clock_skew if isinstance(s, WireHostState) else None,
         )
         for s in states
     ]

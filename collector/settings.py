@@ -35,6 +35,12 @@ def default_runtime_dir() -> Path:
     return default_data_dir()
 
 
+#: Seconds: a frame stamped further than this from the collector's receive time is re-stamped with the
+#: collector's clock and the host is flagged ``clock_skew`` (collector/transport/stream.py). A default only
+#: for now; a per-host ``max_clock_skew`` needs the config loader's host spec to know it.
+DEFAULT_MAX_CLOCK_SKEW = 5.0
+
+
 @dataclass(slots=True)
 class HostConfig:
     """One GPU host. ``name`` is the identity used everywhere (never what the agent claims)."""
@@ -106,6 +112,7 @@ DEFAULT_RULES: dict[str, dict[str, Any]] = {
     "ecc": {"for": 0.0, "severity": "critical"},
     "host_down": {"for": 0.0, "severity": "critical", "missed_intervals": 3, "keep_firing_for": 60.0},
     "storage": {"for": 0.0, "severity": "critical"},
+    "clock_skew": {"for": 0.0, "severity": "warning"},
 }
 for _params in DEFAULT_RULES.values():  # every rule takes it (Prometheus 2.42); 0: resolve once it clears
     _params.setdefault("keep_firing_for", 0.0)

@@ -18,6 +18,9 @@ from gpufleet.collector.live import HostState
 class WireHostState(HostState):
     nulled_values: int = 0  # readings outside their plausible range, nulled at decode (wire.DecodeNotes)
     last_nulled: str | None = None  # the last one, e.g. "snapshot.gpus[0]: ecc_uncorrected=-1 outside 0..N"
+    #: seconds added to the agent's timestamps (its clock is this far behind the collector's; negative:
+    #: ahead), while beyond the host's max_clock_skew; None while the clocks agree
+    clock_skew: float | None = None
 
     def noted(self, notes: wire.DecodeNotes) -> None:
         """Count what decode changed in one frame."""

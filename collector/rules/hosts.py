@@ -1,4 +1,5 @@
-"""Collector-side rules: host down (SSH lost, host key refused, agent silent) and storage failing.
+"""Collector-side rules: host down (SSH lost, host key refused, agent silent), storage failing, and a
+host whose clock disagrees with the collector's (clock_skew: the stream re-stamps its frames meanwhile).
 
 host_down is true while the transport says the host is ``down``, stays true through ``connecting`` retries
 (so a reconnect loop does not flap the alert), and is also true when a host that is ``up`` has sent no frame
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from gpufleet.collector.rules.base import Condition, HostContext, Rule, fmt_duration, safe
 from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.store.records import AlertRecord
+from gpufleet.collector.wirestate import WireHostState
 
 COLLECTOR = ""  # the pseudo-host the storage rule is evaluated for
 #: extra time for the first frame after a (re)connect: the agent may be uploaded and NVML initialised first
@@ -121,3 +123,32 @@ class StorageRule(Rule):
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         return f"storage is healthy again after {fmt_duration(now - alert.started_at)}"
+
+
+YEAR = 365.25 * 86400
+
+
+class ClockSkewRule(Rule):
+    """Reads the flag the agent stream sets (collector/transport/stream.py): one owner of the bound."""
+
+    name = "clock_skew"
+    time_based = True
+    on_snapshot = False
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        state = ctx.state
+        if state is None:
+            return None
+        skew = state.clock_skew if isinstance(state, WireHostState) and state.status == "up" else None
+        if skew is None:
+            return []
+        side = "behind" if skew > 0 else "ahead of"
+        size = fmt_duration(abs(skew)) if abs(skew) < 100 * YEAR else "more than 100 years"
+        return [Condition(
+            self.name, {"host": ctx.name}, f"{ctx.name}: agent clock is {size} {side} the collector's",
+            "The collector stamps this host's samples with its own clock meanwhile. Check NTP/chrony on "
+            "the host.", value=skew, annotations={"offset_seconds": f"{skew:.6g}"},
+        )]
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        return f"{alert.labels.get('host')}: clocks agree again"

@@ -5,6 +5,14 @@ fail the same way. Rules: lines are bounded (a line that grows past the bound is
 bound is crossed, without buffering the rest), every line must decode as a wire frame of a known major
 version, and the first frame must be ``hello``. Any violation ends the stream with a reason; the host is
 the one the collector dialled, whatever the frames claim.
+
+Time: the collector's receive time bounds a frame's time. Once a frame is stamped more than
+``max_clock_skew`` seconds from its receive time, the stream re-stamps it with the receive time and keeps
+that offset for the frames after it (so their spacing is the agent's) until the agent's own stamps agree
+again; the host is flagged ``clock_skew`` with the offset. So a clock 10 years ahead, or one stepped back
+600 s, never reaches history. Process start times are left as the agent measured them (they key a process's
+span, and a shift by a jittery offset would split it), except that one later than the sample itself becomes
+unknown.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from collections.abc import Callable, Iterator
 
 from gpufleet.agent import wire
 from gpufleet.collector.live import FleetSink, HostState
+from gpufleet.collector.settings import DEFAULT_MAX_CLOCK_SKEW
 from gpufleet.collector.wirestate import WireHostState
 
 log = logging.getLogger(__name__)
@@ -72,12 +81,15 @@ class AgentStream:
 
     def __init__(self, state: HostState, sink: FleetSink, *, max_line_bytes: int = wire.MAX_LINE_BYTES,
                  clock: Callable[[], float] = time.time,
-                 on_up: Callable[[wire.Hello], None] | None = None) -> None:
+                 on_up: Callable[[wire.Hello], None] | None = None,
+                 max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW) -> None:
         self.state = state
         self.sink = sink
         self.clock = clock
         self.on_up = on_up
         self.framer = LineFramer(max_line_bytes)
+        self.max_clock_skew = max_clock_skew
+        self.offset = 0.0  # seconds added to the agent's timestamps (see the module docstring)
         self.loop = asyncio.get_running_loop()
         self.done: asyncio.Future[str] = self.loop.create_future()
         self.last_rx = self.loop.time()  # monotonic time of the last complete line
@@ -184,9 +196,10 @@ class AgentStream:
         received = self.clock()
         state = self.state
         state.frames += 1
+        state.lag = received - frame.ts  # the raw offset (transit plus clock skew), before re-stamping
+        skew_changed = self._bound_time(frame, received)
         if isinstance(state, WireHostState):
             state.noted(notes)
-        state.lag = received - frame.ts
         if isinstance(frame, wire.Hello):
             if self.hello is not None:
                 raise wire.MalformedFrame("second 'hello' on one stream")
@@ -194,10 +207,48 @@ class AgentStream:
         state.observe(frame, received)
         if isinstance(frame, wire.Hello) and self.on_up is not None:
             self.on_up(frame)
+        elif skew_changed and state.status == "up":
+            self._emit_state()  # a host flag changed: the live view, store and rules learn it now
         try:
             self.sink.frame(state.name, frame, received)
         except Exception:  # noqa: BLE001 - a broken consumer must not take the host down
             log.exception("%s: sink failed on a %s frame", state.name, frame.type)
+
+    def _bound_time(self, frame: wire.Frame, received: float) -> bool:
+        """Re-stamp ``frame`` if the agent's clock is off (module docstring); True if the host's
+        ``clock_skew`` flag changed."""
+        bound = self.max_clock_skew
+        ts = frame.ts + self.offset
+        if abs(ts - received) > bound:
+            raw = received - frame.ts
+            old, self.offset = self.offset, (0.0 if abs(raw) <= bound else raw)
+            ts = received if self.offset else frame.ts
+            if self.offset and not old:
+                log.warning("%s: agent clock is %.1f s %s the collector's: using the collector's clock",
+                            self.state.name, abs(raw), "behind" if raw > 0 else "ahead of")
+        if self.offset:
+            frame.ts = ts
+        if isinstance(frame, wire.Snapshot):
+            latest = ts + bound
+            for g in frame.gpus:
+                for p in g.processes:
+                    if p.start_time is not None and p.start_time > latest:
+                        p.start_time = None  # started after it was seen: "start unknown", not a bogus span
+        state = self.state
+        if not isinstance(state, WireHostState):
+            return False
+        skew = self.offset or None
+        if (skew is None) == (state.clock_skew is None):
+            state.clock_skew = skew
+            return False
+        state.clock_skew = skew
+        return True
+
+    def _emit_state(self) -> None:
+        try:
+            self.sink.host_state(self.state)
+        except Exception:  # noqa: BLE001 - a broken consumer must not take the host down
+            log.exception("%s: sink failed on host_state", self.state.name)
 
     def _bad(self, message: str) -> None:
         self.state.bad_frames += 1

@@ -2,7 +2,8 @@
 
 Run by the collector's local transport (``agent_command``). Standard library only. The script's lines are
 written as they are (raw bytes: anything a broken or malicious agent could print); ``@NOW@`` is replaced
-by this process's clock. A hello is sent first unless the script starts with one. After the script, a
+by this process's clock (``@NOW-600@``: that clock stepped back 600 s). A hello is sent first unless the
+script starts with one. After the script, a
 plain snapshot (or, with ``--repeat``, the script's
 last line again) every ``--interval`` (stamped ``--ts-offset`` seconds off), until stdin reaches EOF.
 """
@@ -36,8 +37,12 @@ def main() -> None:
         hello = {"type": "hello", "proto": "1.0", "agent_version": "hostile", "hostname": "h", "ts": now(),
                  "backend": "fake", "gpus": [{"index": 0, "uuid": args.uuid, "name": "Scripted"}]}
         out.write(json.dumps(hello).encode() + b"\n")
+    def stamped(line: bytes) -> bytes:
+        line = line.replace(b"@NOW@", repr(now()).encode())
+        return line.replace(b"@NOW-600@", repr(now() - 600).encode())
+
     for line in lines:
-        out.write(line.replace(b"@NOW@", repr(now()).encode()) + b"\n")
+        out.write(stamped(line) + b"\n")
     out.flush()
     seq = 1000
     while True:
@@ -46,7 +51,7 @@ def main() -> None:
             return
         seq += 1
         if args.repeat and lines:
-            out.write(lines[-1].replace(b"@NOW@", repr(now()).encode()) + b"\n")
+            out.write(stamped(lines[-1]) + b"\n")
             out.flush()
             continue
         snap = {"type": "snapshot", "proto": "1.0", "ts": now(), "seq": seq,

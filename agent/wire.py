@@ -16,7 +16,9 @@ xid) out of range makes the frame malformed; a reading (memory, temperature, pow
 out of range is nulled, as if not reported, and counted in :class:`DecodeNotes`. JSON nested too deeply
 for the parser is malformed, never a RecursionError.
 
-Compatibility rules: unknown fields are ignored; missing optional fields become None; a frame with an
+Compatibility rules: unknown fields are ignored (and counted in :class:`DecodeNotes`); a frame type this
+side does not know, of the same major version, is an :class:`IgnoredFrame` (the receiver skips it and keeps
+the stream: a rolling upgrade mixes agent versions); missing optional fields become None; a frame with an
 unknown *major* version is a :class:`ProtocolVersionError`; a newer *minor* version is accepted.
 """
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Final, Literal
 
 PROTO_MAJOR: Final = 1
@@ -60,6 +62,15 @@ class ProtocolVersionError(WireError):
     """The frame speaks a major protocol version this side does not know."""
 
 
+class IgnoredFrame(WireError):
+    """A frame type this side does not know, of its own major version (a newer agent during a rolling
+    upgrade): the receiver skips it, counts it, and keeps the stream."""
+
+    def __init__(self, kind: str, proto: str) -> None:
+        super().__init__(f"unknown frame type {kind!r} (protocol {proto}) ignored")
+        self.kind = kind
+
+
 @dataclass(slots=True)
 class DecodeNotes:
     """What :func:`decode` accepted but changed: the receiver counts these per host.
@@ -70,6 +81,12 @@ class DecodeNotes:
 
     out_of_range: int = 0
     last: str | None = None  # the last change: "snapshot.gpus[0]: ecc_uncorrected=-1 outside 0..(2**53)"
+    unknown_fields: int = 0  # fields this side does not know (a newer minor version), ignored
+    last_unknown: str | None = None  # the last one, "snapshot.gpus[0].future_field"
+
+    def unknown(self, where: str, keys: set[str]) -> None:
+        self.unknown_fields += len(keys)
+        self.last_unknown = f"{where}.{min(keys)[:60]}"
 
     def nulled(self, where: str, key: str, value: object, lo: float, hi: float) -> None:
         self.out_of_range += 1
@@ -227,6 +244,14 @@ class Heartbeat:
 
 Frame = Hello | Snapshot | Event | Heartbeat
 
+_FRAME_TYPES: Final[dict[str, type]] = {"hello": Hello, "snapshot": Snapshot, "event": Event,
+                                       "heartbeat": Heartbeat}
+#: Field names each object may carry; anything else is a newer minor version's, ignored and counted.
+_KNOWN: Final[dict[type, frozenset[str]]] = {
+    cls: frozenset(f.name for f in fields(cls))
+    for cls in (Hello, Snapshot, Event, Heartbeat, GpuSample, GpuInfo, ProcessSample, MigInstance)
+}
+
 
 # -------------------------------------------------------------------------------------------- encode
 
@@ -339,14 +364,19 @@ def _list(obj: dict[str, Any], key: str, where: str) -> list[Any]:
     return value
 
 
-def _obj(value: Any, where: str) -> dict[str, Any]:
+def _obj(value: Any, where: str, known: frozenset[str] | None = None,
+         notes: DecodeNotes | None = None) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise MalformedFrame(f"{where}: must be an object")
+    if known is not None and notes is not None:
+        extra = value.keys() - known
+        if extra:
+            notes.unknown(where, extra)
     return value
 
 
 def _process(raw: Any, where: str, notes: DecodeNotes) -> ProcessSample:
-    o = _obj(raw, where)
+    o = _obj(raw, where, _KNOWN[ProcessSample], notes)
     attributed = _typed(o, "attributed", _BOOL, where)
     return ProcessSample(
         pid=_ident(o, "pid", where, PID_MAX, required=True),
@@ -372,7 +402,7 @@ def _float(value: int | float | None) -> float | None:
 
 
 def _mig(raw: Any, where: str, notes: DecodeNotes) -> MigInstance:
-    o = _obj(raw, where)
+    o = _obj(raw, where, _KNOWN[MigInstance], notes)
     return MigInstance(
         gi_id=_ident(o, "gi_id", where, INDEX_MAX, required=True),
         ci_id=_ident(o, "ci_id", where, INDEX_MAX),
@@ -384,7 +414,7 @@ def _mig(raw: Any, where: str, notes: DecodeNotes) -> MigInstance:
 
 
 def _gpu_sample(raw: Any, where: str, notes: DecodeNotes) -> GpuSample:
-    o = _obj(raw, where)
+    o = _obj(raw, where, _KNOWN[GpuSample], notes)
     reasons = o.get("throttle_reasons")
     if reasons is not None and not (isinstance(reasons, list) and all(isinstance(r, str) for r in reasons)):
         raise MalformedFrame(f"{where}: field 'throttle_reasons' must be a list of strings")
@@ -427,7 +457,7 @@ def _pct(value: int | None) -> int | None:
 
 
 def _gpu_info(raw: Any, where: str, notes: DecodeNotes) -> GpuInfo:
-    o = _obj(raw, where)
+    o = _obj(raw, where, _KNOWN[GpuInfo], notes)
     t_lo, t_hi = TEMP_RANGE
     return GpuInfo(
         index=_ident(o, "index", where, INDEX_MAX, required=True),
@@ -454,6 +484,12 @@ def from_object(obj: Any, notes: DecodeNotes | None = None) -> Frame:
     o = _obj(obj, "frame")
     _check_proto(o)
     kind = o.get("type")
+    cls = _FRAME_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        if isinstance(kind, str) and kind:
+            raise IgnoredFrame(safe_text(kind[:60]), safe_text(str(o["proto"])[:20]))
+        raise MalformedFrame(f"bad frame type {kind!r}"[:100])
+    _obj(o, str(kind), _KNOWN[cls], n)
     if kind == "snapshot":
         return Snapshot(
             ts=_ts(o, "snapshot"),

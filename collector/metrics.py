@@ -101,7 +101,8 @@ _SPECS: tuple[_Spec, ...] = (
           "Seconds the collector adds to the host's timestamps (its clock is off by over max_clock_skew).",
           _HOST),
     _Spec("gpufleet_host_wire_ignored_total", "counter",
-          "Parts of valid frames the collector ignored: value (a reading out of its plausible range).",
+          "What the collector ignored: frame (a newer agent's frame type), field (a newer agent's field), "
+          "value (a reading out of its plausible range, nulled).",
           ("host", "what")),
     _Spec("gpufleet_host_connects_total", "counter", "Successful connections to the host.", _HOST),
     _Spec("gpufleet_host_reconnects_total", "counter", "Connection attempts after the first.", _HOST),

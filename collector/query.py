@@ -146,6 +146,9 @@ class HostInfo:
     nulled_values: int | None = None  # readings out of range, nulled at decode (last_nulled says which)
     last_nulled: str | None = None
     clock_skew: float | None = None  # seconds the collector adds to the agent's stamps; None: clocks agree
+    ignored_frames: int | None = None  # frame types / fields of a newer agent, skipped (last_ignored: which)
+    ignored_fields: int | None = None
+    last_ignored: str | None = None
 
 
 # ------------------------------------------------------------- inputs (live samples and stored rows alike)
@@ -527,6 +530,9 @@ def host_infos(states: Iterable[HostState]) -> list[HostInfo]:
             nulled_values=wire_counts(s)["value"],
             last_nulled=s.last_nulled if isinstance(s, WireHostState) else None,
             clock_skew=s.clock_skew if isinstance(s, WireHostState) else None,
+            ignored_frames=wire_counts(s)["frame"],
+            ignored_fields=wire_counts(s)["field"],
+            last_ignored=s.last_ignored if isinstance(s, WireHostState) else None,
         )
         for s in states
     ]

@@ -18,6 +18,9 @@ from gpufleet.collector.live import HostState
 class WireHostState(HostState):
     nulled_values: int = 0  # readings outside their plausible range, nulled at decode (wire.DecodeNotes)
     last_nulled: str | None = None  # the last one, e.g. "snapshot.gpus[0]: ecc_uncorrected=-1 outside 0..N"
+    ignored_frames: int = 0  # frame types of this major version the collector does not know (newer agent)
+    ignored_fields: int = 0  # fields it does not know, in frames it does
+    last_ignored: str | None = None  # the last of either: "frame type 'future_thing'", "snapshot.gpus[0].x"
     #: seconds added to the agent's timestamps (its clock is this far behind the collector's; negative:
     #: ahead), while beyond the host's max_clock_skew; None while the clocks agree
     clock_skew: float | None = None
@@ -27,10 +30,17 @@ class WireHostState(HostState):
         if notes.out_of_range:
             self.nulled_values += notes.out_of_range
             self.last_nulled = notes.last
+        if notes.unknown_fields:
+            self.ignored_fields += notes.unknown_fields
+            self.last_ignored = notes.last_unknown
+
+    def ignored(self, frame: wire.IgnoredFrame) -> None:
+        self.ignored_frames += 1
+        self.last_ignored = f"frame type {frame.kind!r}"
 
 
 def wire_counts(state: HostState) -> dict[str, int]:
     """The edge's counters of any host state (all zero for a plain :class:`HostState`)."""
     if isinstance(state, WireHostState):
-        return {"value": state.nulled_values}
-    return {"value": 0}
+        return {"frame": state.ignored_frames, "field": state.ignored_fields, "value": state.nulled_values}
+    return {"frame": 0, "field": 0, "value": 0}

@@ -3,8 +3,10 @@
 The transports only move bytes; this module alone decides what a valid stream is, so SSH and local hosts
 fail the same way. Rules: lines are bounded (a line that grows past the bound is refused as soon as the
 bound is crossed, without buffering the rest), every line must decode as a wire frame of a known major
-version, and the first frame must be ``hello``. Any violation ends the stream with a reason; the host is
-the one the collector dialled, whatever the frames claim.
+version, and the first frame must be ``hello``. Frame types and fields of the same major version that
+this side does not know (a newer agent in a rolling upgrade) are skipped and counted on the host.
+Any violation ends the stream with a reason; the host is the one the collector dialled, whatever the
+frames claim.
 
 Time: the collector's receive time bounds a frame's time. Once a frame is stamped more than
 ``max_clock_skew`` seconds from its receive time, the stream re-stamps it with the receive time and keeps
@@ -190,7 +192,13 @@ class AgentStream:
         if not line.strip():
             return  # blank lines carry nothing; tolerate them
         notes = wire.DecodeNotes()
-        frame = wire.decode(line, self.framer.max_line_bytes, notes)
+        try:
+            frame = wire.decode(line, self.framer.max_line_bytes, notes)
+        except wire.IgnoredFrame as exc:  # a newer agent's frame type: skipped, counted, stream kept
+            if isinstance(self.state, WireHostState):
+                self.state.ignored(exc)
+            log.debug("%s: %s", self.state.name, exc)
+            return
         if self.hello is None and not isinstance(frame, wire.Hello):
             raise wire.MalformedFrame(f"first frame is {frame.type!r}, expected 'hello'")
         received = self.clock()

@@ -33,7 +33,7 @@ from gpufleet.collector.aioserver import close_server, close_writer
 from gpufleet.collector.config import parse_listen
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.live import HostState, LiveView
-from gpufleet.collector.wirestate import WireHostState, wire_counts
+from gpufleet.collector.wirestate import WireHostState, budget_counts, wire_counts
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -99,6 +99,11 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("gpufleet_host_bad_frames_total", "counter", "Invalid frames received from the host.", _HOST),
     _Spec("gpufleet_host_clock_skew_seconds", "gauge",
           "Seconds the collector adds to the host's timestamps (its clock is off by over max_clock_skew).",
+          _HOST),
+    _Spec("gpufleet_host_dropped_frames_total", "counter",
+          "Frames dropped over the host's budget: what=frame (bytes/s), what=event (events/s).",
+          ("host", "what")),
+    _Spec("gpufleet_host_dropped_bytes_total", "counter", "Bytes of frames dropped over the bytes/s budget.",
           _HOST),
     _Spec("gpufleet_host_wire_ignored_total", "counter",
           "What the collector ignored: frame (a newer agent's frame type), field (a newer agent's field), "
@@ -335,6 +340,10 @@ class FleetCollector:
                 b.add("gpufleet_host_tag", (h.name, tag), 1)
             b.add("gpufleet_host_frames_total", lab, h.frames)
             b.add("gpufleet_host_bad_frames_total", lab, h.bad_frames)
+            dropped = budget_counts(h)
+            b.add("gpufleet_host_dropped_frames_total", (h.name, "frame"), dropped["frames"])
+            b.add("gpufleet_host_dropped_frames_total", (h.name, "event"), dropped["events"])
+            b.add("gpufleet_host_dropped_bytes_total", lab, dropped["bytes"])
             for what, count in wire_counts(h).items():
                 b.add("gpufleet_host_wire_ignored_total", (h.name, what), count)
             b.add("gpufleet_host_connects_total", lab, h.connects)

@@ -149,6 +149,9 @@ class HostInfo:
     ignored_frames: int | None = None  # frame types / fields of a newer agent, skipped (last_ignored: which)
     ignored_fields: int | None = None
     last_ignored: str | None = None
+    over_budget: bool | None = None  # dropping the excess of what the host sends (transport/budget.py)
+    dropped_frames: int | None = None
+    dropped_events: int | None = None
 
 
 # ------------------------------------------------------------- inputs (live samples and stored rows alike)
@@ -508,7 +511,7 @@ def _gpu_count(s: HostState) -> int:
 
 
 def host_infos(states: Iterable[HostState]) -> list[HostInfo]:
-    from gpufleet.collector.wirestate import WireHostState, wire_counts  # collector side only
+    from gpufleet.collector.wirestate import WireHostState, budget_counts, wire_counts  # collector only
 
     out = [
         HostInfo(
@@ -533,6 +536,9 @@ def host_infos(states: Iterable[HostState]) -> list[HostInfo]:
             ignored_frames=wire_counts(s)["frame"],
             ignored_fields=wire_counts(s)["field"],
             last_ignored=s.last_ignored if isinstance(s, WireHostState) else None,
+            over_budget=s.over_budget if isinstance(s, WireHostState) else None,
+            dropped_frames=budget_counts(s)["frames"],
+            dropped_events=budget_counts(s)["events"],
         )
         for s in states
     ]

@@ -42,6 +42,20 @@ DEFAULT_MAX_CLOCK_SKEW = 5.0
 
 
 @dataclass(slots=True)
+class HostBudget:
+    """What one host may send (collector/transport/budget.py). Defaults only for now: the config loader
+    does not read a ``budget:`` section yet. A normal 8-GPU host sends ~10 KB and no events a second."""
+
+    bytes_per_second: float = 4 << 20
+    bytes_burst: float = 16 << 20  # at least two maximal lines (max_line_bytes)
+    events_per_second: float = 20.0
+    events_burst: float = 200.0
+    max_gpus: int = 256  # GPUs in one frame, and distinct GPU UUIDs on one connection: more is refused
+    max_event_message: int = 4096  # characters of an event's message kept
+    summary_interval: float = 10.0  # at most one "dropped over budget" event per host this often
+
+
+@dataclass(slots=True)
 class HostConfig:
     """One GPU host. ``name`` is the identity used everywhere (never what the agent claims)."""
 

@@ -21,6 +21,10 @@ class WireHostState(HostState):
     ignored_frames: int = 0  # frame types of this major version the collector does not know (newer agent)
     ignored_fields: int = 0  # fields it does not know, in frames it does
     last_ignored: str | None = None  # the last of either: "frame type 'future_thing'", "snapshot.gpus[0].x"
+    dropped_frames: int = 0  # lines over the host's bytes budget, dropped unparsed
+    dropped_bytes: int = 0
+    dropped_events: int = 0  # events over the host's events budget
+    over_budget: bool = False  # something was dropped in the last summary_interval (transport/budget.py)
     #: seconds added to the agent's timestamps (its clock is this far behind the collector's; negative:
     #: ahead), while beyond the host's max_clock_skew; None while the clocks agree
     clock_skew: float | None = None
@@ -37,6 +41,13 @@ class WireHostState(HostState):
     def ignored(self, frame: wire.IgnoredFrame) -> None:
         self.ignored_frames += 1
         self.last_ignored = f"frame type {frame.kind!r}"
+
+
+def budget_counts(state: HostState) -> dict[str, int]:
+    """Frames and events dropped over the host's budget (zero for a plain :class:`HostState`)."""
+    if isinstance(state, WireHostState):
+        return {"frames": state.dropped_frames, "events": state.dropped_events, "bytes": state.dropped_bytes}
+    return {"frames": 0, "events": 0, "bytes": 0}
 
 
 def wire_counts(state: HostState) -> dict[str, int]:

@@ -152,3 +152,4 @@ class ClockSkewRule(Rule):
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         return f"{alert.labels.get('host')}: clocks agree again"
+

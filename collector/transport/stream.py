@@ -26,7 +26,8 @@ from collections.abc import Callable, Iterator
 
 from gpufleet.agent import wire
 from gpufleet.collector.live import FleetSink, HostState
-from gpufleet.collector.settings import DEFAULT_MAX_CLOCK_SKEW
+from gpufleet.collector.settings import DEFAULT_MAX_CLOCK_SKEW, HostBudget
+from gpufleet.collector.transport.budget import StreamBudget
 from gpufleet.collector.wirestate import WireHostState
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ class AgentStream:
     def __init__(self, state: HostState, sink: FleetSink, *, max_line_bytes: int = wire.MAX_LINE_BYTES,
                  clock: Callable[[], float] = time.time,
                  on_up: Callable[[wire.Hello], None] | None = None,
-                 max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW) -> None:
+                 max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW, budget: HostBudget | None = None) -> None:
         self.state = state
         self.sink = sink
         self.clock = clock
@@ -95,6 +96,7 @@ class AgentStream:
         self.loop = asyncio.get_running_loop()
         self.done: asyncio.Future[str] = self.loop.create_future()
         self.last_rx = self.loop.time()  # monotonic time of the last complete line
+        self.budget = StreamBudget(budget or HostBudget(), self.last_rx, max_line_bytes)
         self.hello: wire.Hello | None = None
         self.graceful = False  # ended by the collector (stop/restart): close politely with EOF
         self.grace = 2.0  # seconds a graceful close may wait for the agent to exit
@@ -145,6 +147,8 @@ class AgentStream:
     def finish(self, reason: str) -> None:
         """End the stream (idempotent: the first reason is kept)."""
         if not self.done.done():
+            if self.hello is not None:  # what the budget dropped and did not say yet
+                self._send_summary(self.budget.final_summary(self.loop.time(), self.clock()))
             self.done.set_result(reason)
 
     def exited(self, status: int | None, signal: str | None = None, exc: BaseException | None = None) -> None:
@@ -188,9 +192,21 @@ class AgentStream:
     # ------------------------------------------------------------------------------------------- frames
 
     def _line(self, line: bytes) -> None:
-        self.last_rx = self.loop.time()
+        self.last_rx = now = self.loop.time()
         if not line.strip():
             return  # blank lines carry nothing; tolerate them
+        try:
+            self._budgeted(line, now)
+        finally:
+            self._budget_state(now)
+
+    def _budgeted(self, line: bytes, now: float) -> None:
+        budget = self.budget
+        if not budget.admit_line(len(line), now):
+            if isinstance(self.state, WireHostState):
+                self.state.dropped_frames += 1
+                self.state.dropped_bytes += len(line)
+            return
         notes = wire.DecodeNotes()
         try:
             frame = wire.decode(line, self.framer.max_line_bytes, notes)
@@ -201,6 +217,12 @@ class AgentStream:
             return
         if self.hello is None and not isinstance(frame, wire.Hello):
             raise wire.MalformedFrame(f"first frame is {frame.type!r}, expected 'hello'")
+        if isinstance(frame, (wire.Snapshot, wire.Hello)):
+            budget.check_gpus(frame)
+        elif isinstance(frame, wire.Event) and not budget.admit_event(frame, now):
+            if isinstance(self.state, WireHostState):
+                self.state.dropped_events += 1
+            return
         received = self.clock()
         state = self.state
         state.frames += 1
@@ -251,6 +273,30 @@ class AgentStream:
             return False
         state.clock_skew = skew
         return True
+
+    def _budget_state(self, now: float) -> None:
+        """After each line: the summary event when one is due, and the host's ``over_budget`` flag."""
+        budget = self.budget
+        if budget.last_drop is None and not budget.recent_drop:
+            return  # never dropped anything: the common case costs one comparison
+        if self.hello is not None:
+            self._send_summary(budget.summary(now, self.clock()))
+        state = self.state
+        if isinstance(state, WireHostState):
+            flagged = budget.flagged(now)
+            if flagged != state.over_budget:
+                state.over_budget = flagged
+                if state.status == "up":
+                    self._emit_state()
+
+    def _send_summary(self, event: wire.Event | None) -> None:
+        if event is None:
+            return
+        log.warning("%s: %s", self.state.name, event.message)
+        try:
+            self.sink.frame(self.state.name, event, event.ts)
+        except Exception:  # noqa: BLE001
+            log.exception("%s: sink failed on the budget summary", self.state.name)
 
     def _emit_state(self) -> None:
         try:

@@ -5,7 +5,8 @@ written as they are (raw bytes: anything a broken or malicious agent could print
 by this process's clock (``@NOW-600@``: that clock stepped back 600 s). A hello is sent first unless the
 script starts with one. After the script, a
 plain snapshot (or, with ``--repeat``, the script's
-last line again) every ``--interval`` (stamped ``--ts-offset`` seconds off), until stdin reaches EOF.
+last line again) every ``--interval``; ``--flood S`` first prints the last line as fast as it can for
+S s (stamped ``--ts-offset`` seconds off), until stdin reaches EOF.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ def main() -> None:
     p.add_argument("--interval", type=float, default=0.1)
     p.add_argument("--ts-offset", type=float, default=0.0)
     p.add_argument("--repeat", action="store_true", help="keep printing the script's last line")
+    p.add_argument("--flood", type=float, default=0.0, metavar="SECONDS",
+                   help="print the script's last line as fast as the pipe takes it, this long")
     args = p.parse_args()
     out = sys.stdout.buffer
     with open(args.script, "rb") as f:
@@ -44,6 +47,12 @@ def main() -> None:
     for line in lines:
         out.write(stamped(line) + b"\n")
     out.flush()
+    end = time.monotonic() + args.flood
+    if lines and args.flood:
+        per_chunk = max(1, 65536 // len(lines[-1]))
+        while time.monotonic() < end:  # each line stamped on its own: no two are duplicates
+            out.write(b"".join(stamped(lines[-1]) + b"\n" for _ in range(per_chunk)))
+            out.flush()
     seq = 1000
     while True:
         ready, _, _ = select.select([sys.stdin], [], [], args.interval)

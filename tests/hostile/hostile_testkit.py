@@ -41,10 +41,10 @@ def snapshot(uuid: str, *, ts: float | str = "@NOW@", seq: int = 1, **gpu: Any) 
 
 
 def host(name: str, script: Path, *, ts_offset: float = 0.0, interval: float = 0.1,
-         repeat: bool = False) -> HostConfig:
+         repeat: bool = False, flood: float = 0.0) -> HostConfig:
     argv = [sys.executable, str(AGENT), "--script", str(script), "--uuid", f"GPU-{name}-0",
             "--ts-offset", repr(ts_offset)]
-    cmd = shlex.join(argv + (["--repeat"] if repeat else []))
+    cmd = shlex.join(argv + (["--repeat"] if repeat else []) + (["--flood", repr(flood)] if flood else []))
     return HostConfig(name=name, transport="local", agent_command=cmd, interval=interval)
 
 
@@ -77,7 +77,8 @@ class Fleet:
 
 @asynccontextmanager
 async def collector_over(scripts: dict[str, Iterable[str]], *, ts_offsets: dict[str, float] | None = None,
-                         repeat: Iterable[str] = (), **config: Any) -> AsyncIterator[Fleet]:
+                         repeat: Iterable[str] = (), floods: dict[str, float] | None = None,
+                         **config: Any) -> AsyncIterator[Fleet]:
     """A started collector with one local host per script (name -> frame lines); hosts in ``repeat`` keep
     printing their script's last line."""
     home = Path(tempfile.mkdtemp(prefix="gfhost-", dir="/tmp"))
@@ -86,7 +87,7 @@ async def collector_over(scripts: dict[str, Iterable[str]], *, ts_offsets: dict[
         path = home / f"{name}.jsonl"
         path.write_text("".join(f"{ln}\n" for ln in lines))
         hosts.append(host(name, path, ts_offset=(ts_offsets or {}).get(name, 0.0),
-                          repeat=name in set(repeat)))
+                          repeat=name in set(repeat), flood=(floods or {}).get(name, 0.0)))
     cfg = Config(hosts=hosts, storage=StorageConfig(path=str(home / "db.sqlite")),
                  api=ApiConfig(socket=str(home / "run" / "gpufleet.sock")),
                  metrics=MetricsConfig("127.0.0.1:0"), rules=default_rules(), **config)

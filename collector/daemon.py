@@ -247,6 +247,7 @@ class Collector:
         }
         if self._store is not None:
             out["store_queue_depth"] = float(self._store.queue_depth)
+            out["store_queue_bytes"] = float(self._store.queue_bytes)
             out["store_dropped_total"] = float(self._store.dropped)
             out["store_healthy"] = 1.0 if self._store.healthy else 0.0
         if self._alerts is not None:

@@ -156,6 +156,8 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("gpufleet_collector_bad_frames_total", "counter", "Invalid frames received from all hosts."),
     _Spec("gpufleet_collector_reconnects_total", "counter", "Reconnection attempts to all hosts."),
     _Spec("gpufleet_collector_store_queue_depth", "gauge", "Items waiting for the SQLite writer."),
+    _Spec("gpufleet_collector_store_queue_bytes", "gauge",
+          "Estimated memory held by the SQLite writer's queue (bounded: the oldest snapshots are dropped)."),
     _Spec("gpufleet_collector_store_dropped_total", "counter", "Items dropped: store queue full."),
     _Spec("gpufleet_collector_store_healthy", "gauge", "1 while the store accepts writes."),
     _Spec("gpufleet_collector_notify_queue_depth", "gauge", "Notifications waiting to be sent."),

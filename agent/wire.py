@@ -301,6 +301,10 @@ def _typed(obj: dict[str, Any], key: str, kinds: tuple[type, ...], where: str, r
         if required:
             raise MalformedFrame(f"{where}: missing required field {key!r}")
         return None
+    if type(value) is str and kinds is _STR:  # the common cases first, without the general checks
+        return value if value.isascii() and value.isprintable() else safe_text(value)
+    if type(value) is int and int in kinds:
+        return value
     # bool is an int subclass: never accept it where a number is wanted
     if isinstance(value, bool) and bool not in kinds:
         raise MalformedFrame(f"{where}: field {key!r} must be {_names(kinds)}, got bool")
@@ -332,6 +336,9 @@ def _names(kinds: tuple[type, ...]) -> str:
 
 def _ident(obj: dict[str, Any], key: str, where: str, hi: int, required: bool = False, lo: int = 0) -> Any:
     """An integer that identifies something (index, pid, seq): out of ``lo..hi`` the frame is malformed."""
+    value = obj.get(key)
+    if type(value) is int and lo <= value <= hi:
+        return value  # the common case, without the general checks
     value = _typed(obj, key, _INT, where, required)
     if value is not None and not lo <= value <= hi:
         raise MalformedFrame(
@@ -342,6 +349,11 @@ def _ident(obj: dict[str, Any], key: str, where: str, hi: int, required: bool = 
 def _reading(obj: dict[str, Any], key: str, kinds: tuple[type, ...], where: str, notes: DecodeNotes,
              lo: float, hi: float) -> Any:
     """A measurement: out of ``lo..hi`` it is nulled ("not reported") and noted."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    if type(value) is int and lo <= value <= hi:
+        return value  # the common case, without the general checks
     value = _typed(obj, key, kinds, where)
     if value is not None and not lo <= value <= hi:
         notes.nulled(where, key, value, lo, hi)

@@ -8,7 +8,7 @@ but changed on the way in are counted here, never silently: readings outside the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpufleet.agent import wire
 from gpufleet.collector.live import HostState
@@ -25,6 +25,10 @@ class WireHostState(HostState):
     dropped_bytes: int = 0
     dropped_events: int = 0  # events over the host's events budget
     over_budget: bool = False  # something was dropped in the last summary_interval (transport/budget.py)
+    #: GPU UUIDs this host reported since ``uuids_since`` (wall time), across connections: bounded by the
+    #: budget's max_gpus per UUID_WINDOW, so new UUIDs every frame cannot grow the GPU table without end
+    uuids: set[str] = field(default_factory=set, repr=False, compare=False)
+    uuids_since: float = 0.0
     #: seconds added to the agent's timestamps (its clock is this far behind the collector's; negative:
     #: ahead), while beyond the host's max_clock_skew; None while the clocks agree
     clock_skew: float | None = None

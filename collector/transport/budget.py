@@ -4,8 +4,9 @@ Every line costs its size from a bytes bucket before it is even parsed; every ev
 bucket (token buckets: a steady rate plus a burst). What does not fit is dropped and counted, never queued,
 and summarised as one ``rate_limited`` event per ``summary_interval`` (so history says what was lost); the
 host is flagged ``over_budget`` until a whole interval passes without a drop. A frame with more GPUs than
-``max_gpus``, or more distinct GPU UUIDs than that on one connection (new UUIDs every frame would grow the
-GPU table without bound), is refused with a reason: the stream ends and the host reconnects with backoff.
+``max_gpus``, or more distinct GPU UUIDs than that from one host within ``UUID_WINDOW`` (new UUIDs every
+frame would grow the GPU table without bound), is refused with a reason: the stream ends and the host
+reconnects with backoff.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from gpufleet.agent import wire
 from gpufleet.collector.settings import HostBudget
 
 RATE_LIMITED = "rate_limited"  # the kind of the summary event
+UUID_WINDOW = 86400.0  # seconds: distinct GPU UUIDs per host are counted over this window
 
 
 class TokenBucket:
@@ -39,11 +41,12 @@ class TokenBucket:
 class StreamBudget:
     """One connection's budget (``now`` is monotonic seconds)."""
 
-    def __init__(self, budget: HostBudget, now: float, max_line_bytes: int) -> None:
+    def __init__(self, budget: HostBudget, now: float, max_line_bytes: int,
+                 uuids: set[str] | None = None) -> None:
         self.budget = budget
         self.bytes = TokenBucket(budget.bytes_per_second, max(budget.bytes_burst, 2 * max_line_bytes), now)
         self.events = TokenBucket(budget.events_per_second, budget.events_burst, now)
-        self.uuids: set[str] = set()
+        self.uuids: set[str] = set() if uuids is None else uuids  # the host's, across connections if given
         # dropped since the last summary
         self.lines = 0
         self.line_bytes = 0
@@ -85,8 +88,9 @@ class StreamBudget:
             if g.uuid not in uuids:
                 uuids.add(g.uuid)
                 if len(uuids) > limit:
-                    raise wire.MalformedFrame(f"more than {limit} distinct GPU UUIDs on one connection "
-                                              "(new UUIDs every frame?)")
+                    uuids.discard(g.uuid)
+                    raise wire.MalformedFrame(f"more than {limit} distinct GPU UUIDs from this host in "
+                                              f"{UUID_WINDOW / 3600:g} h (new UUIDs every frame?)")
 
     def _dropped(self, now: float) -> None:
         if self.last_drop is None:

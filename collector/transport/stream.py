@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from gpufleet.agent import wire
 from gpufleet.collector.live import FleetSink, HostState
 from gpufleet.collector.settings import DEFAULT_MAX_CLOCK_SKEW, HostBudget
-from gpufleet.collector.transport.budget import StreamBudget
+from gpufleet.collector.transport.budget import UUID_WINDOW, StreamBudget
 from gpufleet.collector.wirestate import WireHostState
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,8 @@ class AgentStream:
         self.loop = asyncio.get_running_loop()
         self.done: asyncio.Future[str] = self.loop.create_future()
         self.last_rx = self.loop.time()  # monotonic time of the last complete line
-        self.budget = StreamBudget(budget or HostBudget(), self.last_rx, max_line_bytes)
+        self.budget = StreamBudget(budget or HostBudget(), self.last_rx, max_line_bytes,
+                                   _host_uuids(state, clock()))
         self.hello: wire.Hello | None = None
         self.graceful = False  # ended by the collector (stop/restart): close politely with EOF
         self.grace = 2.0  # seconds a graceful close may wait for the agent to exit
@@ -309,6 +310,16 @@ class AgentStream:
         reason = f"protocol error: {message}"
         log.warning("%s: closing the agent stream: %s", self.state.name, reason)
         self.finish(reason)
+
+
+def _host_uuids(state: HostState, now: float) -> set[str] | None:
+    """The host's GPU UUID set of the current window (budget.UUID_WINDOW), kept across connections."""
+    if not isinstance(state, WireHostState):
+        return None
+    if not state.uuids_since or not 0 <= now - state.uuids_since < UUID_WINDOW:
+        state.uuids.clear()
+        state.uuids_since = now
+    return state.uuids
 
 
 def _secs(t: float) -> str:

@@ -311,7 +311,7 @@ class Store:
     # ------------------------------------------------------------------------------ maintenance
 
     async def run_maintenance(self, now: float) -> None:
-        """Rollups, retention and vacuum in small transactions, then a passive WAL checkpoint.
+        """Rollups, retention, vacuum, unused GPU rows: small transactions; then a passive WAL checkpoint.
 
         The daemon calls it every minute; ingest keeps flowing between the steps.
         """
@@ -323,6 +323,14 @@ class Store:
 
             while await writer.call(run, standalone=True):
                 pass
+
+        def prune(conn: sqlite3.Connection) -> bool:
+            uuids = rollup.delete_gpus(conn, now, policy)
+            writer.forget_gpus(uuids)
+            return len(uuids) >= policy.batch
+
+        while await writer.call(prune, standalone=True):
+            pass
         await self.checkpoint()
 
     async def checkpoint(self) -> tuple[int, int, int]:

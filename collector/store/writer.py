@@ -178,6 +178,11 @@ class Writer:
     def depth(self) -> int:
         return len(self._q)
 
+    def forget_gpus(self, uuids: Sequence[str]) -> None:
+        """GPU rows retention deleted: drop them from the id cache (call on the writer's thread, in a job)."""
+        for uuid in uuids:
+            self._state.gpus.pop(uuid, None)
+
     @property
     def queued_bytes(self) -> int:
         """Estimated memory held by the queue (what ``queue_max_bytes`` bounds)."""

@@ -143,13 +143,14 @@ class HostInfo:
     frames: int | None = None
     bad_frames: int | None = None
     lag: float | None = None
-    nulled_values: int | None = None  # readings out of range, nulled at decode (last_nulled says which)
+    # what the edge noticed (collector/wirestate.py: WireHostState says what each means)
+    nulled_values: int | None = None
     last_nulled: str | None = None
-    clock_skew: float | None = None  # seconds the collector adds to the agent's stamps; None: clocks agree
-    ignored_frames: int | None = None  # frame types / fields of a newer agent, skipped (last_ignored: which)
+    clock_skew: float | None = None
+    ignored_frames: int | None = None
     ignored_fields: int | None = None
     last_ignored: str | None = None
-    over_budget: bool | None = None  # dropping the excess of what the host sends (transport/budget.py)
+    over_budget: bool | None = None
     dropped_frames: int | None = None
     dropped_events: int | None = None
 
@@ -511,7 +512,7 @@ def _gpu_count(s: HostState) -> int:
 
 
 def host_infos(states: Iterable[HostState]) -> list[HostInfo]:
-    from gpufleet.collector.wirestate import WireHostState, budget_counts, wire_counts  # collector only
+    from gpufleet.collector.wirestate import edge_facts  # collector side only
 
     out = [
         HostInfo(
@@ -530,15 +531,7 @@ def host_infos(states: Iterable[HostState]) -> list[HostInfo]:
             frames=s.frames,
             bad_frames=s.bad_frames,
             lag=s.lag,
-            nulled_values=wire_counts(s)["value"],
-            last_nulled=s.last_nulled if isinstance(s, WireHostState) else None,
-            clock_skew=s.clock_skew if isinstance(s, WireHostState) else None,
-            ignored_frames=wire_counts(s)["frame"],
-            ignored_fields=wire_counts(s)["field"],
-            last_ignored=s.last_ignored if isinstance(s, WireHostState) else None,
-            over_budget=s.over_budget if isinstance(s, WireHostState) else None,
-            dropped_frames=budget_counts(s)["frames"],
-            dropped_events=budget_counts(s)["events"],
+            **edge_facts(s),
         )
         for s in states
     ]

@@ -9,6 +9,7 @@ but changed on the way in are counted here, never silently: readings outside the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpufleet.agent import wire
 from gpufleet.collector.live import HostState
@@ -45,6 +46,17 @@ class WireHostState(HostState):
     def ignored(self, frame: wire.IgnoredFrame) -> None:
         self.ignored_frames += 1
         self.last_ignored = f"frame type {frame.kind!r}"
+
+
+def edge_facts(state: HostState) -> dict[str, Any]:
+    """The fields :class:`gpufleet.collector.query.HostInfo` shows (``gpufleet hosts``)."""
+    if not isinstance(state, WireHostState):
+        return {}
+    return {"nulled_values": state.nulled_values, "last_nulled": state.last_nulled,
+            "clock_skew": state.clock_skew, "ignored_frames": state.ignored_frames,
+            "ignored_fields": state.ignored_fields, "last_ignored": state.last_ignored,
+            "over_budget": state.over_budget, "dropped_frames": state.dropped_frames,
+            "dropped_events": state.dropped_events}
 
 
 def budget_counts(state: HostState) -> dict[str, int]:

@@ -15,7 +15,10 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from gpufleet.collector.classify import Thresholds
 
 API_VERSION = 1
 CONNECT_TIMEOUT = 2.0
@@ -189,8 +192,10 @@ class StoreFallback:
 
     source = "store"
 
-    def __init__(self, db: str | Path, *, notice: Callable[[str], None] | None = None) -> None:
+    def __init__(self, db: str | Path, *, notice: Callable[[str], None] | None = None,
+                 thresholds: Thresholds | None = None) -> None:
         self.db = Path(db)
+        self.thresholds = thresholds
         self.where = str(self.db)
         self._notice = notice
         self._noticed = False
@@ -222,7 +227,10 @@ class StoreFallback:
                         f"collector not running; showing stored data from {self.db} "
                         f"(last sample {fmt_ago(last)})"
                     )
-            response = await dispatch(StoreOps(store).table(), {"op": op, "args": args, "v": API_VERSION})
+            from gpufleet.collector.classify import DEFAULT_THRESHOLDS
+
+            ops = StoreOps(store, thresholds=self.thresholds or DEFAULT_THRESHOLDS).table()
+            response = await dispatch(ops, {"op": op, "args": args, "v": API_VERSION})
         finally:
             await store.close()
         if not response["ok"]:
@@ -240,6 +248,8 @@ class Endpoints:
     config_path: str | None = None
     socket: str | None = None
     db: str | None = None
+    #: the config's rule thresholds, so the fallback classifies GPUs as the collector does
+    thresholds: Thresholds | None = None
     _loaded: bool = False
     _named: bool = False  # the socket was given before the config was read (not taken from it)
 
@@ -260,6 +270,9 @@ class Endpoints:
             except ConfigError as exc:
                 raise CliError(str(exc).splitlines()[0], EXIT_USAGE) from None
             api, storage = cfg.api, cfg.storage
+            from gpufleet.collector.classify import thresholds_of
+
+            self.thresholds = thresholds_of(cfg.rules)
         else:
             api, storage = ApiConfig(), StorageConfig()
         if self.socket is None:
@@ -320,7 +333,7 @@ def connect(
         raise CollectorUnavailable(
             f"{reason} and no history at {db} — start it with `gpufleet collector run`"
         )
-    return StoreFallback(db, notice=notice if notice is not None else _stderr)
+    return StoreFallback(db, notice=notice if notice is not None else _stderr, thresholds=ends.thresholds)
 
 
 def _stderr(message: str) -> None:

@@ -111,10 +111,12 @@ def alert_lines(collector: Collector, width: int) -> list[Text]:
 
 def frame(collector: Collector, head: list[Text], width: int) -> RenderableType:
     from gpufleet.cli.render_status import render_status
+    from gpufleet.collector.classify import thresholds_of
     from gpufleet.collector.query import build_fleet_view, flags_from_alerts
 
     view = build_fleet_view(
-        collector.live.hosts.values(), flags_from_alerts(collector.alerts.active()), now=time.time()
+        collector.live.hosts.values(), flags_from_alerts(collector.alerts.active()), now=time.time(),
+        thresholds=thresholds_of(collector.config.rules),
     )
     return Group(
         *head, Text(), render_status(view, width, title="status"), Text(), *alert_lines(collector, width)

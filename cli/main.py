@@ -394,9 +394,13 @@ def silence_add(
     as_json: bool,
 ) -> None:
     """Add a silence."""
-    from gpufleet.cli.timeparse import fmt_duration, fmt_ts, parse_duration
+    from gpufleet.cli.timeparse import fmt_ts, parse_duration
+    from gpufleet.collector.units import DurationError, fmt_duration
 
-    seconds = parse_duration(duration)
+    try:
+        seconds = parse_duration(duration)
+    except DurationError as exc:  # checked before anything is sent: an absurd --for creates nothing
+        raise CliError(f"bad --for {duration!r}: {exc.reason}", EXIT_USAGE) from None
     if seconds is None or seconds <= 0:
         raise CliError(f"bad --for {duration!r}: expected a duration like 2h, 30m, 1d", EXIT_USAGE)
     matchers = {k: v for k, v in (("host", host), ("gpu", gpu), ("user", user), ("rule", rule)) if v}
@@ -524,11 +528,14 @@ def _load_config(state: State) -> Any:
         )
         return default_config()
     try:
-        return load_config(path)
+        config = load_config(path)
     except ConfigError as exc:
         for line in str(exc).splitlines():
             click.echo(line, err=True)
         raise CliError(f"{path}: invalid config", EXIT_USAGE) from None
+    for warning in config.warnings:  # literal duplicates only: `config check` also resolves names
+        click.echo(warning, err=True)
+    return config
 
 
 # ------------------------------------------------------------------------------------------- config
@@ -555,12 +562,14 @@ def config_check(state: State) -> None:
         )
         return
     try:
-        cfg = load_config(path)
+        cfg = load_config(path, resolve_addresses=True)
     except ConfigError as exc:
         lines = str(exc).splitlines()
         for line in lines:
             click.echo(line, err=True)
         raise CliError(f"{path}: {len(lines)} error{'s' if len(lines) != 1 else ''}") from None
+    for warning in cfg.warnings:
+        click.echo(warning, err=True)
     enabled = sum(1 for r in cfg.rules.values() if r.enabled)
     click.echo(
         f"{path}: ok: {len(cfg.hosts)} hosts, {enabled} rules enabled, {len(cfg.notifiers)} notifiers; "

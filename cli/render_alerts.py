@@ -7,9 +7,10 @@ from typing import Any
 
 from gpufleet.cli import convert
 from gpufleet.cli.grid import Cell, Col, grid
-from gpufleet.cli.timeparse import fmt_duration, fmt_ts
+from gpufleet.cli.timeparse import fmt_ts
 from gpufleet.collector.query import flag_name, natural_key
 from gpufleet.collector.store.records import AlertRecord, SilenceRecord
+from gpufleet.collector.units import fmt_duration
 from rich.console import Group, RenderableType
 from rich.text import Text
 
@@ -113,6 +114,19 @@ def silences_table(silences: Sequence[SilenceRecord], width: int, now: float) ->
     return grid(cols, rows, width, tail="COMMENT", tail_min=20)
 
 
+def undelivered_lines(alerts: Sequence[AlertRecord], undelivered: dict[str, dict[str, float]]) -> list[Text]:
+    """``host_down on n3: undelivered to ops-hook since 2026-12-03 07:40:12``, one line per alert."""
+    out: list[Text] = []
+    for a in sorted(alerts, key=_sort_key):
+        where = undelivered.get(a.fingerprint) or {}
+        if where:
+            host = a.labels.get("host") or a.labels.get("notifier") or ""
+            what = f"{a.rule} on {host}" if host else a.rule
+            since = ", ".join(f"{name} since {fmt_ts(t)}" for name, t in sorted(where.items()))
+            out.append(Text(f"  {what}: undelivered to {since}", "yellow"))
+    return out
+
+
 def render_alerts(result: dict[str, Any], width: int, now: float, since: float) -> RenderableType:
     active = convert.many(AlertRecord, result.get("active"))
     recent = convert.many(AlertRecord, result.get("recent"))
@@ -125,6 +139,7 @@ def render_alerts(result: dict[str, Any], width: int, now: float, since: float) 
     parts.append(head)
     muted = set(result.get("muted") or ())
     parts.append(active_table(active, width, now, muted) if active else Text("  none", "dim"))
+    parts += undelivered_lines(active, result.get("undelivered") or {})
     parts += [Text(), Text(f"Resolved since {fmt_ts(since)[:16]}: {len(recent)}", style="bold")]
     if recent:
         parts.append(resolved_table(recent, width))

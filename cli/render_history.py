@@ -13,9 +13,9 @@ from typing import Any
 
 from gpufleet.cli import convert
 from gpufleet.cli.grid import Cell, Col, grid
-from gpufleet.cli.render_status import fmt_size
-from gpufleet.cli.timeparse import fmt_duration, fmt_ts
+from gpufleet.cli.timeparse import fmt_ts
 from gpufleet.collector.store.records import EventRow, GpuSeries, ProcessSpan, SeriesPoint, UsageRow
+from gpufleet.collector.units import fmt_duration, fmt_pct, fmt_size
 from rich.console import Group, RenderableType
 from rich.text import Text
 
@@ -96,7 +96,8 @@ def _series_block(s: GpuSeries, since: float, until: float, width: int) -> list[
     line = Text("  util ", "dim")
     line.append(sparkline(util, 0, 100), "green")
     if umeans:
-        line.append(f"  mean {sum(umeans) / len(umeans):.0f}%  max {max(umax):.0f}%")
+        mean, peak = fmt_pct(sum(umeans) / len(umeans), compact=True), fmt_pct(max(umax), compact=True)
+        line.append(f"  mean {mean}  max {peak}")
     else:
         line.append("  no samples", "dim")
     lines.append(line)
@@ -145,7 +146,7 @@ def summary_line(series: Sequence[GpuSeries], usage: Sequence[UsageRow]) -> Text
             if peak is None or v > peak[0]:
                 peak = (v, s.index)
     t = Text("Summary: ", "bold")
-    t.append(f"mean util {sum(utils) / len(utils):.0f}%" if utils else "no samples")
+    t.append(f"mean util {fmt_pct(sum(utils) / len(utils), compact=True)}" if utils else "no samples")
     if peak:
         t.append(f" · peak memory {fmt_size(peak[0])} (GPU {peak[1]})")
     held = sum(u.gpu_hours_held for u in usage)
@@ -186,7 +187,7 @@ def process_table(procs: Sequence[ProcessSpan], width: int) -> Text:
                 fmt_ts(p.last_seen)[5:16],
                 fmt_duration(p.last_seen - p.first_seen),
                 fmt_size(p.max_gpu_memory),
-                "-" if p.mean_sm_util is None else f"{p.mean_sm_util:.0f}%",
+                fmt_pct(p.mean_sm_util, compact=True),
                 (p.command or "-") + (f"  [{where}]" if where else ""),
             ]
         )

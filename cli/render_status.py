@@ -12,15 +12,14 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from gpufleet.cli.lines import Line, cells, cut, to_text
-from gpufleet.cli.timeparse import fmt_ago, fmt_duration
+from gpufleet.cli.timeparse import fmt_ago
 from gpufleet.collector.query import FleetView, GpuView, HostInfo, HostView, ProcView, UserUsage
+from gpufleet.collector.units import GIB, fmt_duration, fmt_duration_short, fmt_pct, fmt_size, fmt_size_short
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.text import Text
 
-GIB = 1 << 30
-MIB = 1 << 20
 MAX_PROCS_SHOWN = 3
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
@@ -51,26 +50,6 @@ def bar(fraction: float | None, width: int) -> str:
     full, part = divmod(eighths, 8)
     s = "█" * full + (_EIGHTHS[part] if part else "")
     return s + " " * (width - len(s))
-
-
-def fmt_bytes(n: float | None) -> str:
-    """``512M``, ``1.5G``, ``31G``."""
-    if n is None:
-        return "-"
-    if n < GIB:
-        return f"{n / MIB:.0f}M"
-    g = n / GIB
-    return f"{g:.1f}G" if g < 10 else f"{g:.0f}G"
-
-
-def fmt_size(n: float | None) -> str:
-    """``512 MiB``, ``1.5 GiB``, ``40 GiB``: the spelled-out unit for views with room (the alerts say GiB)."""
-    if n is None:
-        return "-"
-    if n < GIB:
-        return f"{n / MIB:.0f} MiB"
-    g = n / GIB
-    return f"{g:.1f} GiB" if g < 10 else f"{g:.0f} GiB"
 
 
 def plural(n: int, word: str) -> str:
@@ -161,13 +140,7 @@ class Layout:
     def duration(self, seconds: float | None) -> str:
         if seconds is None:
             return "-"
-        if self.wide:
-            return fmt_duration(seconds)
-        s = int(max(0.0, seconds))
-        for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-            if s >= size:
-                return f"{s // size}{unit}"
-        return f"{s}s"
+        return fmt_duration(seconds) if self.wide else fmt_duration_short(seconds)
 
     def header(self) -> Line:
         parts = [
@@ -253,7 +226,8 @@ class _Gauges:
         tail = self.tail.get(tkey)
         if tail is None:
             tail = self.tail[tkey] = (
-                _fit(fmt_bytes(p.memory), lay.pmem, "right") + " " + _fit(tkey[1], lay.run, "right") + " ",
+                _fit(fmt_size_short(p.memory), lay.pmem, "right") + " "
+                + _fit(tkey[1], lay.run, "right") + " ",
                 "",
             )
         return user, cmd, tail
@@ -264,7 +238,7 @@ class _Gauges:
             frac = None if util is None else util / 100
             c = self.util[util] = [
                 (bar(frac, self.lay.bar), util_style(util)),
-                (_fit("-" if util is None else f"{util}%", 5, "right") + " ", ""),
+                (_fit(fmt_pct(util, compact=True), 5, "right") + " ", ""),
             ]
         return c
 
@@ -475,7 +449,7 @@ def render_by_user(view: FleetView, rows: Sequence[UserUsage], width: int) -> Re
             str(r.gpus),
             (str(r.wasted), "bold yellow" if r.wasted else "dim"),
             fmt_size(r.memory),
-            "-" if r.mean_util is None else f"{r.mean_util:.0f}%",
+            fmt_pct(r.mean_util, compact=True),
             fmt_duration(r.longest),
             ", ".join(r.hosts),
         ]

@@ -1,18 +1,18 @@
 """Times people type on the command line (``--since 24h``, ``--until 2026-11-30T08:00``) and times we print.
 
 Kept apart from click so the parsing is testable on its own and the error text is the same everywhere.
-Dates without a zone are local time, as a person at the terminal means them.
+Durations are read by :mod:`gpufleet.collector.units` (the same grammar and bounds as the config file);
+dates without a zone are local time, as a person at the terminal means them.
 """
 
 from __future__ import annotations
 
-import re
 import time
 from datetime import datetime
 
-_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*([smhdw])")
-_DURATION_FULL = re.compile(r"^(?:\s*\d+(?:\.\d+)?\s*[smhdw])+\s*$")
+from gpufleet.collector.units import DurationError, fmt_duration
+from gpufleet.collector.units import parse_duration as _parse_units
+
 _DATE_FORMATS = ("%Y-%m-%d", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S")
 
 EXPECTED = "expected a duration like 24h, 7d, 90m or a date like 2026-11-30 or 2026-11-30T08:00"
@@ -21,17 +21,28 @@ EXPECTED = "expected a duration like 24h, 7d, 90m or a date like 2026-11-30 or 2
 class TimeParseError(ValueError):
     """A time argument that is neither a duration nor a date; ``str()`` is the one-line user message."""
 
-    def __init__(self, option: str, text: str) -> None:
+    def __init__(self, option: str, text: str, reason: str = EXPECTED) -> None:
         self.option, self.text = option, text
-        super().__init__(f"bad {option} {text!r}: {EXPECTED}")
+        super().__init__(f"bad {option} {_shown(text)}: {reason}")
+
+
+def _shown(text: str) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= 40 else shown[:37] + "...'"
 
 
 def parse_duration(text: str) -> float | None:
-    """``90m`` / ``1h30m`` / ``7d`` -> seconds, or None when ``text`` is not a duration."""
-    t = text.strip().lower()
-    if not _DURATION_FULL.match(t):
-        return None
-    return sum(float(n) * _UNITS[u] for n, u in _DURATION.findall(t))
+    """``90m`` / ``1h30m`` / ``7d`` / ``500ms`` -> seconds, or None when ``text`` is not written as one.
+
+    A bare number is not a duration here (``--since 2026`` is not 2026 seconds). Raises
+    :class:`~gpufleet.collector.units.DurationError` for a duration out of range (over 100 years).
+    """
+    try:
+        return _parse_units(text.strip().lower(), bare_seconds=False)
+    except DurationError as exc:
+        if exc.syntax:
+            return None
+        raise
 
 
 def parse_time(text: str, *, option: str = "--since", now: float | None = None) -> float:
@@ -43,7 +54,10 @@ def parse_time(text: str, *, option: str = "--since", now: float | None = None) 
     t = text.strip()
     if t.lower() == "now":
         return now
-    seconds = parse_duration(t)
+    try:
+        seconds = parse_duration(t)
+    except DurationError as exc:
+        raise TimeParseError(option, text, exc.reason) from None
     if seconds is not None:
         return now - seconds
     for fmt in _DATE_FORMATS:
@@ -69,20 +83,6 @@ def parse_range(
     return start, end
 
 
-def fmt_duration(seconds: float | None) -> str:
-    """Compact human duration: ``45s``, ``12m``, ``3h05m``, ``2d04h``."""
-    if seconds is None:
-        return "-"
-    s = int(max(0.0, seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m"
-    if s < 86400:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
-
-
 def fmt_ago(ts: float | None, now: float | None = None) -> str:
     """``3m ago`` (or ``never``)."""
     if ts is None:
@@ -92,7 +92,10 @@ def fmt_ago(ts: float | None, now: float | None = None) -> str:
 
 
 def fmt_ts(ts: float | None) -> str:
-    """Local ``2026-11-30 08:00:05`` (or ``-``)."""
+    """Local ``2026-11-30 08:00:05`` (or ``-``; ``?`` for a time no calendar can show)."""
     if ts is None:
         return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+    except (OverflowError, OSError, ValueError):
+        return "?"

@@ -12,7 +12,8 @@ Per sample (DESIGN.md: combine signals):
   Stuck: util at or above ``util_below`` while power is under ``stuck_power_ratio`` of the limit: a kernel is
   resident but the GPU does not compute (a hung collective).
 - *holders*: each user's non-zombie processes holding at least ``min_memory_bytes`` (zombies are stale).
-- *wasting*: the holders of a sample whose activity is idle or stuck.
+- *wasting*: the holders of a sample whose activity is idle or stuck (the ``wasted`` rule's users);
+  *waste*: those plus zombies holding memory (``stale``): what GPU-hours "wasted" counts.
 - *free*: nothing allocated (no process, memory under ``free_max_memory_bytes``, util 0): capacity.
 - *orphaned*: memory in use (at least ``min_memory_bytes``) with no process visible, not a MIG GPU.
 The thresholds come from the ``wasted``, ``idle`` and ``orphaned_memory`` rules' parameters
@@ -146,6 +147,17 @@ def wasting_users(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> list[str]:
     if activity(g, t) not in ("idle", "stuck"):
         return []
     return sorted(holders(g, t))
+
+
+def waste_users(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> list[str]:
+    """Every user whose holding of this sample is waste, by any waste rule: idle or stuck holders (``wasted``)
+    and zombies still holding at least ``min_memory_bytes`` (``stale``). GPU-hours "wasted" counts these;
+    orphaned memory is credited to the last holders by the accounting (it needs the GPU's past)."""
+    users = set(wasting_users(g, t))
+    for p in g.processes:
+        if is_zombie(p) and p.gpu_memory is not None and p.gpu_memory >= t.min_memory_bytes:
+            users.add(user_of(p))
+    return sorted(users)
 
 
 def is_free(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> bool:

@@ -16,9 +16,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from gpufleet.agent import wire
-from gpufleet.collector.live import FanOut, HostState, LiveView
 from gpufleet.collector.settings import Config
+from gpufleet.collector.wirestate import EdgeLiveView
 
 if TYPE_CHECKING:
     from gpufleet.collector.alerts.engine import AlertEngine
@@ -35,39 +34,20 @@ STORE_CLOSE_TIMEOUT = 35.0  # above the store's own close_timeout (30 s), which 
 NOTIFY_COUNTERS = ("submitted", "sent", "failed", "dropped", "retries")
 
 
-class StoreSink:
-    """Forwards frames and host states to the store's writer queue (non-blocking)."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def host_state(self, state: HostState) -> None:
-        self.store.submit_host_state(state)
-
-    def frame(self, host: str, frame: wire.Frame, received: float) -> None:
-        if isinstance(frame, wire.Snapshot):
-            self.store.submit_snapshot(host, frame, received)
-        elif isinstance(frame, wire.Event):
-            self.store.submit_event(host, frame, received)
-        elif isinstance(frame, wire.Hello):
-            self.store.submit_hello(host, frame, received)
-
-
 class Collector:
     """One collector process. Attributes are what the query API and metrics read."""
 
     def __init__(self, config: Config, *, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.clock = clock
-        self.live = LiveView()
+        self.live = EdgeLiveView()
         for host in config.hosts:
-            self.live.hosts[host.name] = HostState(name=host.name, tags=list(host.tags))
+            self.live.add_host(host.name, host.tags, since=clock())
         self.started_at = clock()
         self._store: Store | None = None
         self._alerts: AlertEngine | None = None
         self._dispatcher: NotificationDispatcher | None = None
         self._transport: FleetTransport | None = None
-        self._fanout: FanOut | None = None
         self._api: QueryServer | None = None
         self._metrics: MetricsServer | None = None
         self._maintenance: asyncio.Task[None] | None = None
@@ -114,9 +94,14 @@ class Collector:
         cfg = self.config
         self._store = await Store.open(cfg.storage, thresholds=thresholds_of(cfg.rules))
         try:
+            seeded = self.live.carry_over(await self._store.hosts(), await self._store.latest())
+            if seeded:
+                log.info("carried over the last known state of %d hosts from %s", seeded,
+                         cfg.storage.resolved_path())
             notifiers = build_notifiers(cfg.notifiers, cfg.alerting)
-            self._dispatcher = NotificationDispatcher(notifiers, queue_size=cfg.alerting.queue_size,
-                                                      clock=self.clock)
+            self._dispatcher = NotificationDispatcher(
+                notifiers, queue_size=cfg.alerting.queue_size, clock=self.clock, store=self._store,
+                backoff=cfg.alerting.retry_backoff, max_backoff=cfg.alerting.retry_backoff_max)
             self._alerts = AlertEngine(cfg, self._store, clock=self.clock, dispatcher=self._dispatcher)
             self._store.on_health_change = self._alerts.storage_health
             await self._alerts.start()
@@ -129,8 +114,8 @@ class Collector:
                 self._metrics = MetricsServer(self, cfg.metrics.listen)
                 await self._metrics.start()
 
-            self._fanout = FanOut(self.live, StoreSink(self._store), self._alerts)
-            self._transport = FleetTransport(cfg.hosts, self._fanout, clock=self.clock,
+            self.live.listeners = [self._store, self._alerts]
+            self._transport = FleetTransport(cfg.hosts, self.live, clock=self.clock,
                                              max_concurrent_connects=cfg.max_concurrent_connects)
             await self._transport.start()
         except BaseException:
@@ -153,9 +138,9 @@ class Collector:
                 await self._maintenance
             self._maintenance = None
         share = max(timeout / 4, 1.0)
-        if self._fanout is not None and self._alerts in self._fanout.sinks:
+        if self._alerts in self.live.listeners:
             # our own hang-ups are not hosts going down: the engine stops listening first
-            self._fanout.sinks.remove(self._alerts)
+            self.live.listeners.remove(self._alerts)
         if self._transport is not None:
             await self._guard("transport", self._transport.stop(timeout=share), share + 1)
             self._transport = None

@@ -1,18 +1,23 @@
-"""The in-memory live view of the fleet, and the sink interface the transport feeds.
+"""The in-memory live view of the fleet: the one owner of host state, and the hub frames pass through.
 
-The transport owns connections; everything downstream (store writer, rule engine, query API, metrics)
-receives frames through a :class:`FleetSink`. Calls are synchronous and must not block: a sink that needs
-to do I/O queues the work (bounded) and returns.
+The transport owns connections and reports into the :class:`LiveView`; the live view records, then feeds
+everything downstream (store writer, alert engine) through the :class:`FleetSink` interface; the query API
+and metrics read it. Calls are synchronous and must not block: a sink that needs to do I/O queues the work
+(bounded) and returns.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from gpufleet.agent import wire
+
+if TYPE_CHECKING:
+    from gpufleet.collector.store.records import GpuLatest, HostRow
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +63,18 @@ class HostState:
             self.backend = frame.backend
 
 
+def _gpu_sample(g: GpuLatest) -> wire.GpuSample:
+    """A stored last sample back in the wire shape the live view keeps."""
+    procs = [wire.ProcessSample(pid=p.pid, gpu_memory=p.gpu_memory, sm_util=p.sm_util, user=p.user,
+                                command=p.command, start_time=p.start_time, state=p.state,
+                                container=p.container, job=p.job) for p in g.processes]
+    return wire.GpuSample(index=g.index, uuid=g.uuid, name=g.name, util_gpu=g.util_gpu,
+                          memory_used=g.memory_used, memory_total=g.memory_total, temperature=g.temperature,
+                          power_draw=g.power_draw, power_limit=g.power_limit, error=g.error, processes=procs)
+
+
 class FleetSink(Protocol):
-    """Receives everything the transport learns. Must return quickly and never raise."""
+    """Receives everything the live view records. Must return quickly and never raise."""
 
     def host_state(self, state: HostState) -> None:
         """Called on every status change (connecting / up / down) of a host."""
@@ -69,37 +84,75 @@ class FleetSink(Protocol):
 
 
 class LiveView:
-    """Latest state of every host, for queries, rules and metrics. Also a :class:`FleetSink`."""
+    """The only owner of host state: the latest of every host, for queries, rules and metrics.
 
-    def __init__(self) -> None:
+    The transport reports into it (it is the transport's :class:`FleetSink`) on the :class:`HostState`
+    objects :meth:`add_host` made; it records each frame once (liveness, lag, latest snapshot, versions) and
+    then hands it to its ``listeners`` (the store's writer queue, the alert engine) in order, a failing
+    listener never stopping the others. Nothing else creates or writes host state.
+    """
+
+    def __init__(self, listeners: Iterable[FleetSink] = ()) -> None:
         self.hosts: dict[str, HostState] = {}
+        self.listeners: list[FleetSink] = list(listeners)
 
-    def host_state(self, state: HostState) -> None:
-        self.hosts[state.name] = state
-
-    def frame(self, host: str, frame: wire.Frame, received: float) -> None:
-        state = self.hosts.get(host)
+    def add_host(self, name: str, tags: Iterable[str] = (), since: float | None = None) -> HostState:
+        """The host's state, created on first use (a configured host, or one a frame names)."""
+        state = self.hosts.get(name)
         if state is None:
-            state = self.hosts[host] = HostState(name=host)
-        state.observe(frame, received)  # idempotent: the transport may have recorded it on this object
+            state = self.hosts[name] = HostState(name=name, tags=list(tags),
+                                                 since=time.time() if since is None else since)
+        elif tags:
+            state.tags = list(tags)
+        return state
 
+    def remove_host(self, name: str) -> None:
+        self.hosts.pop(name, None)
 
-class FanOut:
-    """Feeds several sinks in order; one sink failing never stops the others."""
+    def carry_over(self, rows: Iterable[HostRow], latest: Iterable[GpuLatest]) -> int:
+        """Seed the configured hosts from the store after a restart: last seen, versions, the last GPUs.
 
-    def __init__(self, *sinks: FleetSink) -> None:
-        self.sinks = list(sinks)
+        The status stays ``connecting`` until a fresh attempt succeeds or fails, but a host that stays down
+        does not read as "never seen, 0 GPUs" while the store saw it a minute ago. Returns how many hosts
+        were seeded. Never sent to the listeners: it is what they stored, not a new observation.
+        """
+        gpus: dict[str, list[GpuLatest]] = {}
+        for g in latest:
+            gpus.setdefault(g.host, []).append(g)
+        seeded = 0
+        for row in rows:
+            state = self.hosts.get(row.name)
+            if state is None or state.frames or row.last_seen is None:
+                continue  # not configured now, already live, or never seen
+            state.last_seen = row.last_seen
+            state.agent_version = state.agent_version or row.agent_version
+            state.driver_version = state.driver_version or row.driver_version
+            stored = sorted(gpus.get(row.name, []), key=lambda g: g.index)
+            if stored and state.snapshot is None:
+                state.snapshot = wire.Snapshot(ts=max(g.ts for g in stored), seq=0,
+                                               gpus=[_gpu_sample(g) for g in stored])
+            seeded += 1
+        return seeded
 
+    # -- what the transport reports
     def host_state(self, state: HostState) -> None:
-        for sink in self.sinks:
+        """A status change, made on the state :meth:`add_host` returned: passed on to the listeners."""
+        if self.hosts.get(state.name) is not state:
+            raise ValueError(f"host state of {state.name!r} was not made by this live view")
+        for sink in self.listeners:
             try:
                 sink.host_state(state)
             except Exception:  # noqa: BLE001 - a broken consumer must not break ingest
-                log.exception("sink %r failed on host_state", sink)
+                log.exception("%r failed on the host state of %s", sink, state.name)
 
     def frame(self, host: str, frame: wire.Frame, received: float) -> None:
-        for sink in self.sinks:
+        """A valid frame: recorded here, once, then passed on to the listeners."""
+        state = self.add_host(host)
+        state.frames += 1
+        state.lag = received - frame.ts
+        state.observe(frame, received)
+        for sink in self.listeners:
             try:
                 sink.frame(host, frame, received)
             except Exception:  # noqa: BLE001
-                log.exception("sink %r failed on frame from %s", sink, host)
+                log.exception("%r failed on a %s frame from %s", sink, frame.type, host)

@@ -2,8 +2,10 @@
 
 Built from the store's hourly usage accounting (Store.usage_by_user, by_host=True), rendered as text (chat,
 terminal), markdown (issues, wikis, Matrix) or JSON, and delivered through the same notifiers as alerts
-(``gpufleet report --since 7d --send``). Note: a user is credited the whole GPU while holding memory on it,
-so two users sharing a GPU both count it; per-host sums can exceed the host's physical GPU-hours.
+(``gpufleet report --since 7d --send``). It also says how much capacity sat free (GPU-hours nobody held),
+which alerts fired and which faults the hosts reported in the range. Note: a user is credited the whole
+GPU while holding memory on it, so two users sharing a GPU both count it; per-host sums can exceed the
+host's physical GPU-hours.
 """
 
 from __future__ import annotations
@@ -18,16 +20,40 @@ from typing import Any, Literal, Protocol
 
 from gpufleet.collector.notify.base import Notification, Notifier
 from gpufleet.collector.notify.dispatcher import NotificationDispatcher
-from gpufleet.collector.rules.base import fmt_duration
-from gpufleet.collector.store.records import UsageRow
+from gpufleet.collector.settings import SEVERITIES
+from gpufleet.collector.store.records import AlertRecord, CapacityRow, EventRow, UsageRow
+from gpufleet.collector.units import fmt_duration, fmt_pct
 
 ReportFormat = Literal["text", "markdown", "json"]
 FORMATS: tuple[str, ...] = ("text", "markdown", "json")
 
 
 class UsageSource(Protocol):
+    """What the report reads: the store (or, in tests, a stand-in with the same four reads)."""
+
     async def usage_by_user(self, *, since: float, until: float, host: str | None = None,
                             by_host: bool = False) -> list[UsageRow]: ...
+    async def capacity(self, *, since: float, until: float, host: str | None = None) -> list[CapacityRow]: ...
+    async def load_alerts(self, *, active_only: bool = True,
+                          since: float | None = None) -> list[AlertRecord]: ...
+    async def events(self, *, host: str | None = None, since: float, until: float) -> list[EventRow]: ...
+
+
+#: Event kinds that are hardware or driver faults (the report counts them per host).
+FAULT_KINDS: tuple[str, ...] = ("xid", "gpu_lost", "driver_error", "ecc")
+
+
+@dataclass(slots=True)
+class AlertCount:
+    """How many alerts of one rule and severity were firing at some point of the range."""
+
+    rule: str
+    severity: str
+    count: int
+    hosts: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"rule": self.rule, "severity": self.severity, "count": self.count, "hosts": self.hosts}
 
 
 @dataclass(slots=True)
@@ -68,7 +94,15 @@ class WasteReport:
     by_host: list[UsageLine] = field(default_factory=list)  # most wasted first
     total: UsageLine = field(default_factory=lambda: UsageLine("total"))
     top_wasters: list[UsageLine] = field(default_factory=list)
+    observed: float = 0.0  # GPU-hours the GPUs were sampled
+    free: float = 0.0  # of those, nothing allocated: idle capacity
+    alerts: list[AlertCount] = field(default_factory=list)  # most severe first
+    faults: dict[str, dict[str, int]] = field(default_factory=dict)  # host -> fault kind -> count
     generated_at: float = 0.0
+
+    @property
+    def free_pct(self) -> float:
+        return 100.0 * self.free / self.observed if self.observed > 0 else 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +112,10 @@ class WasteReport:
             "by_user": [u.as_dict() for u in self.by_user],
             "by_host": [h.as_dict() for h in self.by_host],
             "rows": [dataclasses.asdict(r) for r in self.rows],
+            "capacity": {"gpu_hours_observed": round(self.observed, 3), "gpu_hours_free": round(self.free, 3),
+                         "free_pct": round(self.free_pct, 1)},
+            "alerts": [a.as_dict() for a in self.alerts],
+            "faults": self.faults,
         }
 
 
@@ -97,10 +135,44 @@ async def build_report(store: UsageSource, *, since: float, until: float, host: 
         hosts.setdefault(row.host or "?", UsageLine(row.host or "?")).add(row)
         total.add(row)
     by_user = _sorted(users)
+    cap = await store.capacity(since=since, until=until, host=host)
+    alerts = await store.load_alerts(active_only=False, since=since)
+    events = await store.events(host=host, since=since, until=until)
     return WasteReport(since=since, until=until, host=host, rows=rows, by_user=by_user,
                        by_host=_sorted(hosts), total=total,
                        top_wasters=[u for u in by_user if u.wasted > 0][:top],
+                       observed=sum(c.gpu_hours_observed for c in cap),
+                       free=sum(c.gpu_hours_free for c in cap),
+                       alerts=_alert_counts(alerts, since=since, until=until, host=host),
+                       faults=_faults(events),
                        generated_at=time.time() if now is None else now)
+
+
+def _alert_counts(alerts: Sequence[AlertRecord], *, since: float, until: float,
+                  host: str | None) -> list[AlertCount]:
+    """Alerts that fired and were firing at some point of [since, until], per rule and severity."""
+    counts: dict[tuple[str, str], AlertCount] = {}
+    for a in alerts:
+        if a.fired_at is None or a.fired_at > until or (a.resolved_at is not None and a.resolved_at < since):
+            continue
+        where = a.labels.get("host", "")
+        if host is not None and where != host:
+            continue
+        c = counts.setdefault((a.rule, a.severity), AlertCount(a.rule, a.severity, 0))
+        c.count += 1
+        if where and where not in c.hosts:
+            c.hosts.append(where)
+    order = {s: i for i, s in enumerate(reversed(SEVERITIES))}
+    return sorted(counts.values(), key=lambda c: (order.get(c.severity, 9), -c.count, c.rule))
+
+
+def _faults(events: Sequence[EventRow]) -> dict[str, dict[str, int]]:
+    out: dict[str, dict[str, int]] = {}
+    for e in events:
+        if e.kind in FAULT_KINDS:
+            kinds = out.setdefault(e.host, {})
+            kinds[e.kind] = kinds.get(e.kind, 0) + 1
+    return dict(sorted(out.items()))
 
 
 # ------------------------------------------------------------------------------------------ render
@@ -116,28 +188,60 @@ def report_title(report: WasteReport) -> str:
             f"({fmt_duration(report.until - report.since)})")
 
 
-def _hours(value: float) -> str:
-    """GPU-hours: two decimals under 1 so a short report never reads "0.0 wasted"."""
-    return f"{value:.2f}" if 0 < abs(value) < 1 else f"{value:.1f}"
+def _decimals(values: Sequence[float]) -> int:
+    """One precision per table: two decimals when every figure is small (a short report never reads
+    "0.0 wasted" beside "0.02 held"), else one."""
+    return 2 if all(abs(v) < 10 for v in values) else 1
+
+
+def _hours(value: float, decimals: int) -> str:
+    return f"{value:.{decimals}f}"
 
 
 def _headline(report: WasteReport) -> str:
     t = report.total
     if t.held <= 0:
         return "No GPU memory was held in this period."
-    return (f"{_hours(t.held)} GPU-hours held, {_hours(t.used)} used ({t.used_pct:.0f} %), "
-            f"{_hours(t.wasted)} wasted ({t.wasted_pct:.0f} %)")
+    d = _decimals([t.held, t.used, t.wasted])
+    return (f"{_hours(t.held, d)} GPU-hours held, {_hours(t.used, d)} used ({fmt_pct(t.used_pct)}), "
+            f"{_hours(t.wasted, d)} wasted ({fmt_pct(t.wasted_pct)})")
+
+
+def _capacity_line(report: WasteReport) -> str | None:
+    if report.observed <= 0:
+        return None
+    d = _decimals([report.free, report.observed])
+    return (f"Idle capacity: {_hours(report.free, d)} GPU-hours nobody held "
+            f"({fmt_pct(report.free_pct)} of {_hours(report.observed, d)} GPU-hours observed)")
+
+
+def _alert_lines(report: WasteReport) -> list[str]:
+    out = []
+    for a in report.alerts:
+        where = ", ".join(a.hosts[:5]) + (f" and {len(a.hosts) - 5} more" if len(a.hosts) > 5 else "")
+        out.append(f"- {a.rule} ({a.severity}): {a.count}" + (f" on {where}" if where else ""))
+    return out
+
+
+def _fault_lines(report: WasteReport) -> list[str]:
+    return [f"- {h}: " + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+            for h, kinds in report.faults.items()]
 
 
 _COLUMNS = ("HELD", "USED", "WASTED", "WASTED %")
 
 
-def _cells(u: UsageLine) -> list[str]:
-    return [_hours(u.held), _hours(u.used), _hours(u.wasted), f"{u.wasted_pct:.0f} %"]
+def _cells(u: UsageLine, d: int) -> list[str]:
+    return [_hours(u.held, d), _hours(u.used, d), _hours(u.wasted, d), fmt_pct(u.wasted_pct)]
+
+
+def _table_decimals(lines: list[UsageLine]) -> int:
+    return _decimals([v for u in lines for v in (u.held, u.used, u.wasted)])
 
 
 def _text_table(first: str, lines: list[UsageLine]) -> list[str]:
-    body = [[u.name, *_cells(u)] for u in lines]
+    d = _table_decimals(lines)
+    body = [[u.name, *_cells(u, d)] for u in lines]
     head = [first, *_COLUMNS]
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
 
@@ -149,7 +253,8 @@ def _text_table(first: str, lines: list[UsageLine]) -> list[str]:
 
 def _md_table(first: str, lines: list[UsageLine]) -> list[str]:
     out = [f"| {first} | " + " | ".join(_COLUMNS) + " |", "|---|" + "---:|" * len(_COLUMNS)]
-    out += ["| " + " | ".join([u.name.replace("|", "\\|"), *_cells(u)]) + " |" for u in lines]
+    d = _table_decimals(lines)
+    out += ["| " + " | ".join([u.name.replace("|", "\\|"), *_cells(u, d)]) + " |" for u in lines]
     return out
 
 
@@ -162,15 +267,22 @@ def render_report(report: WasteReport, fmt: ReportFormat = "text") -> str:
     out = [f"## {report_title(report)}" if md else report_title(report), "", _headline(report)]
     if report.top_wasters:
         out += ["", "### Top wasters" if md else "Top wasters:"]
+        d = _table_decimals(report.top_wasters)
         for i, u in enumerate(report.top_wasters, 1):
             name = f"**{u.name}**" if md else u.name
-            out.append(f"{i}. {name}: {_hours(u.wasted)} GPU-hours wasted of "
-                       f"{_hours(u.held)} held ({u.wasted_pct:.0f} %)")
+            out.append(f"{i}. {name}: {_hours(u.wasted, d)} GPU-hours wasted of "
+                       f"{_hours(u.held, d)} held ({fmt_pct(u.wasted_pct)})")
     table = _md_table if md else _text_table
     if report.by_user:
         out += ["", "### By user" if md else "By user (GPU-hours):", *table("USER", report.by_user)]
     if report.by_host:
         out += ["", "### By host" if md else "By host (GPU-hours):", *table("HOST", report.by_host)]
+    capacity = _capacity_line(report)
+    if capacity:
+        out += ["", capacity]
+    out += ["", "### Alerts" if md else "Alerts that fired:", *(_alert_lines(report) or ["- none"])]
+    out += ["", "### Faults" if md else "Faults (Xid, lost GPUs, driver errors):",
+            *(_fault_lines(report) or ["- none"])]
     return "\n".join(out) + "\n"
 
 

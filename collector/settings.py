@@ -126,6 +126,8 @@ DEFAULT_RULES: dict[str, dict[str, Any]] = {
     "ecc": {"for": 0.0, "severity": "critical"},
     "host_down": {"for": 0.0, "severity": "critical", "missed_intervals": 3, "keep_firing_for": 60.0},
     "storage": {"for": 0.0, "severity": "critical"},
+    "duplicate_gpu": {"for": 0.0, "severity": "warning", "window": 30.0},
+    "notifier_down": {"for": 0.0, "severity": "warning"},  # after alerting.notifier_down_after
     "clock_skew": {"for": 0.0, "severity": "warning"},
 }
 for _params in DEFAULT_RULES.values():  # every rule takes it (Prometheus 2.42); 0: resolve once it clears
@@ -134,7 +136,7 @@ for _params in DEFAULT_RULES.values():  # every rule takes it (Prometheus 2.42);
 
 #: Rule parameters that are durations (seconds; the YAML also accepts ``30m``, ``1h30m``).
 RULE_DURATION_PARAMS: frozenset[str] = frozenset({"for", "no_session_idle", "hold", "spike_tolerance",
-                                                  "keep_firing_for"})
+                                                  "keep_firing_for", "window"})
 
 #: Alert severities, lowest first (``min_severity`` compares by this order).
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
@@ -217,7 +219,9 @@ class Config:
     api: ApiConfig = field(default_factory=ApiConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     max_concurrent_connects: int = 32  # SSH handshakes at once (CPU-bound); TCP connects are not limited
+    max_hosts: int = 10000  # the host list may name no more (ranges are counted before they are expanded)
     source: str | None = None  # the file it came from
+    warnings: list[str] = field(default_factory=list)  # "file:line: key: warning: ...", for config check
 
     def host(self, name: str) -> HostConfig | None:
         return next((h for h in self.hosts if h.name == name), None)

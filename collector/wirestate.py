@@ -1,18 +1,22 @@
 """What the collector's edge noticed about a host's frames, kept beside the rest of its live state.
 
-The transport creates a :class:`WireHostState` for every host, so the live view, the query API, the rules
-and /metrics read these counters from the one state object the transport owns. Frames that were accepted
+:class:`EdgeLiveView` (the daemon's live view) makes a :class:`WireHostState` for every host, so the query
+API, the rules and /metrics read these facts from the one state object the live view owns; the agent stream
+(collector/transport/stream.py) writes them. A plain :class:`LiveView` (tests of the transport alone) makes
+plain states, and the stream then keeps its bounds without recording these facts. Frames that were accepted
 but changed on the way in are counted here, never silently: readings outside their plausible range
 (nulled at decode), and (see the stream) frame types and fields of a newer minor version, ignored.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.agent import wire
-from gpufleet.collector.live import HostState
+from gpufleet.collector.live import HostState, LiveView
 
 
 @dataclass(slots=True)
@@ -46,6 +50,16 @@ class WireHostState(HostState):
     def ignored(self, frame: wire.IgnoredFrame) -> None:
         self.ignored_frames += 1
         self.last_ignored = f"frame type {frame.kind!r}"
+
+
+class EdgeLiveView(LiveView):
+    """The live view whose host states carry the edge's facts."""
+
+    def add_host(self, name: str, tags: Iterable[str] = (), since: float | None = None) -> HostState:
+        if name not in self.hosts:
+            self.hosts[name] = WireHostState(name=name, tags=list(tags),
+                                             since=time.time() if since is None else since)
+        return super().add_host(name, tags, since)
 
 
 def edge_facts(state: HostState) -> dict[str, Any]:

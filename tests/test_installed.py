@@ -3,6 +3,7 @@ only the built wheel, so a file missing from the package data fails here."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.resources
 import json
 import subprocess
@@ -33,3 +34,28 @@ def test_console_scripts_run() -> None:
                                timeout=60, check=True).stdout
     for command in ("status", "history", "alerts", "demo"):
         assert command in help_text
+
+
+def _editable() -> bool:
+    """The code is imported from a checkout, not from the environment (pip install -e)."""
+    import gpufleet.cli
+
+    return not Path(gpufleet.cli.__file__).resolve().is_relative_to(Path(sys.prefix).resolve())
+
+
+def test_licence_and_operator_guide_ship() -> None:
+    """The licence travels in the metadata; a wheel install puts the operator's guide where the systemd
+    unit's Documentation= points (<prefix>/share/doc/gpufleet) and the deploy files beside it."""
+    dist = importlib.metadata.distribution("gpufleet")
+    assert dist.metadata["License-Expression"] == "Apache-2.0"
+    texts = [Path(str(f.locate())).read_text() for f in dist.files or [] if f.name == "LICENSE"]
+    assert texts and "Apache License" in texts[0]
+    classifiers = dist.metadata.get_all("Classifier") or []
+    assert "Topic :: System :: Monitoring" in classifiers
+    if _editable():
+        return  # an editable install has no data files; the wheel venv in .ci/run checks them
+    share = Path(sys.prefix) / "share"
+    assert "systemd" in (share / "doc" / "gpufleet" / "OPERATOR.md").read_text()
+    unit = (share / "gpufleet" / "deploy" / "gpufleet-collector.service").read_text()
+    assert "Documentation=file:///opt/gpufleet/share/doc/gpufleet/OPERATOR.md" in unit
+    assert (share / "gpufleet" / "deploy" / "gpufleet.yaml").is_file()

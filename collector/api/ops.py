@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -17,11 +18,13 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from gpufleet.collector import query
 from gpufleet.collector.api.access import Access, AccessDenied, Peer, this_process
+from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds, thresholds_of
 from gpufleet.collector.errors import QueryError
 from gpufleet.collector.live import LiveView
 from gpufleet.collector.settings import DEFAULT_RULES, Config
 from gpufleet.collector.store.records import (
     AlertRecord,
+    CapacityRow,
     EventRow,
     GpuLatest,
     GpuSeries,
@@ -30,6 +33,7 @@ from gpufleet.collector.store.records import (
     SilenceRecord,
     UsageRow,
 )
+from gpufleet.collector.units import MAX_DURATION, MAX_DURATION_TEXT
 
 if TYPE_CHECKING:
     from gpufleet.collector.report import ReportFormat
@@ -68,8 +72,10 @@ class StoreLike(Protocol):
         until: float,
     ) -> list[ProcessSpan]: ...
     async def usage_by_user(
-        self, *, since: float, until: float, host: str | None = None, by_host: bool = False
+        self, *, since: float, until: float, host: str | None = None, by_host: bool = False,
+        gpu: int | None = None,
     ) -> list[UsageRow]: ...
+    async def capacity(self, *, since: float, until: float, host: str | None = None) -> list[CapacityRow]: ...
     async def events(self, *, host: str | None = None, since: float, until: float) -> list[EventRow]: ...
     async def load_alerts(
         self, *, active_only: bool = True, since: float | None = None
@@ -159,6 +165,9 @@ class Args:
         since = self.opt_float("since", None)
         assert until is not None
         start = until - DEFAULT_SINCE if since is None else since
+        if not (math.isfinite(start) and math.isfinite(until)) or abs(until - now) > MAX_DURATION:
+            raise QueryError(f"'since' and 'until' must be within {MAX_DURATION_TEXT} of now")
+        start = max(start, until - MAX_DURATION)  # nothing is older; keeps the store's arithmetic in range
         if start >= until:
             raise QueryError("'since' must be before 'until'")
         return start, until
@@ -242,9 +251,11 @@ class StoreOps:
         *,
         known_hosts: Callable[[], Iterable[str]] | None = None,
         clock: Callable[[], float] = time.time,
+        thresholds: Thresholds = DEFAULT_THRESHOLDS,
     ) -> None:
         self.store = store
         self.clock = clock
+        self.thresholds = thresholds  # the configured rules' classification (idle/busy flags in status)
         self._known = known_hosts
 
     async def known_hosts(self) -> set[str]:
@@ -293,7 +304,7 @@ class StoreOps:
         if user is not None:
             used = {p.gpu_index for p in procs}
             series = [s for s in series if s.index in used]
-        usage = await self.store.usage_by_user(since=since, until=until, host=host, by_host=True)
+        usage = await self.store.usage_by_user(since=since, until=until, host=host, by_host=True, gpu=gpu)
         if user is not None:
             usage = [u for u in usage if u.user == user]
         events = await self.store.events(host=host, since=since, until=until)
@@ -371,6 +382,7 @@ class StoreOps:
             host=a.str_list("host"),
             tag=a.str_list("tag"),
             user=a.str_list("user"),
+            thresholds=self.thresholds,
         )
         return self.shaped(view, form)
 
@@ -435,7 +447,8 @@ class LiveOps(StoreOps):
     ) -> None:
         self.collector = collector
         self.access = access if access is not None else Access()
-        super().__init__(collector.store, known_hosts=self._live_names, clock=clock)
+        super().__init__(collector.store, known_hosts=self._live_names, clock=clock,
+                         thresholds=thresholds_of(collector.config.rules))
 
     def _live_names(self) -> Iterable[str]:
         names = set(self.collector.live.hosts)
@@ -469,6 +482,7 @@ class LiveOps(StoreOps):
             host=a.str_list("host"),
             tag=a.str_list("tag"),
             user=a.str_list("user"),
+            thresholds=self.thresholds,
         )
         return self.shaped(view, form)
 
@@ -481,7 +495,10 @@ class LiveOps(StoreOps):
         active = engine.active()
         is_muted = getattr(engine, "is_muted", None)
         muted = [x.fingerprint for x in active if is_muted is not None and is_muted(x)]
-        return {"active": active, "recent": recent, "silences": await engine.list_silences(), "muted": muted}
+        undelivered = getattr(engine, "undelivered", None)
+        stuck = {x.fingerprint: u for x in active if undelivered is not None and (u := undelivered(x))}
+        return {"active": active, "recent": recent, "silences": await engine.list_silences(), "muted": muted,
+                "undelivered": stuck}
 
     async def send_report(self, rep: Any, fmt: str, a: Args) -> dict[str, str | None]:
         """Deliver through the configured notifiers now; notifier name -> None (sent) or the error."""
@@ -515,6 +532,8 @@ class LiveOps(StoreOps):
         duration = a.opt_float("duration")
         if duration is None or duration <= 0:
             raise QueryError("bad argument 'duration': expected a positive number of seconds")
+        if not duration <= MAX_DURATION:
+            raise QueryError(f"bad argument 'duration': at most {MAX_DURATION_TEXT}")
         self.access.check_silence(a.peer, matchers)
         record: SilenceRecord = await self.collector.alerts.add_silence(
             matchers,

@@ -3,7 +3,7 @@
 from gpufleet.collector.notify.base import DeliveryError, Notification, Notifier
 from gpufleet.collector.notify.build import USER_NOTIFIER, build_notifiers
 from gpufleet.collector.notify.dispatcher import NotificationDispatcher
-from gpufleet.collector.notify.secrets import redact_url
+from gpufleet.collector.secrets import redact_url
 
 __all__ = ["USER_NOTIFIER", "DeliveryError", "Notification", "NotificationDispatcher", "Notifier",
            "build_notifiers", "redact_url"]

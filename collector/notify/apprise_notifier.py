@@ -19,7 +19,7 @@ from urllib.parse import quote
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.notify.base import DeliveryError, Notification, Notifier
 from gpufleet.collector.notify.message import body, title
-from gpufleet.collector.notify.secrets import guard_apprise_logs, redact_url, secret_parts
+from gpufleet.collector.secrets import guard_apprise_logs, redact_url, secret_parts
 from gpufleet.collector.settings import NotifierConfig
 
 #: apprise's plugins block; they get these threads and no others
@@ -81,7 +81,7 @@ class AppriseNotifier(Notifier):
 
 
 class UserNotifier(Notifier):
-    """Mail (or any apprise URL taking ``to=``) straight to the user a wasted/stale alert names."""
+    """Mail (or any apprise URL taking ``to=``) straight to the user a note is addressed to."""
 
     kinds = frozenset({"user"})
 

@@ -46,6 +46,9 @@ class Notification:
     recipient: str | None = None
     data: dict[str, Any] | None = None
     created_at: float = 0.0
+    #: an alert group's state: a destination that already accepted the same firing set (and no newer
+    #: resolved alerts) gets it again only this long after that one. None: always sent.
+    repeat_interval: float | None = None
     id: int = field(default_factory=lambda: next(_ids))
 
 

@@ -12,9 +12,8 @@ from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.notify.alertmanager import AlertmanagerNotifier
 from gpufleet.collector.notify.base import Notifier
 from gpufleet.collector.notify.command import CommandNotifier
-from gpufleet.collector.notify.secrets import resolve_secret
 from gpufleet.collector.notify.webhook import WebhookNotifier
-from gpufleet.collector.rules.base import USER_RULES
+from gpufleet.collector.secrets import resolve_secret
 from gpufleet.collector.settings import AlertingConfig, NotifierConfig
 
 USER_NOTIFIER = "users"
@@ -66,7 +65,7 @@ def build_notifiers(configs: list[NotifierConfig], alerting: AlertingConfig) -> 
         from gpufleet.collector.notify.apprise_notifier import UserNotifier
 
         base = resolve_secret(alerting.user_notifier, where="alerting.user_notifier")
-        cfg = NotifierConfig(name=USER_NOTIFIER, kind="apprise", urls=[alerting.user_notifier],
-                             rules=list(USER_RULES))
+        # it takes only the notes addressed to it (targeted, kind "user"); the engine decides what they cover
+        cfg = NotifierConfig(name=USER_NOTIFIER, kind="apprise", urls=[alerting.user_notifier])
         out.append(UserNotifier(cfg, base, alerting.user_notifier))
     return out

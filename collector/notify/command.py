@@ -14,7 +14,7 @@ import signal
 
 from gpufleet.collector.notify.base import DeliveryError, Notification, Notifier
 from gpufleet.collector.notify.message import title, webhook_payload
-from gpufleet.collector.notify.secrets import redact_text
+from gpufleet.collector.secrets import redact_text
 from gpufleet.collector.settings import NotifierConfig
 
 STDERR_TAIL = 300

@@ -5,8 +5,10 @@ is down delays no other. Per (group, destination): the newest state waits in the
 accepts it. A retryable failure (5xx, connection error, timeout, a command's non-zero exit) is retried with
 capped exponential backoff (``backoff`` doubling up to ``max_backoff``) until delivered or superseded by a
 newer state of the group (then that one is sent, keeping the backoff, so a flapping group cannot hammer a
-failing receiver). A final failure (4xx) drops that state. :meth:`persist` saves the log so a restart goes on
-retrying; :meth:`failing` says which destinations have refused everything since when.
+failing receiver). A final failure (4xx) drops that state. A group state the destination already accepted
+(same firing set, no newly resolved alerts, repeat not due: nflog.is_news) is not sent again.
+:meth:`persist` saves the log so a restart goes on retrying; :meth:`failing` says which destinations have
+refused everything since when.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable
 
 from gpufleet.collector.notify import nflog
 from gpufleet.collector.notify.base import DeliveryError, Notification, Notifier, prepare_for
-from gpufleet.collector.notify.secrets import redact_text
+from gpufleet.collector.secrets import redact_text
 
 log = logging.getLogger(__name__)
 #: A notifier enforces its own timeout; this backstop (timeout + grace) catches one that does not.
@@ -48,7 +50,7 @@ class NotificationDispatcher:
         self._workers: list[asyncio.Task[None]] = []
         self._closed = False
         self.stats: dict[str, int] = {"submitted": 0, "sent": 0, "failed": 0, "dropped": 0, "retries": 0,
-                                      "superseded": 0}
+                                      "superseded": 0, "unchanged": 0}
         self.last_error: dict[str, str] = {}  # notifier -> last failure (already free of secrets)
 
     # ------------------------------------------------------------------------------------ reading
@@ -180,6 +182,9 @@ class NotificationDispatcher:
                 if e is not None and e.pending is not None:  # superseded by a state it does not take
                     e.pending = None
                     self._touch(e)
+                continue
+            if e is not None and e.pending is None and not nflog.is_news(e.delivered, prepared):
+                self.stats["unchanged"] += 1  # the destination already shows this state
                 continue
             if self._closed:
                 self.stats["dropped"] += 1

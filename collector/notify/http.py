@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 from gpufleet.collector.notify.base import DeliveryError
-from gpufleet.collector.notify.secrets import redact_text
+from gpufleet.collector.secrets import redact_text
 
 USER_AGENT = "gpufleet-collector"
 MAX_RESPONSE = 64 * 1024

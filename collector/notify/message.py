@@ -10,10 +10,11 @@ import datetime as dt
 from typing import Any
 
 from gpufleet.collector.notify.base import Notification, severity_rank
-from gpufleet.collector.rules.base import USER_RULES, keep_command
 from gpufleet.collector.store.records import AlertRecord
 
 WEBHOOK_VERSION = "4"
+#: annotation carrying the command that keeps (silences) the alert's process, printed under the list
+KEEP = "keep"
 
 
 def iso(ts: float | None) -> str:
@@ -77,7 +78,7 @@ def body(n: Notification, fmt: str = "text") -> str:
     keeps: list[str] = []
     for a in firing(n):
         lines.append(f"{bullet}{a.annotations.get('summary', a.rule)}")
-        cmd = keep_command(a.labels, a.rule) if a.rule in USER_RULES and a.labels.get("user") else None
+        cmd = a.annotations.get(KEEP)  # the alert says how its user keeps it (alerts/notes.py)
         if cmd and cmd not in keeps:
             keeps.append(cmd)
     for a in resolved(n):

@@ -50,6 +50,25 @@ def summary(n: Notification) -> dict[str, Any]:
             "resolved": sorted(a.fingerprint for a in n.alerts if a.state != "firing")}
 
 
+def is_news(delivered: dict[str, Any] | None, n: Notification) -> bool:
+    """Does ``n`` tell a destination that last accepted ``delivered`` anything new? Alertmanager's
+    needsUpdate: new firing alerts; everything resolved after something firing; newly resolved alerts; or
+    the same set again once ``n.repeat_interval`` has passed since the accepted one was made."""
+    if n.repeat_interval is None:
+        return True
+    firing = {a.fingerprint for a in n.alerts if a.state == "firing"}
+    if delivered is None or delivered.get("kind") != n.kind:
+        return bool(firing)  # nothing of this group accepted there: only firing alerts are news
+    was_firing, was_resolved = set(delivered.get("firing", ())), set(delivered.get("resolved", ()))
+    if not firing <= was_firing:
+        return True
+    if not firing:
+        return bool(was_firing)  # resolved alerts the destination never saw firing are no news
+    if not {a.fingerprint for a in n.alerts if a.state != "firing"} <= was_resolved:
+        return True
+    return n.created_at - float(delivered.get("created_at") or 0.0) >= n.repeat_interval
+
+
 def encode(n: Notification) -> str:
     d = dataclasses.asdict(n)
     d["targets"] = sorted(n.targets) if n.targets is not None else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 from gpufleet.collector.notify.base import Notification, Notifier
 from gpufleet.collector.notify.http import JsonPoster
 from gpufleet.collector.notify.message import webhook_payload
-from gpufleet.collector.notify.secrets import redact_url, secret_parts
+from gpufleet.collector.secrets import redact_url, secret_parts
 from gpufleet.collector.settings import NotifierConfig
 
 

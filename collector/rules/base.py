@@ -18,12 +18,12 @@ from gpufleet.collector.classify import Thresholds
 from gpufleet.collector.live import HostState
 from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig, Selector
 from gpufleet.collector.store.records import AlertRecord
+from gpufleet.collector.units import fmt_duration
 
 #: Placeholder a rule may put in a summary/description; the engine replaces it with how long the condition
 #: has been true (from the alert's persisted start, so it survives a collector restart).
 DURATION = "{duration}"
 
-MIB = 1 << 20
 SEVERITIES = ("info", "warning", "critical")
 #: Rules whose alerts name one user's processes: the text says how to keep them, and the user may be mailed.
 USER_RULES = ("wasted", "stale")
@@ -106,6 +106,11 @@ class Rule:
         host = alert.labels.get("host", "")
         return f"{alert.rule} on {host} resolved after {fmt_duration(now - alert.started_at)}"
 
+    def keeps_firing(self, alert: AlertRecord, ctx: HostContext) -> bool:
+        """May ``keep_firing_for`` hold this alert whose condition cleared? False where another alert of
+        the rule took its place (the flap it damps is not happening)."""
+        return True
+
     def restore(self, alert: AlertRecord) -> None:
         """Seed internal state from an alert loaded at startup (so a restart does not forget)."""
 
@@ -152,32 +157,6 @@ def matchers_match(matchers: dict[str, str], labels: dict[str, str]) -> bool:
 
 
 # ------------------------------------------------------------------------------------------ formatting
-
-
-def fmt_duration(seconds: float) -> str:
-    """3h12m, 31m, 45s, 2d3h: short and unambiguous in a chat line."""
-    s = max(0, int(seconds))
-    days, rest = divmod(s, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d{hours}h" if hours else f"{days}d"
-    if hours:
-        return f"{hours}h{minutes:02d}m" if minutes else f"{hours}h"
-    if minutes:
-        return f"{minutes}m"
-    return f"{secs}s"
-
-
-def fmt_bytes(n: int | float | None) -> str:
-    if n is None:
-        return "?"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit in ("B", "KiB") else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"  # pragma: no cover - loop always returns
 
 
 def safe(text: str | None, limit: int = 120) -> str:

@@ -1,5 +1,6 @@
-"""Collector-side rules: host down (SSH lost, host key refused, agent silent), storage failing, and a
-host whose clock disagrees with the collector's (clock_skew: the stream re-stamps its frames meanwhile).
+"""Collector-side rules: host down (SSH lost, host key refused, agent silent), storage failing, a
+notification destination failing (notifier_down), and a host whose clock disagrees with the collector's
+(clock_skew: the stream re-stamps its frames meanwhile).
 
 host_down is true while the transport says the host is ``down``, stays true through ``connecting`` retries
 (so a reconnect loop does not flap the alert), and is also true when a host that is ``up`` has sent no frame
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpufleet.collector.rules.base import Condition, HostContext, Rule, fmt_duration, safe
+from gpufleet.collector.rules.base import Condition, HostContext, Rule, safe
 from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.store.records import AlertRecord
+from gpufleet.collector.units import fmt_duration
 from gpufleet.collector.wirestate import WireHostState
 
 COLLECTOR = ""  # the pseudo-host the storage rule is evaluated for
@@ -88,6 +90,10 @@ class HostDownRule(Rule):
             return f"{host}: no longer '{alert.annotations.get('reason', 'down')}'; now: {state.reason}"
         return f"{host} is back up after {fmt_duration(now - alert.started_at)}"
 
+    def keeps_firing(self, alert: AlertRecord, ctx: HostContext) -> bool:
+        # still down, for another reason: the other kind's alert (host key vs down) fires instead
+        return ctx.name not in self._down
+
     def restore(self, alert: AlertRecord) -> None:
         host = alert.labels.get("host", "")
         reason = alert.annotations.get("reason", "connection lost")
@@ -153,3 +159,41 @@ class ClockSkewRule(Rule):
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         return f"{alert.labels.get('host')}: clocks agree again"
 
+
+class NotifierDownRule(Rule):
+    """Fed by the engine each tick with the failing destinations (NotificationDispatcher.failing): one
+    alert per destination that has accepted nothing for ``alerting.notifier_down_after``, labelled
+    ``notifier`` so it is delivered through the other destinations only (alerts.grouping)."""
+
+    name = "notifier_down"
+    on_snapshot = False
+
+    def __init__(self, config: RuleConfig) -> None:
+        super().__init__(config)
+        self.after = 600.0
+        self.failing: dict[str, float] | None = None  # destination -> failing since (wall time)
+        self.errors: dict[str, str] = {}
+
+    def set_failing(self, failing: dict[str, float], errors: dict[str, str], after: float) -> None:
+        self.failing, self.errors, self.after = dict(failing), dict(errors), after
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        if self.failing is None:
+            return None
+        out: list[Condition] = []
+        for name, since in sorted(self.failing.items()):
+            if now - since < self.after:
+                continue
+            error = safe(self.errors.get(name, "delivery failed"), 300)
+            out.append(Condition(
+                self.name, {"notifier": name},
+                f"notifications to {name} have failed for {fmt_duration(now - since)}: {safe(error, 200)}",
+                "Alerts are not reaching this destination; it is retried with backoff until it accepts them.",
+                annotations={"error": error, "failing_since": f"{since:.3f}"}))
+        return out
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        name = alert.labels.get("notifier", "?")
+        since = alert.annotations.get("failing_since")
+        took = f" after {fmt_duration(now - float(since))}" if since else ""
+        return f"notifier {name} accepts notifications again{took}"

@@ -5,7 +5,8 @@ from __future__ import annotations
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.rules.base import Rule
 from gpufleet.collector.rules.faults import EccRule, GpuLostRule, XidRule
-from gpufleet.collector.rules.hosts import ClockSkewRule, HostDownRule, StorageRule
+from gpufleet.collector.rules.hosts import ClockSkewRule, HostDownRule, NotifierDownRule, StorageRule
+from gpufleet.collector.rules.identity import DuplicateGpuRule
 from gpufleet.collector.rules.thermal import OverheatingRule, ThrottlingRule
 from gpufleet.collector.rules.usage import IdleRule, OrphanedMemoryRule, StaleRule, WastedRule
 from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig
@@ -13,7 +14,8 @@ from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig
 RULE_TYPES: dict[str, type[Rule]] = {
     cls.name: cls
     for cls in (WastedRule, IdleRule, StaleRule, OrphanedMemoryRule, OverheatingRule, ThrottlingRule,
-                GpuLostRule, XidRule, EccRule, HostDownRule, StorageRule, ClockSkewRule)
+                GpuLostRule, XidRule, EccRule, HostDownRule, StorageRule, DuplicateGpuRule,
+                NotifierDownRule, ClockSkewRule)
 }
 
 assert set(RULE_TYPES) == set(DEFAULT_RULES), "every default rule needs an implementation"

@@ -41,8 +41,6 @@ from gpufleet.collector.rules.base import (
     HostContext,
     Rule,
     find_gpu,
-    fmt_bytes,
-    fmt_duration,
     gpu_labels,
     keep_command,
     safe,
@@ -50,6 +48,7 @@ from gpufleet.collector.rules.base import (
 )
 from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.store.records import AlertRecord
+from gpufleet.collector.units import fmt_bytes, fmt_duration, fmt_pct
 
 DEFAULT_SPIKE_TOLERANCE = 60.0
 
@@ -106,7 +105,7 @@ class WastedRule(Rule):
     def _condition(self, host: str, g: wire.GpuSample, user: str,
                    procs: list[wire.ProcessSample], stuck: bool) -> Condition:
         held = sum(p.gpu_memory or 0 for p in procs)
-        util = "?" if g.util_gpu is None else f"{g.util_gpu} %"
+        util = fmt_pct(g.util_gpu, unknown="?")
         if len(procs) == 1:
             p = procs[0]
             who = f"{user}'s {short_command(p.command)} (pid {p.pid}) holds"
@@ -155,7 +154,7 @@ class WastedRule(Rule):
         still = g is not None and user in holders(g, self.thresholds)
         if not still:
             return f"{user} released GPU {gpu} on {host} after {took}"
-        util = "?" if g is None or g.util_gpu is None else f"{g.util_gpu} %"
+        util = fmt_pct(None if g is None else g.util_gpu, unknown="?")
         return f"{user}'s work on {host} GPU {gpu} is busy again ({util} util) after {took} idle"
 
     def forget_host(self, host: str) -> None:

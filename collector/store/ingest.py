@@ -22,7 +22,7 @@ from gpufleet.agent import wire
 from gpufleet.collector.classify import Thresholds
 from gpufleet.collector.live import HostState
 from gpufleet.collector.store import usage
-from gpufleet.collector.store.usage import UsageKey
+from gpufleet.collector.store.usage import CapacityKey, UsageKey
 
 #: A process without a start time that vanishes for longer than this starts a new span when it returns.
 NOSTART_GAP: Final = 60.0
@@ -74,6 +74,7 @@ class GpuState:
     last_ts: float | None  # newest sample (committed or in this batch)
     typical: float | None = None  # typical sampling interval (seconds)
     nostart: dict[int, list[float]] = field(default_factory=dict)  # pid -> [span start, last seen]
+    holders: frozenset[str] = frozenset()  # who held it at the last sample (orphaned memory stays theirs)
 
 
 @dataclass(slots=True)
@@ -109,6 +110,7 @@ class Rows:
     gpu_last: dict[int, float] = field(default_factory=dict)
     spans: dict[tuple[int, int, float], SpanAcc] = field(default_factory=dict)
     usage: dict[UsageKey, list[float]] = field(default_factory=dict)
+    capacity: dict[CapacityKey, list[float]] = field(default_factory=dict)
     events: list[tuple[Any, ...]] = field(default_factory=list)
     host_seen: dict[int, float] = field(default_factory=dict)
     dirty: set[tuple[int, int]] = field(default_factory=set)  # (gpu_id, minute) already rolled up
@@ -154,7 +156,7 @@ class IngestState:
     def __init__(self, params: Thresholds) -> None:
         self.params = params
         self.hosts: dict[str, int] = {}
-        self.gpus: dict[str, GpuState] = {}
+        self.gpus: dict[tuple[int, str], GpuState] = {}  # (host id, uuid): a GPU's identity
         self._rolled = float("-inf")  # minutes before this are rolled up already (meta m1_upto)
 
     def reset(self) -> None:
@@ -174,13 +176,15 @@ class IngestState:
 
     def gpu(self, conn: sqlite3.Connection, host_id: int, info: wire.GpuSample | wire.GpuInfo,
             ts: float) -> GpuState:
-        """The GPU's state, registering it or noting a move to another host/slot (same id, same history)."""
-        gs = self.gpus.get(info.uuid)
+        """The GPU's state, registering it or noting a move to another slot (same id, same history).
+
+        Identity is (host, uuid): the same UUID from another host is another GPU, never merged."""
+        gs = self.gpus.get((host_id, info.uuid))
         if gs is None:
             gs = self._load_gpu(conn, host_id, info, ts)
-        if gs.host_id != host_id or gs.idx != info.index:
-            gs.host_id, gs.idx = host_id, info.index
-            conn.execute("UPDATE gpus SET host_id = ?, idx = ? WHERE id = ?", (host_id, info.index, gs.id))
+        if gs.idx != info.index:
+            gs.idx = info.index
+            conn.execute("UPDATE gpus SET idx = ? WHERE id = ?", (info.index, gs.id))
             conn.execute(PLACEMENT_INSERT,
                          (gs.id, ts, host_id, info.index))
         name, total, limit = info.name, _i(info.memory_total), info.power_limit
@@ -197,7 +201,7 @@ class IngestState:
     def _load_gpu(self, conn: sqlite3.Connection, host_id: int, info: wire.GpuSample | wire.GpuInfo,
                   ts: float) -> GpuState:
         row = conn.execute("SELECT id, host_id, idx, name, memory_total, power_limit FROM gpus "
-                           "WHERE uuid = ?", (info.uuid,)).fetchone()
+                           "WHERE host_id = ? AND uuid = ?", (host_id, info.uuid)).fetchone()
         if row is None:
             cur = conn.execute(
                 "INSERT INTO gpus (uuid, host_id, idx, name, serial, pci_bus_id, memory_total, power_limit, "
@@ -212,7 +216,7 @@ class IngestState:
             last = conn.execute("SELECT max(ts) FROM samples WHERE gpu_id = ?", (row[0],)).fetchone()[0]
             gs = GpuState(int(row[0]), int(row[1]), int(row[2]), row[3], row[4], row[5],
                           None if last is None else float(last))
-        self.gpus[info.uuid] = gs
+        self.gpus[(host_id, info.uuid)] = gs
         return gs
 
     # ---------------------------------------------------------------------------------- frames
@@ -286,7 +290,8 @@ class IngestState:
                 self._spans(conn, gs, g.processes, ts, rows)
             if last is not None:
                 seconds, gs.typical = usage.credit(ts - last, gs.typical)
-                usage.account(rows.usage, self.params, hid, gs.id, g, ts, seconds)
+                gs.holders = usage.account(rows.usage, rows.capacity, self.params, hid, gs.id, g, ts,
+                                           seconds, gs.holders)
 
     def _spans(self, conn: sqlite3.Connection, gs: GpuState, procs: Sequence[wire.ProcessSample], ts: float,
                rows: Rows) -> None:
@@ -347,6 +352,8 @@ def write_rows(conn: sqlite3.Connection, rows: Rows) -> None:
         conn.executemany(SPAN_UPSERT, [acc.row() for acc in rows.spans.values()])
     if rows.usage:
         conn.executemany(usage.UPSERT, usage.upsert_rows(rows.usage))
+    if rows.capacity:
+        conn.executemany(usage.CAPACITY_UPSERT, [(*k, v[0], v[1]) for k, v in rows.capacity.items()])
     if rows.events:
         conn.executemany(EVENT_INSERT, rows.events)
     if rows.dirty:

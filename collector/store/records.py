@@ -110,6 +110,15 @@ class UsageRow:
 
 
 @dataclass(slots=True)
+class CapacityRow:
+    """GPU time of one host in a range: observed (the GPUs sampled) and free (nothing allocated on them)."""
+
+    host: str
+    gpu_hours_observed: float
+    gpu_hours_free: float
+
+
+@dataclass(slots=True)
 class EventRow:
     host: str
     ts: float

@@ -211,6 +211,8 @@ def delete_hours(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
 _YEARLY: Final = (
     "DELETE FROM usage WHERE (hour, host_id, gpu_id, user) IN "
     "(SELECT hour, host_id, gpu_id, user FROM usage WHERE hour < ? LIMIT ?)",
+    "DELETE FROM capacity WHERE (hour, host_id, gpu_id) IN "
+    "(SELECT hour, host_id, gpu_id FROM capacity WHERE hour < ? LIMIT ?)",
     "DELETE FROM processes WHERE id IN (SELECT id FROM processes WHERE last_seen < ? LIMIT ?)",
     "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE ts < ? LIMIT ?)",
     "DELETE FROM alerts WHERE fingerprint IN (SELECT fingerprint FROM alerts WHERE state = 'resolved' "
@@ -220,7 +222,8 @@ _YEARLY: Final = (
 
 
 def delete_history(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
-    """Usage, process spans, events, resolved alerts, expired silences: kept as long as 1-hour rollups."""
+    """Usage and capacity, process spans, events, resolved alerts, expired silences: kept as long as
+    1-hour rollups."""
     more = False
     for sql in _YEARLY:
         more = _delete(conn, sql, now - policy.hour_retention, policy.batch, None) or more
@@ -230,7 +233,7 @@ def delete_history(conn: sqlite3.Connection, now: float, policy: Policy) -> bool
 #: GPUs last seen before the longest retention, with nothing left that refers to them (the steps before
 #: this one deleted their history): indexed guards first, usage (no gpu_id index) last.
 _UNUSED_GPUS: Final = (
-    "SELECT id, uuid FROM gpus g WHERE last_seen < ?1"
+    "SELECT id, host_id, uuid FROM gpus g WHERE last_seen < ?1"
     " AND NOT EXISTS (SELECT 1 FROM samples WHERE gpu_id = g.id)"
     " AND NOT EXISTS (SELECT 1 FROM samples_1m WHERE gpu_id = g.id)"
     " AND NOT EXISTS (SELECT 1 FROM samples_1h WHERE gpu_id = g.id)"
@@ -240,16 +243,16 @@ _UNUSED_GPUS: Final = (
 )
 
 
-def delete_gpus(conn: sqlite3.Connection, now: float, policy: Policy) -> list[str]:
-    """Delete one batch of unused GPU rows (and their placements); returns their UUIDs, so the writer's
-    id cache forgets them too. A GPU that comes back later is simply registered again."""
-    def work() -> list[str]:
+def delete_gpus(conn: sqlite3.Connection, now: float, policy: Policy) -> list[tuple[int, str]]:
+    """Delete one batch of unused GPU rows (and their placements); returns their (host id, uuid), so the
+    writer's id cache forgets them too. A GPU that comes back later is simply registered again."""
+    def work() -> list[tuple[int, str]]:
         rows = conn.execute(_UNUSED_GPUS, (now - policy.hour_retention, policy.batch)).fetchall()
         ids = [(int(r[0]),) for r in rows]
         conn.executemany("DELETE FROM gpu_placements WHERE gpu_id = ?", ids)
         conn.executemany("DELETE FROM gpus WHERE id = ?", ids)
-        return [str(r[1]) for r in rows]
-    result: list[str] = in_tx(conn, work)
+        return [(int(r[1]), str(r[2])) for r in rows]
+    result: list[tuple[int, str]] = in_tx(conn, work)
     return result
 
 

@@ -4,8 +4,8 @@ Never edit a released migration: add a new one. Each runs in its own ``BEGIN IMM
 re-reads the version inside it, so two processes opening a new file at once cannot both migrate.
 
 Layout, and why:
-- ``gpus`` is keyed by NVML UUID, so a GPU moved to another slot or host keeps its id and its history;
-  ``gpu_placements`` records where it was from when (so a host's history still finds it).
+- ``gpus`` is keyed by (host, NVML UUID): a GPU moved to another slot keeps its id and its history
+  (``gpu_placements`` records which slot from when); the same UUID from two hosts is two GPUs (v3).
 - ``samples`` (raw), ``samples_1m`` and ``samples_1h`` are WITHOUT ROWID tables keyed (gpu_id, time): one
   b-tree, compact, range scans per GPU, and the key makes a replayed snapshot an ignored duplicate.
   ``samples`` carries no FOREIGN KEY: it is the hot table and its ids come from the writer's own gpus rows.
@@ -201,8 +201,47 @@ _V2: Final[list[str]] = [
     ) WITHOUT ROWID""",
 ]
 
+#: v3: GPU-hours of capacity (table ``capacity``); and a GPU's identity is (host, uuid), not the uuid alone:
+#: two hosts that report the same UUIDs (a cloned VM image, one machine listed under two names, two fake
+#: backends) keep apart histories; the live view flags it (rule ``duplicate_gpu``). SQLite cannot drop a
+#: column's UNIQUE, so the table is rebuilt (the documented procedure: :func:`migrate` turns foreign keys
+#: off around it and checks them before commit).
+_V3: Final[list[str]] = [
+    """CREATE TABLE gpus_v3 (
+        id INTEGER PRIMARY KEY,
+        uuid TEXT NOT NULL,
+        host_id INTEGER NOT NULL REFERENCES hosts(id),
+        idx INTEGER NOT NULL,
+        name TEXT,
+        serial TEXT,
+        pci_bus_id TEXT,
+        memory_total INTEGER,
+        power_limit REAL,
+        first_seen REAL NOT NULL,
+        last_seen REAL NOT NULL,
+        last_sample REAL,
+        UNIQUE (host_id, uuid)
+    )""",
+    """INSERT INTO gpus_v3 (id, uuid, host_id, idx, name, serial, pci_bus_id, memory_total, power_limit,
+        first_seen, last_seen, last_sample)
+       SELECT id, uuid, host_id, idx, name, serial, pci_bus_id, memory_total, power_limit,
+        first_seen, last_seen, last_sample FROM gpus""",
+    "DROP TABLE gpus",
+    "ALTER TABLE gpus_v3 RENAME TO gpus",
+    "CREATE INDEX gpus_host ON gpus(host_id, idx)",
+    # seconds each GPU was sampled, and of those free (nothing allocated): idle capacity in the report
+    """CREATE TABLE capacity (
+        hour INTEGER NOT NULL,
+        host_id INTEGER NOT NULL REFERENCES hosts(id),
+        gpu_id INTEGER NOT NULL REFERENCES gpus(id),
+        observed REAL NOT NULL,
+        free REAL NOT NULL,
+        PRIMARY KEY (hour, host_id, gpu_id)
+    ) WITHOUT ROWID""",
+]
+
 #: MIGRATIONS[i] brings the schema from version i to i + 1.
-MIGRATIONS: Final[list[list[str]]] = [_V1, _V2]
+MIGRATIONS: Final[list[list[str]]] = [_V1, _V2, _V3]
 LATEST: Final = len(MIGRATIONS)
 
 
@@ -231,8 +270,19 @@ def migrate(conn: sqlite3.Connection) -> int:
             for statement in MIGRATIONS[version]:
                 conn.execute(statement)
             conn.execute(f"PRAGMA user_version={version + 1}")
+        broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+        if broken:
+            raise StorageError(f"migration to v{LATEST} left {len(broken)} dangling references "
+                               f"(first: {broken[0]}); the file is unchanged")
 
-    in_tx(conn, run)
+    # a table rebuild (v3) drops a referenced table: foreign keys are off for it (the pragma is a no-op
+    # inside a transaction) and checked by hand above, before the commit
+    fk = int(conn.execute("PRAGMA foreign_keys").fetchone()[0])
+    conn.execute("PRAGMA foreign_keys=OFF")
+    try:
+        in_tx(conn, run)
+    finally:
+        conn.execute(f"PRAGMA foreign_keys={fk}")
     return found
 
 

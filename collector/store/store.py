@@ -6,7 +6,7 @@ read (WAL: reads see the last commit and never wait on the writer), both on aios
 ``mode=ro``, and every write raises :class:`StorageError`.
 
 The store is also a :class:`~gpufleet.collector.live.FleetSink` (``host_state`` / ``frame``), so the daemon
-can put it straight into a FanOut.
+(and tests) can make it a listener of the live view directly.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from gpufleet.collector.store._db import call, connect, setup_reader, setup_writ
 from gpufleet.collector.store.ingest import FrameItem, HostStateItem, IngestState
 from gpufleet.collector.store.records import (
     AlertRecord,
+    CapacityRow,
     EventRow,
     GpuLatest,
     GpuSeries,
@@ -40,7 +41,7 @@ from gpufleet.collector.store.records import (
     SilenceRecord,
     UsageRow,
 )
-from gpufleet.collector.store.usage import usage_by_user
+from gpufleet.collector.store.usage import capacity, usage_by_user
 from gpufleet.collector.store.writer import Writer
 
 log = logging.getLogger(__name__)
@@ -257,9 +258,14 @@ class Store:
                                         until=until))
 
     async def usage_by_user(self, *, since: float, until: float, host: str | None = None,
-                            by_host: bool = False) -> list[UsageRow]:
+                            by_host: bool = False, gpu: int | None = None) -> list[UsageRow]:
         """GPU-hours held / used / wasted per user (hour granularity: the range widens to whole hours)."""
-        return await self._read(partial(usage_by_user, since=since, until=until, host=host, by_host=by_host))
+        return await self._read(partial(usage_by_user, since=since, until=until, host=host, by_host=by_host,
+                                        gpu=gpu))
+
+    async def capacity(self, *, since: float, until: float, host: str | None = None) -> list[CapacityRow]:
+        """GPU-hours observed and free per host (hour granularity, like usage_by_user)."""
+        return await self._read(partial(capacity, since=since, until=until, host=host))
 
     async def events(self, *, host: str | None = None, since: float, until: float) -> list[EventRow]:
         return await self._read(partial(queries.events, host=host, since=since, until=until))
@@ -325,9 +331,9 @@ class Store:
                 pass
 
         def prune(conn: sqlite3.Connection) -> bool:
-            uuids = rollup.delete_gpus(conn, now, policy)
-            writer.forget_gpus(uuids)
-            return len(uuids) >= policy.batch
+            pruned = rollup.delete_gpus(conn, now, policy)
+            writer.forget_gpus(pruned)
+            return len(pruned) >= policy.batch
 
         while await writer.call(prune, standalone=True):
             pass

@@ -2,9 +2,13 @@
 
 On each new snapshot, per GPU, the time since that GPU's previous sample (``dt``, capped so an outage is
 not billed) is credited to every distinct user holding memory on it:
-- held += dt;  used += dt * util / 100;  wasted += dt when :func:`classify.wasting_users` names the user
-  (the sample is idle or stuck and the user holds at least ``min_memory_mib``: the same verdict the
-  ``wasted`` rule uses, with the ``wasted`` rule's configured thresholds).
+- held += dt;  used += dt * util / 100;  wasted += dt when :func:`classify.waste_users` names the user
+  (the sample is idle or stuck and the user holds at least ``min_memory_mib``: the ``wasted`` rule's
+  verdict with its configured thresholds; or the user's zombie still holds memory: ``stale``);
+- memory in use with no process visible (``orphaned_memory``) stays held and wasted by the GPU's last
+  holders;
+- per GPU, ``capacity`` counts the seconds observed and the seconds free (:func:`classify.is_free`:
+  nothing allocated), so the report shows idle capacity: GPU-hours nobody held.
 Each user is credited the whole GPU (two users sharing one GPU both hold it), under the name the alerts use
 (:func:`classify.user_of`). Sums live in hourly buckets, so a range query is a fast SUM at hour
 granularity (a range is widened to whole hours).
@@ -17,8 +21,8 @@ import sqlite3
 from typing import Final
 
 from gpufleet.agent import wire
-from gpufleet.collector.classify import Thresholds, user_of, wasting_users
-from gpufleet.collector.store.records import UsageRow
+from gpufleet.collector.classify import Thresholds, is_free, orphaned_bytes, user_of, waste_users
+from gpufleet.collector.store.records import CapacityRow, UsageRow
 
 #: Never credit more than this many seconds for one sample, however long the gap before it.
 MAX_GAP: Final = 10.0
@@ -26,6 +30,7 @@ MAX_GAP: Final = 10.0
 GAP_FACTOR: Final = 3.0
 
 UsageKey = tuple[int, int, int, str]  # hour, host_id, gpu_id, user
+CapacityKey = tuple[int, int, int]  # hour, host_id, gpu_id
 
 
 def credit(dt: float, typical: float | None) -> tuple[float, float | None]:
@@ -38,37 +43,58 @@ def credit(dt: float, typical: float | None) -> tuple[float, float | None]:
     return min(dt, cap), typical
 
 
-def account(acc: dict[UsageKey, list[float]], params: Thresholds, host_id: int, gpu_id: int,
-            gpu: wire.GpuSample, ts: float, seconds: float) -> None:
-    """Add one GPU sample's ``seconds`` to the users holding memory on it (in ``acc``, per hour).
+def account(acc: dict[UsageKey, list[float]], cap: dict[CapacityKey, list[float]], params: Thresholds,
+            host_id: int, gpu_id: int, gpu: wire.GpuSample, ts: float, seconds: float,
+            last_holders: frozenset[str]) -> frozenset[str]:
+    """Add one GPU sample's ``seconds`` to its holders (``acc``) and the GPU's capacity (``cap``), per hour.
 
-    Wasted seconds go to exactly the users :func:`classify.wasting_users` names for the sample, the users the
-    ``wasted`` rule alerts about, so the report and the alert agree.
+    Wasted seconds go to the users :func:`classify.waste_users` names (the users of the ``wasted`` and
+    ``stale`` alerts); memory in use with no process visible (``orphaned_memory``) is held and wasted by the
+    GPU's ``last_holders``. Returns the holders to remember for the next sample.
     """
-    if seconds <= 0 or gpu.error is not None or not gpu.processes:
-        return
+    if seconds <= 0 or gpu.error is not None:
+        return last_holders
+    hour = int(math.floor(ts / 3600.0)) * 3600
+    c = cap.get((hour, host_id, gpu_id))
+    if c is None:
+        c = cap[(hour, host_id, gpu_id)] = [0.0, 0.0]
+    c[0] += seconds
+    if is_free(gpu, params):
+        c[1] += seconds
     held: set[str] = set()
     for proc in gpu.processes:
         if proc.gpu_memory is not None and proc.gpu_memory <= 0:
             continue  # listed but holding nothing
         held.add(user_of(proc))
-    if not held:
-        return
-    util = gpu.util_gpu
-    used = seconds * util / 100.0 if util is not None else 0.0
-    wasting = wasting_users(gpu, params)
-    hour = int(math.floor(ts / 3600.0)) * 3600
-    for user in held:
-        wasted = seconds if user in wasting else 0.0
-        key = (hour, host_id, gpu_id, user)
-        row = acc.get(key)
-        if row is None:
-            acc[key] = [seconds, used, wasted]
-        else:
-            row[0] += seconds
-            row[1] += used
-            row[2] += wasted
+    if held:
+        util = gpu.util_gpu
+        used = seconds * util / 100.0 if util is not None else 0.0
+        wasting = set(waste_users(gpu, params))
+        for user in held:
+            _add(acc, (hour, host_id, gpu_id, user), seconds, used, seconds if user in wasting else 0.0)
+        return frozenset(held)
+    if last_holders and orphaned_bytes(gpu, params) is not None:
+        for user in last_holders:  # their process is gone from the list; its memory is not
+            _add(acc, (hour, host_id, gpu_id, user), seconds, 0.0, seconds)
+        return last_holders
+    return frozenset()
 
+
+def _add(acc: dict[UsageKey, list[float]], key: UsageKey, held: float, used: float, wasted: float) -> None:
+    row = acc.get(key)
+    if row is None:
+        acc[key] = [held, used, wasted]
+    else:
+        row[0] += held
+        row[1] += used
+        row[2] += wasted
+
+
+CAPACITY_UPSERT: Final = """
+INSERT INTO capacity (hour, host_id, gpu_id, observed, free) VALUES (?, ?, ?, ?, ?)
+ON CONFLICT (hour, host_id, gpu_id) DO UPDATE SET
+    observed = observed + excluded.observed, free = free + excluded.free
+"""
 
 UPSERT: Final = """
 INSERT INTO usage (hour, host_id, gpu_id, user, held, used, wasted) VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -82,20 +108,33 @@ def upsert_rows(acc: dict[UsageKey, list[float]]) -> list[tuple[int, int, int, s
 
 
 def usage_by_user(conn: sqlite3.Connection, *, since: float, until: float, host: str | None,
-                  by_host: bool) -> list[UsageRow]:
-    """GPU-hours per user (and per host with ``by_host``), most held first."""
+                  by_host: bool, gpu: int | None = None) -> list[UsageRow]:
+    """GPU-hours per user (and per host with ``by_host``), most held first; ``gpu``: only that slot's GPU."""
     if until < since:
         return []
     first_hour = int(math.floor(since / 3600.0)) * 3600
     group = "u.user, h.name" if by_host else "u.user"
     sql = f"""
         SELECT u.user, {"h.name" if by_host else "NULL"}, sum(u.held), sum(u.used), sum(u.wasted)
-        FROM usage u JOIN hosts h ON h.id = u.host_id
-        WHERE u.hour >= ? AND u.hour < ? AND (?3 IS NULL OR h.name = ?3)
+        FROM usage u JOIN hosts h ON h.id = u.host_id JOIN gpus g ON g.id = u.gpu_id
+        WHERE u.hour >= ?1 AND u.hour < ?2 AND (?3 IS NULL OR h.name = ?3) AND (?4 IS NULL OR g.idx = ?4)
         GROUP BY {group}
         ORDER BY sum(u.held) DESC, u.user
     """
-    rows = conn.execute(sql, (first_hour, until, host)).fetchall()
+    rows = conn.execute(sql, (first_hour, until, host, gpu)).fetchall()
     return [UsageRow(user=user, host=hname if by_host else host, gpu_hours_held=held / 3600.0,
                      gpu_hours_used=used / 3600.0, gpu_hours_wasted=wasted / 3600.0)
             for user, hname, held, used, wasted in rows]
+
+
+def capacity(conn: sqlite3.Connection, *, since: float, until: float, host: str | None) -> list[CapacityRow]:
+    """GPU-hours observed and free (nothing allocated) per host, hour granularity like the usage."""
+    if until < since:
+        return []
+    first_hour = int(math.floor(since / 3600.0)) * 3600
+    rows = conn.execute(
+        """SELECT h.name, sum(c.observed), sum(c.free) FROM capacity c JOIN hosts h ON h.id = c.host_id
+           WHERE c.hour >= ?1 AND c.hour < ?2 AND (?3 IS NULL OR h.name = ?3)
+           GROUP BY h.name ORDER BY h.name""", (first_hour, until, host)).fetchall()
+    return [CapacityRow(host=name, gpu_hours_observed=obs / 3600.0, gpu_hours_free=free / 3600.0)
+            for name, obs, free in rows]

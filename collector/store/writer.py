@@ -178,10 +178,11 @@ class Writer:
     def depth(self) -> int:
         return len(self._q)
 
-    def forget_gpus(self, uuids: Sequence[str]) -> None:
-        """GPU rows retention deleted: drop them from the id cache (call on the writer's thread, in a job)."""
-        for uuid in uuids:
-            self._state.gpus.pop(uuid, None)
+    def forget_gpus(self, keys: Sequence[tuple[int, str]]) -> None:
+        """GPU rows retention deleted, as (host id, uuid): dropped from the id cache (call on the writer's
+        thread, in a job)."""
+        for key in keys:
+            self._state.gpus.pop(key, None)
 
     @property
     def queued_bytes(self) -> int:

@@ -21,14 +21,13 @@ from collections.abc import Callable
 
 from gpufleet.agent import wire
 from gpufleet.collector.errors import ConfigError, TransportError
-from gpufleet.collector.live import FleetSink, HostState, HostStatus
+from gpufleet.collector.live import FleetSink, HostState, HostStatus, LiveView
 from gpufleet.collector.settings import HostConfig
 from gpufleet.collector.transport.backoff import Backoff
 from gpufleet.collector.transport.hostkeys import POLICIES, HostKeyRefused, KnownHostsStore
 from gpufleet.collector.transport.local import run_local
 from gpufleet.collector.transport.ssh import SshContext, run_ssh
 from gpufleet.collector.transport.stream import AgentStream
-from gpufleet.collector.wirestate import WireHostState
 
 log = logging.getLogger(__name__)
 
@@ -88,20 +87,21 @@ class _Host:
 
 
 class FleetTransport:
-    """Keeps one agent stream per host and feeds ``sink``. See the module docstring for the lifecycle."""
+    """Keeps one agent stream per host and reports into the live view (which owns the hosts' state and passes
+    frames on). See the module docstring for the lifecycle."""
 
-    def __init__(self, hosts: list[HostConfig], sink: FleetSink, *, max_concurrent_connects: int = 32,
+    def __init__(self, hosts: list[HostConfig], live: LiveView, *, max_concurrent_connects: int = 32,
                  clock: Callable[[], float] = time.time, backoff_base: float = 1.0, backoff_cap: float = 60.0,
                  stable_after: float = 30.0, rng: random.Random | None = None) -> None:
         _validate(hosts)
-        self.sink = sink
+        self.sink: FleetSink = live
         self.clock = clock
         self._rng = rng or random.Random()
         self._slots = asyncio.Semaphore(max_concurrent_connects)
         self._ssh = SshContext({h.name: h for h in hosts}, self._slots, KnownHostsStore())
         self._hosts: dict[str, _Host] = {}
         for h in hosts:
-            state = WireHostState(name=h.name, tags=list(h.tags), since=clock())
+            state = live.add_host(h.name, h.tags, since=clock())  # the live view owns it; we report into it
             backoff = Backoff(backoff_base, backoff_cap, stable_after=stable_after,
                               rng=random.Random(self._rng.random()))
             self._hosts[h.name] = _Host(h, state, backoff)

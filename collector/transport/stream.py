@@ -76,7 +76,8 @@ class LineFramer:
 
 
 class AgentStream:
-    """One connection's agent output: validates frames, updates the host's state, feeds the sink.
+    """One connection's agent output: validates frames and reports them to the sink (the live view, which
+    owns ``state`` and records them); counts bad frames on ``state``.
 
     ``done`` resolves with the reason the stream ended (first reason wins). ``on_up`` is called once, on the
     first valid hello: that is when a host counts as up.
@@ -226,8 +227,6 @@ class AgentStream:
             return
         received = self.clock()
         state = self.state
-        state.frames += 1
-        state.lag = received - frame.ts  # the raw offset (transit plus clock skew), before re-stamping
         skew_changed = self._bound_time(frame, received)
         if isinstance(state, WireHostState):
             state.noted(notes)
@@ -235,15 +234,14 @@ class AgentStream:
             if self.hello is not None:
                 raise wire.MalformedFrame("second 'hello' on one stream")
             self.hello = frame
-        state.observe(frame, received)
+        try:
+            self.sink.frame(state.name, frame, received)  # the live view records it (once) and passes it on
+        except Exception:  # noqa: BLE001 - a broken consumer must not take the host down
+            log.exception("%s: sink failed on a %s frame", state.name, frame.type)
         if isinstance(frame, wire.Hello) and self.on_up is not None:
             self.on_up(frame)
         elif skew_changed and state.status == "up":
-            self._emit_state()  # a host flag changed: the live view, store and rules learn it now
-        try:
-            self.sink.frame(state.name, frame, received)
-        except Exception:  # noqa: BLE001 - a broken consumer must not take the host down
-            log.exception("%s: sink failed on a %s frame", state.name, frame.type)
+            self._emit_state()  # a host flag changed: the live view's listeners learn it now
 
     def _bound_time(self, frame: wire.Frame, received: float) -> bool:
         """Re-stamp ``frame`` if the agent's clock is off (module docstring); True if the host's

@@ -155,7 +155,8 @@ def gpu(index: int = 0, *, util: int | None = 2, procs: list[wire.ProcessSample]
         **kw: Any) -> wire.GpuSample:
     procs = procs or []
     used = sum((p.gpu_memory or 0) for p in procs) + (1 << 26)
-    return wire.GpuSample(index=index, uuid=f"GPU-{index:04d}", util_gpu=util, memory_total=80 * GIB,
+    uuid = kw.pop("uuid", f"GPU-{index:04d}")
+    return wire.GpuSample(index=index, uuid=uuid, util_gpu=util, memory_total=80 * GIB,
                           memory_used=used, processes=procs, **kw)
 
 

@@ -76,7 +76,7 @@ async def test_repeat_interval_resends_unchanged_group(harness, clock, w):
     h.send(hot)
     await h.tick()
     assert len(rec.got) == 2
-    assert rec.got[1].alerts[0].annotations["summary"] == "n3 GPU 0 at 90 C (threshold 85 C) for 1h"
+    assert rec.got[1].alerts[0].annotations["summary"] == "n3 GPU 0 at 90 C (threshold 85 C) for 1h00m"
     clock.t = t0 + 3700
     h.send(w.snap(w.gpu(0, temperature=71)))
     await h.tick()
@@ -117,8 +117,11 @@ async def test_group_wait_batches_and_group_interval_spaces_updates(harness, clo
     assert sorted(a.labels["user"] for a in update.alerts) == ["alice", "bob", "dave"]
 
 
+NO_KEEP = {"keep_firing_for": 0.0}  # host_down resolves as soon as the host is back (default: kept 60 s)
+
+
 async def test_host_down_inhibits_the_hosts_other_alerts(harness, clock, w):
-    h = harness(w.config(rules={"overheating": {"for": 0.0}}))
+    h = harness(w.config(rules={"overheating": {"for": 0.0}, "host_down": dict(NO_KEEP)}))
     rec = h.notifiers[0]
     await h.engine.start(run_tick=False)
     t0 = clock.t
@@ -170,7 +173,7 @@ async def test_host_back_with_a_new_key_is_news_and_still_inhibits(harness, cloc
 
 
 async def test_silent_agent_is_host_down_after_missed_intervals(harness, clock, w):
-    h = harness(w.config(group_wait=0.0))
+    h = harness(w.config(group_wait=0.0, rules={"host_down": dict(NO_KEEP)}))
     rec = h.notifiers[0]
     await h.engine.start(run_tick=False)
     t0 = clock.t
@@ -263,6 +266,6 @@ async def test_selectors_restrict_what_counts(harness, clock, w):
     await h.engine.start(run_tick=False)
     h.up("n3")
     h.send(w.snap(w.gpu(0, procs=[w.proc(1, user="root"), w.proc(2, user="alice")])), host="n3")
-    h.send(w.snap(w.gpu(0, procs=[w.proc(3, user="bob")])), host="n4")  # n4 is not tagged prod
+    h.send(w.snap(w.gpu(0, uuid="GPU-n4-0", procs=[w.proc(3, user="bob")])), host="n4")  # not tagged prod
     await h.tick()
     assert [(a.labels["host"], a.labels["user"]) for a in h.engine.active()] == [("n3", "alice")]

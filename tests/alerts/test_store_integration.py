@@ -72,3 +72,28 @@ async def test_engine_state_round_trips_through_sqlite(tmp_path: Path, clock, w)
         assert resolved.state == "resolved" and resolved.last_notified_at is not None
     finally:
         await store3.close()
+
+
+async def test_the_tick_saves_the_notification_log(tmp_path: Path, clock, w):
+    """An undelivered notification is in the database after the tick that queued it, not only after a clean
+    stop, so a collector killed with -9 goes on retrying it after its restart (issue 11.1)."""
+    from gpufleet.collector.notify.base import DeliveryError
+
+    cfg = w.config(group_wait=0.0, rules={"overheating": {"for": 0.0}})
+    cfg.storage = StorageConfig(path=str(tmp_path / "gpufleet.db"))
+    store = await Store.open(cfg.storage)
+    rec = w.recorder(retries=0)
+    rec.fail_with = DeliveryError("rec", "HTTP 503", retryable=True)
+    disp = NotificationDispatcher([rec], clock=clock, backoff=60.0, store=store)
+    engine = AlertEngine(cfg, store, clock=clock, dispatcher=disp)
+    try:
+        await engine.start(run_tick=False)
+        engine.frame("n3", w.snap(w.gpu(0, temperature=91)), clock.t)
+        await engine.evaluate()
+        assert await disp.join(5)
+        await engine.evaluate()  # the attempt failed meanwhile: this tick saves that too
+        [row] = await store.load_nflog(since=0.0)
+        assert row.notifier == "rec" and row.pending is not None and row.failing_since == clock.t
+    finally:
+        await engine.stop(0.1)
+        await store.close()

@@ -39,7 +39,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from gpufleet.agent import wire
-from gpufleet.collector.live import FanOut, HostState, LiveView
+from gpufleet.collector.live import HostState, LiveView
 from gpufleet.collector.settings import HostConfig
 from gpufleet.collector.transport.manager import FleetTransport
 
@@ -127,8 +127,8 @@ def _dropping_listener() -> Iterator[int]:
 async def run_step(configs: list[HostConfig], seconds: float, server_pid: int,
                    holes: Sequence[HostConfig] = ()) -> Step:
     sink = LagSink()
-    view = LiveView()
-    transport = FleetTransport([*holes, *configs], FanOut(sink, view), max_concurrent_connects=32)
+    view = LiveView([sink])
+    transport = FleetTransport([*holes, *configs], view, max_concurrent_connects=32)
     good = {c.name for c in configs}
     t0 = time.monotonic()
     await transport.start()

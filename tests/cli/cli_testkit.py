@@ -21,6 +21,7 @@ from gpufleet.collector.live import HostState, LiveView
 from gpufleet.collector.settings import Config, HostConfig
 from gpufleet.collector.store.records import (
     AlertRecord,
+    CapacityRow,
     EventRow,
     GpuLatest,
     GpuSeries,
@@ -327,7 +328,8 @@ class StandinStore:
         return out
 
     async def usage_by_user(
-        self, *, since: float, until: float, host: str | None = None, by_host: bool = False
+        self, *, since: float, until: float, host: str | None = None, by_host: bool = False,
+        gpu: int | None = None,
     ) -> list[UsageRow]:
         return [
             UsageRow(
@@ -345,6 +347,9 @@ class StandinStore:
                 gpu_hours_wasted=0.0,
             ),
         ]
+
+    async def capacity(self, *, since: float, until: float, host: str | None = None) -> list[CapacityRow]:
+        return [CapacityRow(host=host or "n1", gpu_hours_observed=24.0, gpu_hours_free=6.0)]
 
     async def events(self, *, host: str | None = None, since: float, until: float) -> list[EventRow]:
         return [

@@ -8,10 +8,11 @@ from datetime import datetime
 
 import pytest
 from cli_testkit import StandinAlerts, StandinStore, synthetic_live
-from gpufleet.cli.timeparse import TimeParseError, fmt_duration, parse_duration, parse_range, parse_time
+from gpufleet.cli.timeparse import TimeParseError, parse_duration, parse_range, parse_time
 from gpufleet.collector import query
 from gpufleet.collector.errors import QueryError
 from gpufleet.collector.store.records import AlertRecord
+from gpufleet.collector.units import fmt_duration
 
 NOW = 1_800_000_000.0
 

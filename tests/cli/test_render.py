@@ -9,9 +9,10 @@ import pytest
 from cli_testkit import StandinAlerts, StandinStore, as_dict, cell_width, synthetic_live
 from gpufleet.cli.render_alerts import render_alerts
 from gpufleet.cli.render_history import bucket, history_csv, render_history, sparkline
-from gpufleet.cli.render_status import bar, fmt_bytes, fmt_mem_pair, render_by_user, render_status
+from gpufleet.cli.render_status import bar, fmt_mem_pair, render_by_user, render_status
 from gpufleet.collector import query
 from gpufleet.collector.store.records import SeriesPoint
+from gpufleet.collector.units import fmt_size_short
 from rich.console import Console, RenderableType
 
 
@@ -58,9 +59,9 @@ def test_bars_and_formats() -> None:
     assert bar(0.5, 4) == "██  " and bar(1.0, 3) == "███" and bar(None, 2) == "  " and bar(0.0, 2) == "  "
     assert bar(0.0625, 2) == "▏ "
     assert (
-        fmt_bytes(512 << 20) == "512M"
-        and fmt_bytes(int(1.5 * (1 << 30))) == "1.5G"
-        and fmt_bytes(None) == "-"
+        fmt_size_short(512 << 20) == "512M"
+        and fmt_size_short(int(1.5 * (1 << 30))) == "1.5G"
+        and fmt_size_short(None) == "-"
     )
     assert fmt_mem_pair(40 << 30, 80 << 30) == "40/80G" and fmt_mem_pair(1 << 30, 8 << 30) == "1.0/8G"
 

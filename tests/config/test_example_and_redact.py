@@ -1,4 +1,4 @@
-"""deploy/gpufleet.yaml loads cleanly and tells the truth about defaults; redact() hides secrets in URLs."""
+"""deploy/gpufleet.yaml loads cleanly and tells the truth about defaults; mask_url() hides secrets in URLs."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-from gpufleet.collector.config import ConfigErrors, load_config, redact
-from gpufleet.collector.settings import DEFAULT_RULES, AlertingConfig, HostConfig, StorageConfig
+from gpufleet.collector.config import ConfigErrors, load_config
+from gpufleet.collector.secrets import mask_url
+from gpufleet.collector.settings import DEFAULT_RULES, AlertingConfig, Config, HostConfig, StorageConfig
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "gpufleet.yaml"
 
@@ -40,6 +41,7 @@ def test_example_config_loads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
         if f.name not in ("user", "key", "known_hosts", "tags"):
             assert getattr(plain, f.name) == getattr(default_host, f.name), f.name
     assert cfg.storage == StorageConfig() and cfg.alerting == AlertingConfig()
+    assert cfg.max_hosts == Config().max_hosts
 
 
 def test_example_without_secrets_names_the_variables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -65,15 +67,15 @@ def test_example_without_secrets_names_the_variables(tmp_path: Path, monkeypatch
     ("json://127.0.0.1:9000/path", [], ["json://127.0.0.1:9000/path"]),
     ("https://ntfy.example/abcdefghij0123456789xyz", ["abcdefghij0123456789xyz"], ["ntfy.example"]),
 ])
-def test_redact(url: str, hidden: list[str], kept: list[str]) -> None:
-    out = redact(url)
+def test_mask_url(url: str, hidden: list[str], kept: list[str]) -> None:
+    out = mask_url(url)
     for secret in hidden:
         assert secret not in out
     for part in kept:
         assert part in out
 
 
-def test_redact_odd_input() -> None:
-    assert redact("") == ""
-    assert redact("not a url with secret") == "***"
-    assert redact("http://[::1:9000/x") == "***"
+def test_mask_url_odd_input() -> None:
+    assert mask_url("") == ""
+    assert mask_url("not a url with secret") == "***"
+    assert mask_url("http://[::1:9000/x") == "***"

@@ -165,10 +165,10 @@ def test_notifiers_and_secrets(full: Any) -> None:
 
 
 def test_every_host_field_is_configurable() -> None:
-    from gpufleet.collector import config
+    from gpufleet.collector.config import hosts
     fields = {f.name for f in dataclasses.fields(HostConfig)}
-    assert set(config._HOST_ENTRY_SPEC) == fields
-    assert set(config._HOST_SPEC) == fields - {"name", "address"}
+    assert set(hosts.HOST_ENTRY_SPEC) == fields
+    assert set(hosts.HOST_SPEC) == fields - {"name", "address"}
 
 
 def test_empty_and_minimal(load: Any) -> None:

@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gpufleet.collector.alerts.notes import keep_annotations
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.notify.base import DeliveryError, Notification, Notifier
 from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.notify.dispatcher import NotificationDispatcher
-from gpufleet.collector.notify.secrets import redact_url
+from gpufleet.collector.secrets import redact_url
 from gpufleet.collector.settings import AlertingConfig, NotifierConfig
 
 SCRIPT = """
@@ -194,7 +195,9 @@ async def test_user_mail_goes_to_the_mapped_address(w, apprise_schema):
     await disp.start()
     plain = w.notification()
     disp.submit(plain)  # a team notification: the user mailer ignores it
-    note = Notification(group_key='{rule="wasted",user="alice"}', status="firing", alerts=[w.alert()],
+    wasted = w.alert()
+    wasted.annotations.update(keep_annotations(wasted))  # the alert carries its keep command
+    note = Notification(group_key='{rule="wasted",user="alice"}', status="firing", alerts=[wasted],
                         kind="user", title="gpufleet: your GPU on n3 is holding memory but idle",
                         targets=frozenset({"users"}), recipient="alice@example.org")
     disp.submit(note)

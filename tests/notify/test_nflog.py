@@ -107,3 +107,31 @@ async def test_a_trickling_receiver_does_not_hold_up_the_others(w):
                         "the trickling attempts end at their deadline")
         finally:
             await disp.stop(timeout=0.1)
+
+
+async def test_a_group_state_already_delivered_is_not_sent_again_before_its_repeat(w):
+    """Alertmanager's dedup (issue 11.4): the same firing set goes again only after repeat_interval; a newly
+    resolved alert, or all of them resolved, is news."""
+    with answering() as server:
+        disp = NotificationDispatcher(hooks(w, server.url, retries=0), backoff=0.01)
+        await disp.start()
+
+        async def send(*alerts, at: float) -> int:
+            n = w.notification(*alerts)
+            n.created_at, n.repeat_interval = w.T0 + at, 600.0
+            disp.submit(n)
+            assert await disp.join(10)
+            return len(server.got)
+
+        hot, cool = w.alert("overheating", gpu="0"), w.alert("overheating", "resolved", gpu="0")
+        try:
+            assert [await send(w.alert(), hot, at=at) for at in (0, 30, 400)] == [1, 1, 1]
+            assert await send(w.alert(), at=599) == 1, "one left the group, nothing newly resolved"
+            assert await send(w.alert(), hot, at=640) == 2, "the repeat is due"
+            assert await send(w.alert(), cool, at=650) == 3, "a resolved alert is news"
+            assert await send(w.alert("wasted", "resolved"), cool, at=660) == 4, "all resolved is news"
+            assert await send(w.alert("wasted", "resolved"), at=670) == 4
+        finally:
+            await disp.stop()
+    assert [json.loads(b)["status"] for _t, b in server.got] == ["firing", "firing", "firing", "resolved"]
+    assert disp.stats["unchanged"] == 4

@@ -10,7 +10,7 @@ from gpufleet.agent import wire
 from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.report import build_report, render_report, send_report
 from gpufleet.collector.settings import AlertingConfig, StorageConfig
-from gpufleet.collector.store.records import UsageRow
+from gpufleet.collector.store.records import AlertRecord, CapacityRow, EventRow, UsageRow
 
 SINCE, UNTIL = 1_700_000_000.0 - 7 * 86400, 1_700_000_000.0
 
@@ -24,6 +24,16 @@ class Usage:
                             by_host: bool = False) -> list[UsageRow]:
         self.calls.append({"since": since, "until": until, "host": host, "by_host": by_host})
         return [r for r in self.rows if host is None or r.host == host]
+
+    async def capacity(self, *, since: float, until: float, host: str | None = None) -> list[CapacityRow]:
+        return []
+
+    async def load_alerts(self, *, active_only: bool = True,
+                          since: float | None = None) -> list[AlertRecord]:
+        return []
+
+    async def events(self, *, host: str | None = None, since: float, until: float) -> list[EventRow]:
+        return []
 
 
 ROWS = [
@@ -51,7 +61,7 @@ async def test_renders_text_markdown_json():
     report = await build_report(Usage(ROWS), since=SINCE, until=UNTIL, now=UNTIL)
     text = render_report(report, "text")
     assert text.startswith(
-        "gpufleet waste report, all hosts: 2023-11-07 22:13 UTC to 2023-11-14 22:13 UTC (7d)")
+        "gpufleet waste report, all hosts: 2023-11-07 22:13 UTC to 2023-11-14 22:13 UTC (7d00h)")
     assert "180.0 GPU-hours held, 89.0 used (49 %), 72.0 wasted (40 %)" in text
     assert "1. alice: 70.0 GPU-hours wasted of 120.0 held (58 %)" in text
     lines = text.splitlines()
@@ -199,20 +209,60 @@ async def test_cli_report_since_7d_end_to_end(tmp_path: Path):
     assert proc.returncode == 0, err
     assert f"showing stored data from {db}" in err, "says the collector is down and where numbers come from"
     lines = out.splitlines()
-    assert lines[0].startswith("gpufleet waste report, all hosts: ") and lines[0].endswith(" (7d)")
-    assert "9.0 GPU-hours held, 2.1 used (23 %), 6.0 wasted (67 %)" in lines
+    assert lines[0].startswith("gpufleet waste report, all hosts: ") and lines[0].endswith(" (7d00h)")
+    assert "9.00 GPU-hours held, 2.08 used (23 %), 6.00 wasted (67 %)" in lines
     assert lines[lines.index("Top wasters:") + 1:][:2] == [
-        "1. alice: 4.0 GPU-hours wasted of 4.0 held (100 %)",
-        "2. carol: 2.0 GPU-hours wasted of 2.0 held (100 %)"]
+        "1. alice: 4.00 GPU-hours wasted of 4.00 held (100 %)",
+        "2. carol: 2.00 GPU-hours wasted of 2.00 held (100 %)"]
     assert "bob:" not in out, "bob wasted nothing"
     users = lines.index("By user (GPU-hours):")
     assert [r.split() for r in lines[users + 1:users + 5]] == [
         ["USER", "HELD", "USED", "WASTED", "WASTED", "%"],
-        ["alice", "4.0", "0.04", "4.0", "100", "%"],  # 2 h at 2 % on n3-2: under 1 h, two decimals
-        ["carol", "2.0", "0.04", "2.0", "100", "%"],
-        ["bob", "3.0", "2.0", "0.0", "0", "%"]]
+        ["alice", "4.00", "0.04", "4.00", "100", "%"],  # one precision per table: all under 10, two
+        ["carol", "2.00", "0.04", "2.00", "100", "%"],
+        ["bob", "3.00", "2.00", "0.00", "0", "%"]]
     hosts = lines.index("By host (GPU-hours):")
     assert [r.split() for r in lines[hosts + 1:hosts + 4]] == [
         ["HOST", "HELD", "USED", "WASTED", "WASTED", "%"],
-        ["n3", "8.0", "1.1", "6.0", "75", "%"],
-        ["n4", "1.0", "1.0", "0.0", "0", "%"]]
+        ["n3", "8.00", "1.08", "6.00", "75", "%"],
+        ["n4", "1.00", "1.00", "0.00", "0", "%"]]
+
+
+async def test_report_has_idle_capacity_alerts_and_faults(tmp_path: Path):
+    """From a real store: free GPU time is idle capacity, a fired alert and an Xid are summarised."""
+    from gpufleet.collector.store import Store
+
+    store = await Store.open(StorageConfig(path=str(tmp_path / "g.db")))
+    t0 = 1_700_000_000.0 - 3600
+    try:
+        for i in range(61):
+            ts = t0 + 5 * i
+            gpus = [wire.GpuSample(index=0, uuid="GPU-0", util_gpu=0, memory_used=0),
+                    wire.GpuSample(index=1, uuid="GPU-1", util_gpu=0, memory_used=20 << 30, processes=[
+                        wire.ProcessSample(pid=2, user="bob", gpu_memory=20 << 30)])]
+            store.submit_snapshot("n3", wire.Snapshot(ts=ts, seq=i, gpus=gpus), ts)
+        store.submit_event("n3", wire.Event(ts=t0 + 60, kind="xid", message="Xid 79", gpu_index=1, xid=79),
+                           t0 + 60)
+        await store.flush()
+        await store.save_alerts([
+            AlertRecord(fingerprint="a", rule="wasted", severity="warning", state="resolved",
+                        labels={"host": "n3", "gpu": "1", "user": "bob", "rule": "wasted"},
+                        annotations={}, started_at=t0, fired_at=t0 + 30, resolved_at=t0 + 200,
+                        updated_at=t0 + 200),
+            AlertRecord(fingerprint="b", rule="idle", severity="info", state="resolved",
+                        labels={"host": "n3", "gpu": "0", "rule": "idle"}, annotations={},
+                        started_at=t0 - 9000, fired_at=t0 - 9000, resolved_at=t0 - 8000,
+                        updated_at=t0 - 8000),  # over before the range: not counted
+        ])
+        report = await build_report(store, since=t0 - 600, until=t0 + 7200)
+    finally:
+        await store.close()
+    assert report.observed == pytest.approx(2 * 300 / 3600) and report.free == pytest.approx(300 / 3600)
+    counted = [(a.rule, a.severity, a.count, a.hosts) for a in report.alerts]
+    assert counted == [("wasted", "warning", 1, ["n3"])]
+    assert report.faults == {"n3": {"xid": 1}}
+    text = render_report(report, "text")
+    assert "Idle capacity: 0.08 GPU-hours nobody held (50 % of 0.17 GPU-hours observed)" in text
+    assert "- wasted (warning): 1 on n3" in text and "- n3: 1 xid" in text
+    data = json.loads(render_report(report, "json"))
+    assert data["capacity"]["free_pct"] == 50.0 and data["faults"] == {"n3": {"xid": 1}}

@@ -153,6 +153,29 @@ async def test_usage_by_user(store: Store) -> None:
     assert await store.usage_by_user(since=t0 + 3600, until=t0 + 7200) == []
 
 
+async def test_every_waste_condition_counts_and_capacity(store: Store) -> None:
+    """GPU-hours wasted counts a zombie holding memory (stale) at any util, and memory left behind with no
+    process visible (orphaned) stays held and wasted by its last holder; capacity counts free GPU time."""
+    t0 = 3600.0 * 30
+    for i in range(21):
+        t = t0 + i
+        zombie = gpu(0, util=90, procs=[proc(7, user="carol", mem=18 * GIB, state="Z")])
+        # dave's process holds GPU 1 for 10 s, then vanishes from the list while its memory stays in use
+        held = [proc(8, user="dave", mem=4 * GIB)] if i <= 10 else []
+        left = gpu(1, util=0, mem=4 * GIB, procs=held)
+        free = gpu(2, util=0, mem=0)
+        store.submit_snapshot("h1", snap(t, [zombie, left, free]), t)
+    await store.flush()
+    rows = {r.user: r for r in await store.usage_by_user(since=t0, until=t0 + 3600)}
+    assert rows["carol"].gpu_hours_wasted == pytest.approx(20 / 3600)  # 90 % util, but a zombie
+    assert rows["dave"].gpu_hours_held == pytest.approx(20 / 3600)
+    assert rows["dave"].gpu_hours_wasted == pytest.approx(20 / 3600)  # idle 10 s, then orphaned 10 s
+    (cap,) = await store.capacity(since=t0, until=t0 + 3600)
+    assert cap.host == "h1"
+    assert cap.gpu_hours_observed == pytest.approx(3 * 20 / 3600)
+    assert cap.gpu_hours_free == pytest.approx(20 / 3600)  # only GPU 2: nothing allocated
+
+
 async def test_usage_params_from_the_wasted_rule(config: StorageConfig) -> None:
     s = await Store.open(config, thresholds=Thresholds.from_rules({"wasted": {"util_below": 50,
                                                                             "min_memory_mib": 1}}))
@@ -204,22 +227,37 @@ async def test_replay_adds_no_duplicates(config: StorageConfig) -> None:
     assert len(spans) == 1 and spans[0].mean_sm_util == 40
 
 
-async def test_moved_gpu_keeps_its_history(store: Store, config: StorageConfig) -> None:
+async def test_gpu_moved_to_another_slot_keeps_its_history(store: Store) -> None:
     for i in range(10):
         store.submit_snapshot("h1", snap(7000.0 + i, [gpu(0, uuid="GPU-X", util=10), gpu(1, util=1)]), 0.0)
-    for i in range(10, 20):  # moved to another host, slot 2; a new GPU took slot 0 on h1
-        store.submit_snapshot("h2", snap(7000.0 + i, [gpu(2, uuid="GPU-X", util=20)]), 0.0)
-        store.submit_snapshot("h1", snap(7000.0 + i, [gpu(0, uuid="GPU-NEW", util=30), gpu(1, util=1)]), 0.0)
+    for i in range(10, 20):  # re-seated in slot 2 of the same host; a new GPU took slot 0
+        store.submit_snapshot("h1", snap(7000.0 + i, [gpu(0, uuid="GPU-NEW", util=30), gpu(1, util=1),
+                                                      gpu(2, uuid="GPU-X", util=20)]), 0.0)
     await store.flush()
-    assert _count(config, "SELECT count(*) FROM gpus WHERE uuid = 'GPU-X'") == 1
-    now_on_h2 = await store.gpu_history("h2", gpu=2, since=7000.0, until=7019.0)
-    assert [(s.host, s.index, s.uuid) for s in now_on_h2] == [("h2", 2, "GPU-X")]
-    assert [p.util_mean for p in now_on_h2[0].points] == [10] * 10 + [20] * 10
-    early_h1 = await store.gpu_history("h1", gpu=0, since=7000.0, until=7005.0)
-    assert [s.uuid for s in early_h1] == ["GPU-X"]  # it sat in h1 slot 0 then; reported where it is now
-    late_h1 = await store.gpu_history("h1", gpu=0, since=7012.0, until=7019.0)
-    assert [s.uuid for s in late_h1] == ["GPU-NEW"]
-    assert {(g.index, g.uuid) for g in await store.latest("h1")} == {(0, "GPU-NEW"), (1, "GPU-0001")}
+    now_in_2 = await store.gpu_history("h1", gpu=2, since=7000.0, until=7019.0)
+    assert [(s.host, s.index, s.uuid) for s in now_in_2] == [("h1", 2, "GPU-X")]
+    assert [p.util_mean for p in now_in_2[0].points] == [10] * 10 + [20] * 10
+    early_0 = await store.gpu_history("h1", gpu=0, since=7000.0, until=7005.0)
+    assert [s.uuid for s in early_0] == ["GPU-X"]  # it sat in slot 0 then; reported where it is now
+    late_0 = await store.gpu_history("h1", gpu=0, since=7012.0, until=7019.0)
+    assert [s.uuid for s in late_0] == ["GPU-NEW"]
+
+
+async def test_same_uuid_on_two_hosts_is_two_gpus(store: Store, config: StorageConfig) -> None:
+    """Identity is (host, uuid): a cloned VM image or one machine listed twice never mixes histories."""
+    for i in range(20):
+        procs = [proc(100, user="alice", mem=4 << 30)]
+        store.submit_snapshot("a", snap(7000.0 + i, [gpu(0, uuid="GPU-SAME", util=0, procs=procs)]), 0.0)
+        store.submit_snapshot("b", snap(7000.0 + i, [gpu(0, uuid="GPU-SAME", util=0, procs=procs)]), 0.0)
+    await store.flush()
+    assert _count(config, "SELECT count(*) FROM gpus WHERE uuid = 'GPU-SAME'") == 2
+    assert _count(config, "SELECT count(*) FROM gpu_placements") == 2  # no move recorded per frame
+    for host in ("a", "b"):
+        series = await store.gpu_history(host, gpu=0, since=7000.0, until=7019.0)
+        assert [len(s.points) for s in series] == [20], host
+    usage = {u.host: u for u in await store.usage_by_user(since=7000.0, until=7019.0, by_host=True)}
+    assert usage["a"].gpu_hours_held == pytest.approx(19 / 3600)
+    assert usage["b"].gpu_hours_held == pytest.approx(19 / 3600)
 
 
 async def test_unreadable_gpu_still_gets_a_sample(store: Store) -> None:

@@ -11,7 +11,7 @@ import pytest
 from gpufleet.collector.errors import StorageError
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import Store, schema
-from store_testlib import gpu, snap
+from store_testlib import gpu, proc, snap
 
 TABLES = {"meta", "hosts", "gpus", "gpu_placements", "samples", "samples_1m", "samples_1h", "processes",
           "usage", "events", "alerts", "silences"}
@@ -146,3 +146,32 @@ async def test_new_database_is_not_world_readable(tmp_path: Path) -> None:
     assert modes["fleet.db"] == 0o640
     assert all(mode & 0o007 == 0 for mode in modes.values()), modes
     assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o750
+
+
+async def test_v2_file_migrates_to_per_host_gpu_identity(config: StorageConfig,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A v2 file (gpus keyed by uuid alone) keeps its GPUs, samples and spans through the v3 rebuild, and
+    afterwards the same UUID on another host is a second GPU instead of a move."""
+    monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:2])
+    monkeypatch.setattr(schema, "LATEST", 2)
+    s = await Store.open(config)
+    s.submit_snapshot("h1", snap(1000.0, [gpu(0, uuid="GPU-A", util=42, procs=[proc(7)])]), 1000.0)
+    await s.close()
+    monkeypatch.undo()
+
+    s = await Store.open(config)
+    s.submit_snapshot("h2", snap(1001.0, [gpu(0, uuid="GPU-A", util=7)]), 1001.0)
+    await s.flush()
+    h1 = await s.gpu_history("h1", gpu=0, since=999.0, until=1002.0)
+    h2 = await s.gpu_history("h2", gpu=0, since=999.0, until=1002.0)
+    spans = await s.process_history("h1", since=999.0, until=1002.0)
+    await s.close()
+    assert [p.util_mean for p in h1[0].points] == [42]
+    assert [p.util_mean for p in h2[0].points] == [7]
+    assert [p.pid for p in spans] == [7]
+    with sqlite3.connect(config.resolved_path()) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.LATEST
+        assert conn.execute("SELECT count(*) FROM gpus WHERE uuid = 'GPU-A'").fetchone()[0] == 2
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+        indexes = {r[1] for r in conn.execute("PRAGMA index_list(gpus)")}
+        assert "gpus_host" in indexes

@@ -12,6 +12,7 @@ HERE = Path(__file__).parent
 if str(HERE) not in sys.path:  # importlib mode: make the helper module importable as `sshtestlib`
     sys.path.insert(0, str(HERE))
 
+from gpufleet.collector.live import LiveView  # noqa: E402
 from gpufleet.collector.settings import HostConfig  # noqa: E402
 from gpufleet.collector.simfleet import SimFleet  # noqa: E402
 from gpufleet.collector.transport.manager import FleetTransport  # noqa: E402
@@ -39,8 +40,9 @@ async def transport_for() -> AsyncIterator[Callable[..., FleetTransport]]:
     """Builds FleetTransports with fast backoff and stops them all at the end of the test."""
     made: list[FleetTransport] = []
 
-    def make(hosts: list[HostConfig], sink: CollectingSink, **kw: object) -> FleetTransport:
-        t = FleetTransport(hosts, sink, **{**FAST, **kw})  # type: ignore[arg-type]
+    def make(hosts: list[HostConfig], sink: CollectingSink | LiveView, **kw: object) -> FleetTransport:
+        live = sink if isinstance(sink, LiveView) else LiveView([sink])  # the transport reports into a view
+        t = FleetTransport(hosts, live, **{**FAST, **kw})  # type: ignore[arg-type]
         made.append(t)
         return t
 

@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 from gpufleet.collector.errors import ConfigError, HostKeyError
+from gpufleet.collector.live import LiveView
 from gpufleet.collector.simfleet import SimFleet
 from gpufleet.collector.transport.hostkeys import KnownHostsStore
 from gpufleet.collector.transport.manager import FleetTransport
@@ -98,7 +99,7 @@ def test_disabling_verification_is_rejected(tmp_path: object) -> None:
 
     bad = dataclasses.replace(HostConfig(name="x"), host_key_policy="off")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="cannot be disabled"):
-        FleetTransport([bad], CollectingSink())
+        FleetTransport([bad], LiveView([CollectingSink()]))
 
 
 def test_known_hosts_parsed_once_and_reloaded_on_change(tmp_path: object) -> None:

@@ -62,7 +62,7 @@ async def test_inproc_hosts_claiming_another_name(sink: CollectingSink,
 
 
 async def test_stop_sends_eof_and_agents_exit_cleanly(fleet: SimFleet, sink: CollectingSink) -> None:
-    t = FleetTransport(fleet.host_configs(), sink, backoff_base=0.05, backoff_cap=0.3)
+    t = FleetTransport(fleet.host_configs(), LiveView([sink]), backoff_base=0.05, backoff_cap=0.3)
     await t.start()
     await sink.wait_for(lambda: all(s.status == "up" for s in t.states().values()))
     agents = [s.agent for n in fleet.hosts for s in fleet.sessions(n)]

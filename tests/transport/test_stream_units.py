@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from gpufleet.agent import wire
-from gpufleet.collector.live import HostState
+from gpufleet.collector.live import HostState, LiveView
 from gpufleet.collector.transport.backoff import Backoff
 from gpufleet.collector.transport.stream import AgentStream, LineFramer
 from sshtestlib import CollectingSink
@@ -41,9 +41,11 @@ def _hello() -> bytes:
 
 
 async def test_stream_validates_and_updates_state() -> None:
-    sink, state = CollectingSink(), HostState(name="h1")
+    sink = CollectingSink()
+    live = LiveView([sink])  # owns the state and records each frame on it
+    state = live.add_host("h1")
     ups: list[wire.Hello] = []
-    s = AgentStream(state, sink, clock=lambda: 101.5, on_up=ups.append)
+    s = AgentStream(state, live, clock=lambda: 101.5, on_up=ups.append)
     s.feed(_hello() + b"\n" + wire.encode(wire.Heartbeat(ts=101.0, seq=1)))
     assert [f.type for _, f, _ in sink.frames] == ["hello", "heartbeat"]
     assert [h for h, _, _ in sink.frames] == ["h1", "h1"]

@@ -1,0 +1,85 @@
+"""Notes to the users whose processes an alert names (wasted, stale): at most one per user per rule per
+``repeat_interval``, listing all their current alerts, mailed through the user notifier; and the "keep" note,
+the exact command that keeps (silences) one user's alert, carried by the alert itself so every channel can
+print it without knowing which rules name users.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable
+
+from gpufleet.collector.notify.base import Notification
+from gpufleet.collector.notify.build import USER_NOTIFIER
+from gpufleet.collector.notify.message import KEEP
+from gpufleet.collector.rules.base import USER_RULES, keep_command
+from gpufleet.collector.settings import AlertingConfig
+from gpufleet.collector.store.records import AlertRecord
+
+NAGGED_AT = "user_notified_at"  # annotation: when the user was last told about this alert
+ENGINE_ANNOTATIONS = (NAGGED_AT,)  # bookkeeping saved with the alert, never shown to a notifier
+
+_WHAT = {"wasted": "is holding memory but idle", "stale": "has a stale process"}
+
+
+def keep_annotations(a: AlertRecord) -> dict[str, str]:
+    """``{"keep": "gpufleet silence add ..."}`` for an alert that names one user's process, else {}."""
+    if a.rule in USER_RULES and a.labels.get("user"):
+        return {KEEP: keep_command(a.labels, a.rule)}
+    return {}
+
+
+class UserNotes:
+    """Who was told what when (restored from the alerts' ``user_notified_at`` after a restart)."""
+
+    def __init__(self, alerting: AlertingConfig) -> None:
+        self.alerting = alerting
+        self._nags: dict[tuple[str, str], float] = {}  # (user, rule) -> last note to that user
+
+    def restore(self, a: AlertRecord) -> None:
+        nagged = a.annotations.get(NAGGED_AT)
+        user = a.labels.get("user")
+        if nagged and user:
+            with contextlib.suppress(ValueError):
+                key = (user, a.rule)
+                self._nags[key] = max(self._nags.get(key, 0.0), float(nagged))
+
+    def email(self, user: str) -> str | None:
+        if user in self.alerting.user_emails:
+            return self.alerting.user_emails[user]
+        if self.alerting.user_email_domain and user not in ("unknown", "root") and not user.startswith("uid"):
+            return f"{user}@{self.alerting.user_email_domain}"
+        return None
+
+    def due(self, alerts: Iterable[AlertRecord], muted: Callable[[AlertRecord], bool],
+            copy: Callable[[AlertRecord], AlertRecord], mark: Callable[[AlertRecord], None],
+            now: float) -> list[Notification]:
+        """The notes due now; the alerts they cover get ``user_notified_at`` and are ``mark``-ed changed."""
+        if not self.alerting.notify_users:
+            return []
+        by_user: dict[tuple[str, str], list[AlertRecord]] = {}
+        for a in alerts:
+            user = a.labels.get("user")
+            if (a.state == "firing" and user and a.rule in USER_RULES and not muted(a)
+                    and now - (a.fired_at or now) >= self.alerting.group_wait):
+                by_user.setdefault((user, a.rule), []).append(a)
+        out: list[Notification] = []
+        for (user, rule), mine in sorted(by_user.items()):
+            last = self._nags.get((user, rule))
+            if last is not None and now - last < self.alerting.repeat_interval:
+                continue
+            email = self.email(user)
+            if email is None:
+                continue
+            hosts = ", ".join(sorted({a.labels.get("host", "") for a in mine}))
+            what = _WHAT.get(rule, f"has a {rule} alert")
+            out.append(Notification(
+                group_key=f'{{rule="{rule}",user="{user}"}}', status="firing",
+                alerts=[copy(a) for a in mine], group_labels={"user": user, "rule": rule},
+                kind="user", title=f"gpufleet: your GPU on {hosts} {what}",
+                targets=frozenset({USER_NOTIFIER}), recipient=email, created_at=now))
+            self._nags[(user, rule)] = now
+            for a in mine:
+                a.annotations[NAGGED_AT] = f"{now:.3f}"
+                mark(a)
+        return out

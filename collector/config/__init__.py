@@ -1,0 +1,169 @@
+"""Load gpufleet.yaml into the typed settings, reporting every mistake as ``file:line: key: message``.
+
+The YAML is composed into nodes (SafeLoader only) and walked by hand so each value keeps its line; all
+problems are collected and raised together as one :class:`ConfigErrors` before the collector starts.
+Secrets come from ``${ENV}`` references or ``file:/path`` and are never echoed in error text.
+
+The package by concern: :mod:`.nodes` walks YAML nodes and converts values (with their lines),
+:mod:`.hostlist` sizes and expands host ranges, :mod:`.hosts` holds the defaults/hosts sections and the
+cross-host checks, :mod:`.sections` the others; this module puts them together.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+
+import yaml
+from gpufleet.collector.config.hostlist import expand_hostlist
+from gpufleet.collector.config.hosts import check_addresses, check_hosts, parse_defaults, parse_hosts
+from gpufleet.collector.config.nodes import Bad, ConfigErrors, Parser, parse_duration, section, values_of
+from gpufleet.collector.config.sections import (
+    ALERTING_SPEC,
+    API_SPEC,
+    METRICS_SPEC,
+    STORAGE_SPEC,
+    TOP_KEYS,
+    parse_listen,
+    parse_notifiers,
+    parse_rules,
+)
+from gpufleet.collector.errors import ConfigError
+from gpufleet.collector.settings import (
+    AlertingConfig,
+    ApiConfig,
+    Config,
+    HostConfig,
+    MetricsConfig,
+    StorageConfig,
+    default_rules,
+)
+from yaml.nodes import Node
+
+__all__ = [
+    "ConfigErrors",
+    "default_config",
+    "expand_hostlist",
+    "find_config",
+    "load_config",
+    "parse_config",
+    "parse_duration",
+    "parse_listen",
+]
+
+
+# --------------------------------------------------------------------------------------------- public API
+
+def parse_config(text: str, source: str = "<config>", *, base_dir: str | Path | None = None,
+                 env: Mapping[str, str] | None = None, resolve_secrets: bool = True,
+                 resolve_addresses: bool = False) -> Config:
+    """Validate YAML ``text`` into a :class:`Config`; raise :class:`ConfigErrors` listing every mistake.
+
+    ``source`` names the file in errors; relative paths resolve against ``base_dir`` (default: the
+    directory of ``source``). ``resolve_secrets=False`` is for clients that only need paths (socket,
+    database): unset env refs stay as written, and secret files, key files and known_hosts are not read.
+    ``resolve_addresses`` looks host names up (``config check``) to warn about one machine listed twice;
+    the warnings, ``file:line: key: warning: ...``, are in ``Config.warnings``.
+    """
+    base = Path(base_dir) if base_dir is not None else Path(source).expanduser().absolute().parent
+    p = Parser(source, base, os.environ if env is None else env, resolve_secrets)
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        problem = " ".join(x for x in (exc.context, exc.problem) if x) or str(exc)
+        if "'\\t'" in problem:
+            problem += " (indent with spaces: YAML does not allow tabs)"
+        raise ConfigErrors([ConfigError(f"YAML syntax error: {problem}", path=source,
+                                        line=mark.line + 1 if mark else None)]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigErrors([ConfigError(f"YAML error: {exc}", path=source)]) from None
+
+    config = Config(rules=default_rules(), source=source)
+    if root is None or p.is_null(root):
+        return config
+    top: dict[str, Node] = {}
+    try:
+        for name, knode, vnode in p.pairs(root, ""):
+            if name in TOP_KEYS:
+                top[name] = vnode
+            else:
+                p.unknown(name, knode, name, TOP_KEYS, "top-level key")
+    except Bad:
+        pass
+
+    if "max_hosts" in top:
+        with contextlib.suppress(Bad):
+            config.max_hosts = p.integer(top["max_hosts"], "max_hosts", lo=1, hi=10_000_000)
+    defaults = parse_defaults(p, top.get("defaults"))
+    hosts = parse_hosts(p, top.get("hosts"), defaults, config.max_hosts)
+    check_hosts(p, hosts)
+    check_addresses(p, hosts, resolve=resolve_addresses)
+    config.hosts = [h for h, _f in hosts]
+    config.storage = StorageConfig(**values_of(section(p, top.get("storage"), "storage", STORAGE_SPEC)))
+    config.rules = parse_rules(p, top.get("rules"))
+    config.notifiers = parse_notifiers(p, top.get("notifiers"))
+    alerting = section(p, top.get("alerting"), "alerting", ALERTING_SPEC)
+    config.alerting = AlertingConfig(**values_of(alerting))
+    if config.alerting.notify_users:
+        where = alerting["notify_users"][1]
+        if not config.alerting.user_notifier:
+            p.error("notify_users needs user_notifier (an apprise mailto:// URL to send user mail with)",
+                    where, "alerting.notify_users")
+        if not config.alerting.user_email_domain and not config.alerting.user_emails:
+            p.error("notify_users needs user_email_domain or user_emails to find addresses",
+                    where, "alerting.notify_users")
+    config.api = ApiConfig(**values_of(section(p, top.get("api"), "api", API_SPEC)))
+    config.metrics = MetricsConfig(**values_of(section(p, top.get("metrics"), "metrics", METRICS_SPEC)))
+    if "max_concurrent_connects" in top:
+        with contextlib.suppress(Bad):
+            config.max_concurrent_connects = p.integer(top["max_concurrent_connects"],
+                                                       "max_concurrent_connects", lo=1, hi=1024)
+
+    if p.errors:
+        unique = {(e.line, e.key, e.reason): e for e in p.errors}
+        raise ConfigErrors(sorted(unique.values(), key=lambda e: e.line or 0))
+    config.warnings = [str(w) for w in sorted(p.warnings, key=lambda e: e.line or 0)]
+    return config
+
+
+def load_config(path: str | Path, *, env: Mapping[str, str] | None = None,
+                resolve_secrets: bool = True, resolve_addresses: bool = False) -> Config:
+    """Read and validate a config file; raise :class:`ConfigErrors` (file:line: key: ...) on mistakes."""
+    source = str(path)
+    try:
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigErrors([ConfigError(f"cannot read config: {exc.strerror or exc}", path=source)]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigErrors([ConfigError(f"config is not UTF-8 text: {exc.reason}", path=source)]) from None
+    base = Path(path).expanduser().absolute().parent
+    return parse_config(text, source, base_dir=base, env=env, resolve_secrets=resolve_secrets,
+                        resolve_addresses=resolve_addresses)
+
+
+def find_config() -> Path | None:
+    """$GPUFLEET_CONFIG, ./gpufleet.yaml, ~/.config/gpufleet/gpufleet.yaml, /etc/gpufleet/gpufleet.yaml.
+
+    $GPUFLEET_CONFIG is returned even when missing, so loading it reports the mistake.
+    """
+    explicit = os.environ.get("GPUFLEET_CONFIG")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    for candidate in (Path("gpufleet.yaml"), Path(xdg) / "gpufleet" / "gpufleet.yaml",
+                      Path("/etc/gpufleet/gpufleet.yaml")):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def default_config() -> Config:
+    """No config file: watch this machine through the ``local`` transport, all rules at their defaults."""
+    name = socket.gethostname() or "localhost"
+    local = HostConfig(name=name, address="localhost", transport="local")
+    return Config(hosts=[local], rules=default_rules())
+

@@ -1,0 +1,275 @@
+"""The sections besides hosts: storage, rules, notifiers, alerting, api, metrics (their keys and checks)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+from urllib.parse import urlsplit
+
+from gpufleet.collector.config.nodes import (
+    TAG,
+    Bad,
+    Conv,
+    Parser,
+    entry_key,
+    has_key,
+    join_key,
+    nonneg,
+    positive,
+)
+from gpufleet.collector.errors import ConfigError
+from gpufleet.collector.settings import (
+    DEFAULT_RULES,
+    RULE_DURATION_PARAMS,
+    SEVERITIES,
+    NotifierConfig,
+    RuleConfig,
+    Selector,
+    default_rules,
+)
+from yaml.nodes import Node, ScalarNode
+
+STORAGE_SPEC: dict[str, Conv] = {
+    "path": lambda p, n, k: "" if p.is_null(n) else p.path(n, k, allow_empty=True),
+    "raw_retention": positive,
+    "minute_retention": positive,
+    "hour_retention": positive,
+    "batch_max_rows": lambda p, n, k: p.integer(n, k, lo=1),
+    "batch_max_delay": nonneg,
+}
+
+_NOTIFIER_KINDS = ("apprise", "webhook", "alertmanager", "command")
+_NOTIFIER_SPEC: dict[str, Conv] = {
+    "name": Parser.string,
+    "kind": lambda p, n, k: p.choice(n, k, _NOTIFIER_KINDS),
+    "url": Parser.secret,
+    "urls": Parser.secret_list,
+    "command": Parser.argv,
+    "headers": lambda p, n, k: p.str_map(n, k, Parser.secret),
+    "timeout": positive,
+    "retries": lambda p, n, k: p.integer(n, k, lo=0, hi=100),
+    "rules": lambda p, n, k: _rule_names(p, n, k),
+    "min_severity": lambda p, n, k: p.choice(n, k, SEVERITIES),
+    "send_resolved": Parser.boolean,
+}
+
+ALERTING_SPEC: dict[str, Conv] = {
+    "group_by": Parser.str_list,
+    "group_wait": nonneg,
+    "group_interval": positive,
+    "repeat_interval": positive,
+    "queue_size": lambda p, n, k: p.integer(n, k, lo=1),
+    "notify_users": Parser.boolean,
+    "user_email_domain": Parser.opt_string,
+    "user_emails": Parser.str_map,
+    "user_notifier": lambda p, n, k: None if p.is_null(n) else p.secret(n, k),
+    "retry_backoff": positive,
+    "retry_backoff_max": positive,
+    "notifier_down_after": positive,
+}
+
+API_SPEC: dict[str, Conv] = {
+    "socket": lambda p, n, k: "" if p.is_null(n) else p.path(n, k, allow_empty=True),
+    "mode": lambda p, n, k: _socket_mode(p, n, k),
+    "group": lambda p, n, k: p.opt_string(n, k),
+    "admins": Parser.str_list,
+}
+
+METRICS_SPEC: dict[str, Conv] = {
+    "listen": lambda p, n, k: _listen(p, n, k),
+}
+
+_SELECTOR_SPEC: dict[str, Conv] = {
+    "hosts": Parser.str_list,
+    "tags": Parser.str_list,
+    "gpus": lambda p, n, k: p.int_list(n, k, lo=0),
+    "users": Parser.str_list,
+    "exclude_users": Parser.str_list,
+}
+
+TOP_KEYS = ("defaults", "hosts", "storage", "rules", "notifiers", "alerting", "api", "metrics",
+            "max_concurrent_connects", "max_hosts")
+
+
+def _rule_names(p: Parser, node: Node, key: str) -> list[str]:
+    names = p.str_list(node, key)
+    for i, (name, item) in enumerate(zip(names, p.sequence(node, key), strict=True)):
+        if name not in DEFAULT_RULES:
+            p.unknown(name, item, f"{key}[{i}]", DEFAULT_RULES, "rule")
+    if any(n not in DEFAULT_RULES for n in names):
+        raise Bad
+    return names
+
+
+def _socket_mode(p: Parser, node: Node, key: str) -> int:
+    value, from_env = p.env_scalar(node, key)
+    if isinstance(value, str):
+        text = value.strip().lower().removeprefix("0o")
+        try:
+            value = int(text, 8)
+        except ValueError:
+            p.fail("expected an octal file mode like '0660'", node, key)
+    elif isinstance(value, bool) or not isinstance(value, int):
+        p.fail(f"expected a file mode like '0660', got {p.kind(node)}", node, key)
+    elif value > 0o777 and not from_env:
+        p.fail(f"{value} is not a file mode; write it in octal, quoted: '0{value}'", node, key)
+    if not 0 <= value <= 0o777:
+        p.fail("a file mode is between '0000' and '0777'", node, key)
+    return value
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``"127.0.0.1:9835"`` / ``"[::1]:9835"`` -> (host, port); port 0 picks a free one.
+
+    Here, not in the metrics module, so ``config check`` accepts exactly what the metrics server can bind.
+    """
+    where = "metrics.listen"
+    host, sep, port_s = listen.strip().rpartition(":")
+    if not sep or not host:
+        raise ConfigError(f"{listen!r} is not host:port (e.g. 127.0.0.1:9835; 0.0.0.0:9835 for all "
+                          "interfaces)", key=where)
+    if host.startswith("["):
+        if not host.endswith("]") or len(host) == 2:
+            raise ConfigError(f"{listen!r}: unbalanced or empty [ ] around an IPv6 address", key=where)
+        host = host[1:-1]
+    elif ":" in host:
+        raise ConfigError(f"{listen!r}: write IPv6 addresses in brackets, e.g. [::1]:9835", key=where)
+    if not port_s.isdigit():
+        raise ConfigError(f"{listen!r}: port {port_s!r} is not a number", key=where)
+    port = int(port_s)
+    if port > 65535:
+        raise ConfigError(f"{listen!r}: port {port} out of range", key=where)
+    return host, port
+
+
+def _listen(p: Parser, node: Node, key: str) -> str | None:
+    value, _ = p.env_scalar(node, key)
+    if value is None or value is False:
+        return None
+    text = p.string(node, key).strip()
+    try:
+        port = parse_listen(text)[1]
+    except ConfigError:
+        port = 0
+    if port == 0:  # the raw text in the message: an expanded ${VAR} may be a secret
+        p.fail(f"expected host:port like 127.0.0.1:9835, got '{p.raw(node)}'", node, key)
+    return text
+
+
+def parse_rules(p: Parser, node: Node | None) -> dict[str, RuleConfig]:
+    rules = default_rules()
+    if node is None or p.is_null(node):
+        return rules
+    try:
+        pairs = p.pairs(node, "rules")
+    except Bad:
+        return rules
+    for name, knode, vnode in pairs:
+        key = f"rules.{name}"
+        if name not in DEFAULT_RULES:
+            p.unknown(name, knode, key, DEFAULT_RULES, "rule")
+            continue
+        try:
+            rules[name] = _parse_rule(p, name, vnode, key)
+        except Bad:
+            pass
+    return rules
+
+
+def _parse_rule(p: Parser, name: str, node: Node, key: str) -> RuleConfig:
+    rule = RuleConfig(name=name, params=dict(DEFAULT_RULES[name]))
+    if p.is_null(node):
+        return rule
+    if isinstance(node, ScalarNode) and node.tag == TAG + "bool":
+        rule.enabled = p.boolean(node, key)
+        return rule
+    spec: dict[str, Conv] = {"enabled": Parser.boolean, **_SELECTOR_SPEC}
+    for param, default in DEFAULT_RULES[name].items():
+        spec[param] = _param_conv(param, default)
+    got = p.fields(node, key, spec, f"rule {name}")
+    select = Selector()
+    for field_name, (value, _vnode) in got.items():
+        if field_name == "enabled":
+            rule.enabled = value
+        elif field_name in _SELECTOR_SPEC:
+            setattr(select, field_name, value)
+        else:
+            rule.params[field_name] = value
+    rule.select = select
+    return rule
+
+
+def _param_conv(param: str, default: Any) -> Conv:
+    """Converter for a rule parameter: the default's type decides (durations by name)."""
+    if param in RULE_DURATION_PARAMS:
+        return nonneg
+    if param == "severity":
+        return lambda p, n, k: p.choice(n, k, SEVERITIES)
+    bounds: dict[str, tuple[float, float]] = {"util_below": (0, 100), "power_idle_ratio": (0, 1),
+                                              "stuck_power_ratio": (0, 1), "missed_intervals": (1, 1000)}
+    lo, hi = bounds.get(param, (0, math.inf))
+    if isinstance(default, bool):
+        return Parser.boolean
+    if isinstance(default, int):
+        return lambda p, n, k: p.integer(n, k, lo=int(lo), hi=None if math.isinf(hi) else int(hi))
+    if isinstance(default, float):
+        return lambda p, n, k: p.number(n, k, lo=lo, hi=None if math.isinf(hi) else hi)
+    if isinstance(default, list) and default and isinstance(default[0], int):
+        return lambda p, n, k: p.int_list(n, k, lo=0)
+    if isinstance(default, list):
+        return Parser.str_list
+    return lambda p, n, k: p.string(n, k)
+
+
+def parse_notifiers(p: Parser, node: Node | None) -> list[NotifierConfig]:
+    if node is None:
+        return []
+    try:
+        items = p.sequence(node, "notifiers")
+    except Bad:
+        return []
+    out: list[NotifierConfig] = []
+    lines: dict[str, int | None] = {}
+    for index, item in enumerate(items):
+        key = entry_key("notifiers", item, index)
+        try:
+            got = p.fields(item, key, _NOTIFIER_SPEC, "a notifier")
+        except Bad:
+            continue
+        if "kind" not in got:
+            if not any(isinstance(k, ScalarNode) and k.value == "kind" for k, _ in item.value):
+                p.error(f"a notifier needs a kind ({', '.join(_NOTIFIER_KINDS)})", item, key)
+            continue
+        kind = got["kind"][0]
+        name = got["name"][0] if "name" in got else kind
+        if name in lines:
+            p.error(f"duplicate notifier name '{name}' (first at line {lines[name]}); give each a name",
+                    got.get("name", got["kind"])[1], join_key(key, "name"))
+        lines.setdefault(name, p.line_of(item))
+        urls = ([got["url"][0]] if "url" in got else []) + (got["urls"][0] if "urls" in got else [])
+        url_node = got.get("url", got.get("urls", (None, item)))[1]
+        if kind == "command":
+            if "command" not in got or not got["command"][0]:
+                p.error("a command notifier needs command (a string or a list)", item, key)
+            if urls:
+                p.error("a command notifier takes command, not url/urls", url_node, join_key(key, "url"))
+        else:
+            if not urls:
+                if "url" not in got and "urls" not in got and not has_key(item, ("url", "urls")):
+                    p.error(f"a {kind} notifier needs url or urls", item, key)
+            if "command" in got:
+                p.error(f"command applies to command notifiers only, not {kind}", got["command"][1],
+                        join_key(key, "command"))
+            if kind in ("webhook", "alertmanager") and p.resolve_secrets:
+                for u in urls:
+                    if urlsplit(u).scheme not in ("http", "https") or not urlsplit(u).netloc:
+                        p.error(f"a {kind} url must be http:// or https://", url_node, join_key(key, "url"))
+                        break
+        if "headers" in got and kind not in ("webhook", "alertmanager"):
+            p.error("headers apply to webhook and alertmanager notifiers only", got["headers"][1],
+                    join_key(key, "headers"))
+        values = {k: v for k, (v, _n) in got.items() if k not in ("name", "kind", "url", "urls")}
+        out.append(NotifierConfig(name=name, kind=kind, urls=urls, **values))
+    return out
+
+

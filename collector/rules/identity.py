@@ -1,0 +1,66 @@
+"""duplicate_gpu: the same GPU UUID reported by two hosts at once.
+
+A GPU's identity is (host, uuid) (the store keeps two histories), so a cloned VM image, one machine listed
+under two names (``gpu-a`` at 127.0.0.1 and ``gpu-a-alias`` at localhost), or two fake backends never mix
+their history. It is still almost always a mistake in the fleet, and every GPU-hour of such a machine is
+counted twice, so it is flagged: one alert per UUID, on the last of the reporting hosts in name order,
+naming all of them. A GPU moved from one host to another is not flagged: the old host stops reporting it.
+"""
+
+from __future__ import annotations
+
+from gpufleet.agent import wire
+from gpufleet.collector.rules.base import Condition, HostContext, Rule, gpu_labels, safe
+from gpufleet.collector.settings import RuleConfig
+
+
+class DuplicateGpuRule(Rule):
+    name = "duplicate_gpu"
+    time_based = True  # resolves when the other host stops reporting the UUID, without a frame from this one
+
+    def __init__(self, config: RuleConfig) -> None:
+        super().__init__(config)
+        self._reported: dict[str, dict[str, float]] = {}  # uuid -> host -> when it last reported it
+        self._latest: dict[str, set[str]] = {}  # host -> the UUIDs of its latest snapshot
+
+    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+        uuids = {g.uuid for g in snapshot.gpus if g.uuid}
+        for gone in self._latest.get(ctx.name, set()) - uuids:
+            self._drop(gone, ctx.name)
+        for uuid in uuids:
+            self._reported.setdefault(uuid, {})[ctx.name] = now
+        self._latest[ctx.name] = uuids
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        if ctx.snapshot is None:
+            return None
+        window = self.param_float("window", 30.0)
+        out: list[Condition] = []
+        for g in ctx.snapshot.gpus:
+            reporters = self._reported.get(g.uuid, {})
+            fresh = sorted(h for h, t in reporters.items() if now - t <= window)
+            if len(fresh) < 2 or fresh[-1] != ctx.name:
+                continue  # not duplicated now, or another host carries the one alert
+            names = " and ".join(fresh) if len(fresh) == 2 else ", ".join(fresh)
+            out.append(Condition(
+                self.name, gpu_labels(ctx.name, g),
+                f"GPU {safe(g.uuid, 80)} is reported by {names}",
+                "Two hosts report the same GPU: one machine listed under two names or addresses, or hosts "
+                "cloned from one image. Their histories are kept apart, but the GPU is counted twice; "
+                "remove the duplicate entry from the config (`gpufleet config check` warns about entries "
+                "that resolve to the same address).",
+                value=float(len(fresh)),
+                annotations={"hosts": ",".join(fresh)},
+            ))
+        return out
+
+    def _drop(self, uuid: str, host: str) -> None:
+        reporters = self._reported.get(uuid)
+        if reporters is not None:
+            reporters.pop(host, None)
+            if not reporters:
+                del self._reported[uuid]
+
+    def forget_host(self, host: str) -> None:
+        for uuid in self._latest.pop(host, set()):
+            self._drop(uuid, host)

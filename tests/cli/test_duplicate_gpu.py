@@ -1,0 +1,61 @@
+"""Two hosts that report the same GPU UUIDs (here two `--fake busy` agents, as a cloned image or one machine
+listed twice would) keep apart histories and raise one duplicate_gpu alert per GPU naming both (issue 10)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cli_testkit import cli_env, gpufleet_argv, run_cli
+from gpufleet.collector.simfleet import SimFleet
+from test_e2e import until, write_config
+
+pytestmark = pytest.mark.slow
+
+
+async def test_same_uuids_on_two_hosts(home: Path) -> None:
+    cfg = home / "gpufleet.yaml"
+    env = cli_env(home)
+    async with SimFleet({"gpu-a": "busy", "gpu-b": "busy"}, interval=0.2, workdir=home / "fleet") as fleet:
+        write_config(cfg, fleet, home)
+        proc = await asyncio.create_subprocess_exec(
+            *gpufleet_argv(), "collector", "run", "-c", str(cfg), env=env,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        try:
+            async def duplicates() -> Any:
+                r = await run_cli("alerts", "-c", str(cfg), "--json", env=env)
+                if r.rc != 0:
+                    return None
+                found = [a for a in json.loads(r.out)["active"] if a["rule"] == "duplicate_gpu"]
+                return found if len(found) == 4 else None
+
+            found = await until(duplicates)
+            assert {a["labels"]["host"] for a in found} == {"gpu-b"}  # one alert per GPU, not one per host
+            assert {a["labels"]["gpu"] for a in found} == {"0", "1", "2", "3"}
+            assert all("gpu-a and gpu-b" in a["annotations"]["summary"] for a in found), found[0]
+            await asyncio.sleep(2.0)
+        finally:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+            _out, err = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, err.decode()[-2000:]
+
+    db = sqlite3.connect(home / "gpufleet.db")
+    try:
+        per_host = dict(db.execute(
+            "SELECT h.name, count(*) FROM gpus g JOIN hosts h ON h.id = g.host_id GROUP BY h.name"
+        ).fetchall())
+        moves = db.execute("SELECT count(*) FROM gpu_placements").fetchone()[0]
+        samples = dict(db.execute(
+            "SELECT h.name, count(*) FROM samples s JOIN gpus g ON g.id = s.gpu_id JOIN hosts h "
+            "ON h.id = g.host_id GROUP BY h.name").fetchall())
+    finally:
+        db.close()
+    assert per_host == {"gpu-a": 4, "gpu-b": 4}
+    assert moves == 8  # one placement each, no "move" per frame
+    assert samples["gpu-a"] > 0 and abs(samples["gpu-a"] - samples["gpu-b"]) <= 8 * 4, samples

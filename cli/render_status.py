@@ -483,6 +483,9 @@ def render_hosts(hosts: Sequence[HostInfo], width: int, now: float) -> Renderabl
         Col("DRIVER"),
         Col("TAGS", shrink=True, max=24),
     ]
+    shedding = any(h.shed for h in hosts)
+    if shedding:  # only while the store sheds: a column nobody needs otherwise
+        cols.insert(5, Col("SHED", right=True))
     rows: list[list[Cell]] = []
     for h in hosts:
         agent = h.agent_version or "-"
@@ -495,6 +498,7 @@ def render_hosts(hosts: Sequence[HostInfo], width: int, now: float) -> Renderabl
                 fmt_duration(now - h.since) if h.since else "-",
                 fmt_ago(h.last_seen, now) if h.last_seen else "never",
                 str(h.gpus),
+                *([(str(h.shed or 0), "yellow" if h.shed else "")] if shedding else []),
                 agent,
                 h.driver_version or "-",
                 ",".join(h.tags),

@@ -104,6 +104,7 @@ class Collector:
                 backoff=cfg.alerting.retry_backoff, max_backoff=cfg.alerting.retry_backoff_max)
             self._alerts = AlertEngine(cfg, self._store, clock=self.clock, dispatcher=self._dispatcher)
             self._store.on_health_change = self._alerts.storage_health
+            self._store.on_overload_change = self._alerts.collector_overload
             await self._alerts.start()
 
             self._api = QueryServer(self, cfg.api.resolved_socket(), cfg.api.mode)
@@ -234,6 +235,8 @@ class Collector:
             out["store_queue_depth"] = float(self._store.queue_depth)
             out["store_queue_bytes"] = float(self._store.queue_bytes)
             out["store_dropped_total"] = float(self._store.dropped)
+            out["store_shed_total"] = float(self._store.shed)
+            out["store_keep_one_in"] = float(self._store.keep_one_in)
             out["store_healthy"] = 1.0 if self._store.healthy else 0.0
         if self._alerts is not None:
             out["notify_queue_depth"] = float(self._alerts.queue_depth)

@@ -143,6 +143,7 @@ class HostInfo:
     frames: int | None = None
     bad_frames: int | None = None
     lag: float | None = None
+    shed: int | None = None  # snapshots the store did not keep (overload: collector/store/shedding.py)
     # what the edge noticed (collector/wirestate.py: WireHostState says what each means)
     nulled_values: int | None = None
     last_nulled: str | None = None
@@ -511,9 +512,10 @@ def _gpu_count(s: HostState) -> int:
     return len(s.hello.gpus) if s.hello else 0
 
 
-def host_infos(states: Iterable[HostState]) -> list[HostInfo]:
+def host_infos(states: Iterable[HostState], shed: Mapping[str, int] | None = None) -> list[HostInfo]:
     from gpufleet.collector.wirestate import edge_facts  # collector side only
 
+    shed = shed or {}
     out = [
         HostInfo(
             name=s.name,
@@ -531,6 +533,7 @@ def host_infos(states: Iterable[HostState]) -> list[HostInfo]:
             frames=s.frames,
             bad_frames=s.bad_frames,
             lag=s.lag,
+            shed=shed.get(s.name, 0),
             **edge_facts(s),
         )
         for s in states

@@ -127,6 +127,7 @@ DEFAULT_RULES: dict[str, dict[str, Any]] = {
     "host_down": {"for": 0.0, "severity": "critical", "missed_intervals": 3, "keep_firing_for": 60.0},
     "storage": {"for": 0.0, "severity": "critical"},
     "duplicate_gpu": {"for": 0.0, "severity": "warning", "window": 30.0},
+    "collector_overloaded": {"for": 0.0, "severity": "warning"},
     "notifier_down": {"for": 0.0, "severity": "warning"},  # after alerting.notifier_down_after
     "clock_skew": {"for": 0.0, "severity": "warning"},
 }

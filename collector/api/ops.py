@@ -57,6 +57,8 @@ Handler = Callable[["Args"], Awaitable[Any]]
 
 
 class StoreLike(Protocol):
+    @property
+    def shed_by_host(self) -> dict[str, int]: ...
     async def hosts(self) -> list[HostRow]: ...
     async def latest(self, host: str | None = None) -> list[GpuLatest]: ...
     async def gpu_history(
@@ -487,7 +489,7 @@ class LiveOps(StoreOps):
         return self.shaped(view, form)
 
     async def hosts(self, a: Args) -> list[query.HostInfo]:
-        return query.host_infos(self.collector.live.hosts.values())
+        return query.host_infos(self.collector.live.hosts.values(), self.collector.store.shed_by_host)
 
     async def alerts(self, a: Args) -> dict[str, Any]:
         engine = self.collector.alerts

@@ -197,3 +197,37 @@ class NotifierDownRule(Rule):
         since = alert.annotations.get("failing_since")
         took = f" after {fmt_duration(now - float(since))}" if since else ""
         return f"notifier {name} accepts notifications again{took}"
+
+
+class CollectorOverloadedRule(Rule):
+    """Fed by Store.on_overload_change through AlertEngine.collector_overload: true while the store sheds
+    snapshots (collector/store/shedding.py), so lost history is never silent."""
+
+    name = "collector_overloaded"
+    on_snapshot = False
+
+    def __init__(self, config: RuleConfig) -> None:
+        super().__init__(config)
+        self.shedding: bool | None = None
+        self.message: str | None = None
+
+    def set_shedding(self, shedding: bool, message: str | None) -> None:
+        self.shedding = shedding
+        if message:
+            self.message = message
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        if self.shedding is None:
+            return None
+        if not self.shedding:
+            return []
+        return [Condition(self.name, {}, f"collector overloaded: {safe(self.message, 200)}",
+                          "Writes to the history database fall behind the fleet's samples. Each host's "
+                          "history keeps every k-th sample (rollups stay right, the gaps are marked as "
+                          "collector_shed events); live views and alerts are unaffected. Give the collector "
+                          "faster storage or more CPU, raise intervals, or split the fleet into shards.",
+                          annotations={"detail": safe(self.message, 300)})]
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        took = fmt_duration(now - alert.started_at)
+        return f"collector caught up: every sample is stored again after {took}"

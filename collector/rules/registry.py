@@ -5,7 +5,13 @@ from __future__ import annotations
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.rules.base import Rule
 from gpufleet.collector.rules.faults import EccRule, GpuLostRule, XidRule
-from gpufleet.collector.rules.hosts import ClockSkewRule, HostDownRule, NotifierDownRule, StorageRule
+from gpufleet.collector.rules.hosts import (
+    ClockSkewRule,
+    CollectorOverloadedRule,
+    HostDownRule,
+    NotifierDownRule,
+    StorageRule,
+)
 from gpufleet.collector.rules.identity import DuplicateGpuRule
 from gpufleet.collector.rules.thermal import OverheatingRule, ThrottlingRule
 from gpufleet.collector.rules.usage import IdleRule, OrphanedMemoryRule, StaleRule, WastedRule
@@ -15,7 +21,7 @@ RULE_TYPES: dict[str, type[Rule]] = {
     cls.name: cls
     for cls in (WastedRule, IdleRule, StaleRule, OrphanedMemoryRule, OverheatingRule, ThrottlingRule,
                 GpuLostRule, XidRule, EccRule, HostDownRule, StorageRule, DuplicateGpuRule,
-                NotifierDownRule, ClockSkewRule)
+                NotifierDownRule, CollectorOverloadedRule, ClockSkewRule)
 }
 
 assert set(RULE_TYPES) == set(DEFAULT_RULES), "every default rule needs an implementation"

@@ -41,6 +41,7 @@ from gpufleet.collector.store.records import (
     SilenceRecord,
     UsageRow,
 )
+from gpufleet.collector.store.shedding import Shedder
 from gpufleet.collector.store.usage import capacity, usage_by_user
 from gpufleet.collector.store.writer import Writer
 
@@ -78,6 +79,8 @@ class Store:
         self._closed = False
         #: Set by the daemon / alert engine to raise and resolve the "storage" alert: (healthy, error).
         self.on_health_change: Callable[[bool, str | None], None] | None = None
+        #: ... and the "collector_overloaded" alert: (shedding, what it sheds).
+        self.on_overload_change: Callable[[bool, str | None], None] | None = None
 
     @classmethod
     async def open(cls, config: StorageConfig, *, readonly: bool = False, tuning: Tuning | None = None,
@@ -117,6 +120,7 @@ class Store:
         store._writer = Writer(writer_conn, where, state, max_rows=config.batch_max_rows,
                                max_delay=config.batch_max_delay, queue_max=tuning.queue_max,
                                retry_interval=tuning.retry_interval, on_health=store._health_changed,
+                               shedder=Shedder(on_change=store._overload_changed),
                                queue_max_bytes=tuning.queue_max_bytes)
         store._writer.start()
         return store
@@ -146,6 +150,26 @@ class Store:
         callback = self.on_health_change
         if callback is not None:
             callback(ok, message)
+
+    def _overload_changed(self, shedding: bool, message: str | None) -> None:
+        callback = self.on_overload_change
+        if callback is not None:
+            callback(shedding, message)
+
+    @property
+    def shed(self) -> int:
+        """Snapshots not stored because writes fell behind (shed evenly, one in k per host kept)."""
+        return self._writer.shedder.total if self._writer is not None else 0
+
+    @property
+    def shed_by_host(self) -> dict[str, int]:
+        return dict(self._writer.shedder.by_host) if self._writer is not None else {}
+
+    @property
+    def keep_one_in(self) -> int:
+        """1 while every snapshot is stored; k while one in k per host is kept."""
+        return self._writer.shedder.keep_one_in if self._writer is not None and self._writer.shedder.active \
+            else 1
 
     @property
     def readonly(self) -> bool:

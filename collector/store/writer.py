@@ -4,10 +4,12 @@ Ingest calls only append to a deque (never block, never await). The task takes a
 ``batch_max_rows`` GPU samples, or whatever arrived within ``batch_max_delay``; at once when someone awaits a
 flush or a write) and commits it in one ``BEGIN IMMEDIATE`` transaction on its own aiosqlite thread.
 
-When the queue holds more than ``queue_max`` snapshots, or more than ``queue_max_bytes`` (an estimate of
-what its items hold in memory: 1,000 hosts of 10,000 GPUs fill it in far fewer snapshots than 1,000 hosts of
-8), the oldest *snapshot* is dropped and counted; hellos, events, host states, alerts and silences are never
-dropped (the transport's per-host budgets bound what events can cost).
+The queue is full at ``queue_max`` snapshots or at ``queue_max_bytes`` (an estimate of what its items hold
+in memory: 1,000 hosts of 10,000 GPUs fill it in far fewer snapshots than 1,000 hosts of 8), whichever
+comes first. Before it fills, snapshots are shed evenly (one in k per host kept, see :mod:`shedding`),
+counted and marked; when it is still over, the oldest *snapshot* is dropped and counted. Hellos, events,
+host states, alerts and silences are never shed or dropped (the transport's per-host budgets bound what
+events can cost).
 
 A write that fails for a reason that may pass (SQLITE_FULL / ENOSPC, I/O error, lock held too long) is
 rolled back, its frames go back to the front of the queue (so the queue bound still applies), everyone
@@ -41,6 +43,7 @@ from gpufleet.collector.store.ingest import (
     Rows,
     write_rows,
 )
+from gpufleet.collector.store.shedding import Shedder
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +150,8 @@ class Writer:
 
     def __init__(self, conn: aiosqlite.Connection, where: str, state: IngestState, *, max_rows: int,
                  max_delay: float, queue_max: int, retry_interval: float,
-                 on_health: Callable[[bool, str | None], None], queue_max_bytes: int = 256 << 20) -> None:
+                 on_health: Callable[[bool, str | None], None], shedder: Shedder | None = None,
+                 queue_max_bytes: int = 256 << 20) -> None:
         self._conn = conn
         self._where = where
         self._state = state
@@ -158,6 +162,8 @@ class Writer:
         self._bytes = 0  # estimated memory held by the queued items (_size)
         self._retry = max(0.01, retry_interval)
         self._on_health = on_health
+        self.shedder = shedder if shedder is not None else Shedder()
+        self._next_due = 0.0  # monotonic time of the next look for gap markers to store
         self._q: deque[Item] = deque()
         self._snapshots = 0
         self._weight = 0
@@ -189,6 +195,10 @@ class Writer:
         """Estimated memory held by the queue (what ``queue_max_bytes`` bounds)."""
         return self._bytes
 
+    def _fill(self) -> float:
+        """How full the queue is, 0..1 (and over): by snapshots or by estimated bytes, the fuller."""
+        return max(self._snapshots / self._queue_max, self._bytes / self._queue_max_bytes)
+
     def _over(self) -> bool:
         return self._snapshots > self._queue_max or self._bytes > self._queue_max_bytes
 
@@ -197,6 +207,11 @@ class Writer:
     def put(self, item: Item) -> None:
         if self._closing:
             raise StorageError(f"{self._where}: store is closed")
+        if isinstance(item, FrameItem) and item.kind == "snapshot":
+            if not self.shedder.admit(item.host, self._fill(), item.frame.ts):
+                self._mark_gaps()
+                return
+            self._mark_gaps()
         self._q.append(item)
         self._count(item, 1)
         if self._over():
@@ -213,6 +228,16 @@ class Writer:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.put(FlushItem(fut))
         await fut
+
+    def _mark_gaps(self) -> None:
+        """Queue the shedder's gap markers (events: never shed); looked at no more than once a second."""
+        now = time.monotonic()
+        if now < self._next_due:
+            return
+        self._next_due = now + 1.0
+        for host, event in self.shedder.due():
+            self._q.append(FrameItem("event", host, event, event.ts))
+            self._count(self._q[-1], 1)
 
     def _count(self, item: Item, sign: int) -> None:
         self._weight += sign * _weight(item)

@@ -204,6 +204,7 @@ class StandinStore:
         self.days = days
         self.resolution = resolution
         self.alerts: list[AlertRecord] = []
+        self.shed_by_host: dict[str, int] = {}  # what the writer shed per host (none: keeping up)
 
     async def hosts(self) -> list[HostRow]:
         return [

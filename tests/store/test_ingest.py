@@ -292,17 +292,18 @@ async def test_fleet_sink_interface(store: Store) -> None:
     assert len(await store.latest()) == 1 and len(await store.events(since=0, until=100)) == 1
 
 
-async def test_full_queue_drops_oldest_snapshots_only(config: StorageConfig) -> None:
+async def test_full_queue_sheds_and_drops_snapshots_only(config: StorageConfig) -> None:
     s = await Store.open(config, tuning=Tuning(queue_max=3))
     for i in range(10):  # no await in between: the writer cannot run, the queue fills
         s.submit_snapshot("h1", snap(100.0 + i, [gpu(0)]), 0.0)
         s.submit_event("h1", wire.Event(ts=100.0 + i, kind="xid", xid=i), 0.0)
-    assert s.dropped == 7 and s.queue_depth == 13
+    assert s.shed > 0 and s.dropped > 0, "shed evenly first; the bound still holds as the last resort"
+    assert s.shed + s.dropped == 7 and s.queue_depth == 13
     await s.flush()
     pts = (await s.gpu_history("h1", since=0, until=1000))[0].points
     events = await s.events(since=0, until=1000)
     await s.close()
-    assert [p.ts for p in pts] == [107.0, 108.0, 109.0]
+    assert len(pts) == 3 and pts[-1].ts == 109.0  # the newest is kept
     assert len(events) == 10
 
 
@@ -313,12 +314,12 @@ async def test_queue_is_bounded_in_bytes_not_only_in_snapshots(config: StorageCo
     for i in range(50):  # no await in between: the writer cannot run, the queue fills
         s.submit_snapshot("h1", snap(100.0 + i, wide), 0.0)
         s.submit_event("h1", wire.Event(ts=100.0 + i, kind="xid", xid=i), 0.0)
-    held, dropped = s.queue_bytes, s.dropped
+    held, dropped, shed = s.queue_bytes, s.dropped, s.shed
     await s.flush()
     events = await s.events(since=0, until=1000)
     await s.close()
-    assert held <= 8 << 20 and dropped >= 40  # ~1 MB a snapshot: at most 8 held
-    assert len(events) == 50  # events are never dropped
+    assert held <= 8 << 20 and dropped + shed >= 40  # ~1 MB a snapshot: at most 8 held (shed evenly first)
+    assert len([e for e in events if e.kind == "xid"]) == 50  # events are never dropped
 
 
 async def test_usage_by_hand_shared_gpu_and_a_gap(store: Store) -> None:

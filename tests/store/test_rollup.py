@@ -26,7 +26,10 @@ async def _feed(s: Store, n: int = N, t0: float = T0, step: float = STEP) -> Non
         util, mem, temp, power = _values(k)
         s.submit_snapshot("h1", snap(t0 + k * step, [gpu(0, util=util, mem=mem, temp=temp, power=power),
                                                      gpu(1, util=3, mem=GIB, temp=40, power=60.0)]), 0.0)
+        if k % 1000 == 999:
+            await s.flush()  # history fed at a pace the writer keeps up with: nothing is shed
     await s.flush()
+    assert s.shed == 0
 
 
 def _expected(size: int) -> dict[int, tuple[int, float, float, float, int, int]]:

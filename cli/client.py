@@ -13,7 +13,7 @@ import os
 import socket
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -81,6 +81,25 @@ class Backend(Protocol):
 _OK_PREFIX = b'{"ok":true,"result":'  # how the collector's encoder starts every successful answer
 
 
+def request_line(op: str, args: dict[str, Any]) -> bytes:
+    """One request as the collector reads it: a JSON line (``None`` arguments left out)."""
+    body = {"op": op, "args": {k: v for k, v in args.items() if v is not None}, "v": API_VERSION}
+    return json.dumps(body, separators=(",", ":")).encode() + b"\n"
+
+
+def decode_answer(data: bytes, where: str) -> Any:
+    """The result of one answer line; the collector's error as its typed :class:`ApiError`."""
+    try:
+        response = json.loads(data)
+    except ValueError:
+        raise CliError(f"the collector at {where} sent a malformed answer") from None
+    if not isinstance(response, dict) or "ok" not in response:
+        raise CliError(f"the collector at {where} sent a malformed answer")
+    if not response["ok"]:
+        raise api_error(response)
+    return response.get("result")
+
+
 class ApiClient:
     """One request per call over the collector's Unix socket (JSON line each way)."""
 
@@ -138,13 +157,7 @@ class ApiClient:
     def _exchange(self, op: str, args: dict[str, Any]) -> bytes:
         self.connect()
         assert self._sock is not None
-        line = (
-            json.dumps(
-                {"op": op, "args": {k: v for k, v in args.items() if v is not None}, "v": API_VERSION},
-                separators=(",", ":"),
-            ).encode()
-            + b"\n"
-        )
+        line = request_line(op, args)
         try:
             self._sock.sendall(line)
             data = self._read_line(self._sock)
@@ -161,15 +174,7 @@ class ApiClient:
         return data
 
     def _decode(self, data: bytes) -> Any:
-        try:
-            response = json.loads(data)
-        except ValueError:
-            raise CliError(f"the collector at {self.path} sent a malformed answer") from None
-        if not isinstance(response, dict) or "ok" not in response:
-            raise CliError(f"the collector at {self.path} sent a malformed answer")
-        if not response["ok"]:
-            raise api_error(response)
-        return response.get("result")
+        return decode_answer(data, str(self.path))
 
     @staticmethod
     def _read_line(sock: socket.socket) -> bytes:
@@ -250,6 +255,8 @@ class Endpoints:
     db: str | None = None
     #: the config's rule thresholds, so the fallback classifies GPUs as the collector does
     thresholds: Thresholds | None = None
+    #: several collectors (shards, replicas) asked at once: ``--collector``, $GPUFLEET_COLLECTORS
+    collectors: list[str] = field(default_factory=list)
     _loaded: bool = False
     _named: bool = False  # the socket was given before the config was read (not taken from it)
 
@@ -315,7 +322,12 @@ def connect(
     notice: Callable[[str], None] | None = None,
 ) -> Backend:
     """The live collector if it answers, else a running ``gpufleet demo`` (when no socket or config was
-    named), else (``fallback``) the database read-only, else exit 3."""
+    named), else (``fallback``) the database read-only, else exit 3. With ``collectors`` named, all of
+    them at once, merged (:mod:`gpufleet.cli.remote`)."""
+    if ends.collectors:
+        from gpufleet.cli.remote import MultiBackend, parse_collector
+
+        return MultiBackend([parse_collector(c) for c in ends.collectors], timeout=timeout, notice=notice)
     chosen = ends.chosen
     client = ApiClient(ends.socket_path(), timeout=timeout)
     try:

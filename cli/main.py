@@ -39,7 +39,8 @@ class State:
 
     def __init__(self) -> None:
         self.ends = Endpoints(
-            socket=os.environ.get("GPUFLEET_SOCKET") or None, db=os.environ.get("GPUFLEET_DB") or None
+            socket=os.environ.get("GPUFLEET_SOCKET") or None, db=os.environ.get("GPUFLEET_DB") or None,
+            collectors=[c for c in os.environ.get("GPUFLEET_COLLECTORS", "").split(",") if c.strip()],
         )
         self._console: Console | None = None
 
@@ -69,8 +70,24 @@ def _set_endpoint(attr: str) -> Callable[[click.Context, click.Parameter, str | 
     return callback
 
 
+def _add_collectors(ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    if value:
+        ctx.ensure_object(State).ends.collectors = list(value)
+    return value
+
+
 def where_options(f: F) -> F:
-    """``-c/--config``, ``--socket``, ``--db`` on the group *and* every command (either position works)."""
+    """``-c/--config``, ``--socket``, ``--db``, ``--collector`` on the group *and* every command."""
+    f = click.option(
+        "--collector",
+        metavar="WHERE",
+        multiple=True,
+        expose_value=False,
+        callback=_add_collectors,
+        is_eager=True,
+        help="Ask this collector too (repeatable: shards, replicas), merged: a socket path or "
+        "[user@]host[:port][/socket] over SSH [env GPUFLEET_COLLECTORS, comma-separated].",
+    )(f)
     f = click.option(
         "--db",
         metavar="PATH",
@@ -490,18 +507,35 @@ def collector() -> None:
     """Run the collector service."""
 
 
+def _shard_option(f: Any) -> Any:
+    return click.option("--shard", default=None, metavar="I/N",
+                        help="This collector's shard I of N (overrides the config's shard:).")(f)
+
+
+def _apply_shard(config: Any, shard: str | None) -> Any:
+    """The config restricted to its shard's hosts (``--shard`` over the config's ``shard:``)."""
+    from gpufleet.collector.shards import parse_shard, select
+
+    try:
+        chosen = parse_shard(shard) if shard is not None else config.shard
+    except ValueError as exc:
+        raise CliError(f"--shard: {exc}", EXIT_USAGE) from None
+    return select(config, chosen)
+
+
 @collector.command("run")
 @where_options
+@_shard_option
 @click.option(
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
 )
 @pass_state
-def collector_run(state: State, log_level: str) -> None:
+def collector_run(state: State, shard: str | None, log_level: str) -> None:
     """Run the collector in the foreground until SIGTERM / Ctrl-C."""
     import asyncio
     import logging
 
-    config = _load_config(state)
+    config = _apply_shard(_load_config(state), shard)
     logging.basicConfig(
         level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -548,8 +582,9 @@ def config() -> None:
 
 @config.command("check")
 @where_options
+@_shard_option
 @pass_state
-def config_check(state: State) -> None:
+def config_check(state: State, shard: str | None) -> None:
     """Validate gpufleet.yaml; print every mistake as file:line: key: message."""
     from gpufleet.collector.config import load_config
     from gpufleet.collector.errors import ConfigError
@@ -570,6 +605,16 @@ def config_check(state: State) -> None:
         raise CliError(f"{path}: {len(lines)} error{'s' if len(lines) != 1 else ''}") from None
     for warning in cfg.warnings:
         click.echo(warning, err=True)
+    everyone = len(cfg.hosts)
+    cfg = _apply_shard(cfg, shard)
+    if cfg.shard is not None:
+        direct = [n.name for n in cfg.notifiers if n.kind != "alertmanager"]
+        if direct:
+            click.echo(f"{path}: warning: sharded collectors usually run in replica pairs, and each replica "
+                       f"sends to notifiers {', '.join(direct)} itself (two pages per alert); send alerts "
+                       "to an Alertmanager cluster instead, which deduplicates", err=True)
+        click.echo(f"shard {cfg.shard}: {len(cfg.hosts)} of {everyone} hosts: "
+                   + (", ".join(h.name for h in cfg.hosts) or "(none)"))
     enabled = sum(1 for r in cfg.rules.values() if r.enabled)
     click.echo(
         f"{path}: ok: {len(cfg.hosts)} hosts, {enabled} rules enabled, {len(cfg.notifiers)} notifiers; "

@@ -219,6 +219,12 @@ class Collector:
                 out.setdefault((alert.labels["host"], int(gpu)), set()).add(alert.rule)
         return out
 
+    def identity(self) -> tuple[str, str]:
+        """(collector name, shard "I/N" or ""): the labels of gpufleet_collector_info."""
+        import socket
+
+        return socket.gethostname(), str(self.config.shard) if self.config.shard else ""
+
     def stats(self) -> dict[str, float]:
         hosts = self.live.hosts.values()
         lags = [h.lag for h in hosts if h.lag is not None and h.status == "up"]

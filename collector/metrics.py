@@ -24,6 +24,7 @@ import gzip
 import logging
 import math
 import re
+import socket
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -66,6 +67,8 @@ class MetricsSource(Protocol):
 #: Optional, on a source: ``gpu_flags() -> {(host, gpu index): {rule, ...}}`` for every GPU with a firing
 #: rule, in one pass. Without it the exposition calls ``flags(host, gpu)`` once per GPU.
 GPU_FLAGS_METHOD = "gpu_flags"
+#: Optional, on a source: ``identity() -> (collector name, shard "I/N" or "")``; default: this host, "".
+IDENTITY_METHOD = "identity"
 
 
 # ------------------------------------------------------------------------------------------ families
@@ -168,6 +171,9 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("gpufleet_collector_notifications_sent_total", "counter", "Notifications delivered."),
     _Spec("gpufleet_collector_notifications_failed_total", "counter", "Notifications failed after retries."),
     _Spec("gpufleet_collector_uptime_seconds", "gauge", "Seconds since the collector started."),
+    _Spec("gpufleet_collector_info", "gauge",
+          "1, labelled with this collector's name and shard (I/N; empty: the whole fleet), so several "
+          "collectors scraped by one Prometheus can be told apart.", ("collector", "shard")),
     _Spec("gpufleet_collector_metrics_errors_total", "counter",
           "Scrapes where a section of the exposition failed (the rest was still served).", ("section",)),
 )
@@ -250,6 +256,7 @@ class FleetView:
     flags: dict[tuple[str, int], set[str]] = field(default_factory=dict)
     alert_counts: dict[tuple[str, str, str], int] = field(default_factory=dict)
     stats: dict[str, float] = field(default_factory=dict)
+    identity: tuple[str, str] = ("", "")
     errors: dict[str, BaseException] = field(default_factory=dict)
 
     def check(self, section: str) -> None:
@@ -290,6 +297,8 @@ class FleetCollector:
             view.errors["alerts"] = exc
         try:
             view.stats = dict(self.source.stats())
+            identity: Callable[[], tuple[str, str]] | None = getattr(self.source, IDENTITY_METHOD, None)
+            view.identity = identity() if identity is not None else (socket.gethostname(), "")
         except Exception as exc:  # noqa: BLE001
             view.errors["collector"] = exc
         return view
@@ -435,6 +444,7 @@ class FleetCollector:
 
     def _collector(self, b: _Batch, view: FleetView) -> None:
         view.check("collector")
+        b.add("gpufleet_collector_info", view.identity, 1)
         hosts = view.hosts
         for status in HOST_STATUSES:
             b.add("gpufleet_collector_hosts", (status,), sum(1 for h in hosts if h.status == status))

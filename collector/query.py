@@ -284,7 +284,8 @@ def _gpu_view(g: _GpuLike, flags: Iterable[str], host_up: bool, now: float, t: T
     )
 
 
-def _totals(hosts: Sequence[HostView]) -> Totals:
+def fleet_totals(hosts: Sequence[HostView]) -> Totals:
+    """The counts over ``hosts`` (also what a merged view of several collectors is counted by)."""
     t = Totals(hosts=len(hosts))
     for h in hosts:
         if h.status == "up":
@@ -351,7 +352,7 @@ def _finish(
         generated_at=now,
         source=source,
         hosts=hosts,
-        totals=_totals(hosts),
+        totals=fleet_totals(hosts),
         filters=filters,
         last_sample=max(samples) if samples else None,
     )

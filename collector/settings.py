@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from gpufleet.collector.shards import Shard
+
 HostKeyPolicy = Literal["strict", "accept-new"]
 TransportKind = Literal["ssh", "local"]
 AgentMode = Literal["installed", "upload"]
@@ -221,6 +223,7 @@ class Config:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     max_concurrent_connects: int = 32  # SSH handshakes at once (CPU-bound); TCP connects are not limited
     max_hosts: int = 10000  # the host list may name no more (ranges are counted before they are expanded)
+    shard: Shard | None = None  # several collectors: this one watches shard I of N (collector/shards.py)
     source: str | None = None  # the file it came from
     warnings: list[str] = field(default_factory=list)  # "file:line: key: warning: ...", for config check
 

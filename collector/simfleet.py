@@ -194,8 +194,10 @@ class SimFleet:
     def __init__(self, hosts: int | Sequence[str] | Mapping[str, str] = 3, *, mode: Mode = "subprocess",
                  interval: float = 1.0, scenario: str = "busy", shared_server: bool = False,
                  workdir: str | Path | None = None, agent_argv: Sequence[str] | None = None,
-                 exec_commands: bool = False, gpus: int = 4, claimed_hostname: str | None = None) -> None:
+                 exec_commands: bool = False, gpus: int = 4, claimed_hostname: str | None = None,
+                 procs: int = 1) -> None:
         self.mode = mode
+        self.procs = procs  # processes per GPU in the in-process frames (a realistic host has several)
         self.interval = interval
         self.shared_server = shared_server
         self.exec_commands = exec_commands
@@ -470,7 +472,7 @@ class SimFleet:
         """In-process agent: hello, then one snapshot per interval, until EOF or a simulated kill."""
         process = sess.process
         host = sess.host
-        gen = FrameGenerator(host.name, self.gpus, self.claimed_hostname)
+        gen = FrameGenerator(host.name, self.gpus, self.claimed_hostname, procs=self.procs)
         sess.write(gen.hello())
 
         async def ticker() -> None:
@@ -545,7 +547,7 @@ def _kill(sess: SimSession) -> None:
 class FrameGenerator:
     """Cheap wire frames for the in-process mode: the snapshot body is encoded once, ts/seq patched in."""
 
-    def __init__(self, name: str, gpus: int, claimed_hostname: str | None = None) -> None:
+    def __init__(self, name: str, gpus: int, claimed_hostname: str | None = None, procs: int = 1) -> None:
         self.name = name
         self.claimed = claimed_hostname or f"{socket.gethostname()}-{name}"
         self.gpu_info = [wire.GpuInfo(index=i, uuid=f"GPU-sim-{name}-{i}", name="Simulated H100",
@@ -553,14 +555,18 @@ class FrameGenerator:
                                       temp_shutdown=92) for i in range(gpus)]
         samples = []
         for i in range(gpus):
-            procs = [wire.ProcessSample(pid=10_000 + i, gpu_memory=(20 + i) << 30, sm_util=90, user="alice",
-                                        uid=1000, command="python train.py", start_time=1.7e9, state="R")]
+            # the first process trains; the others (procs > 1) are small helpers of other users
+            on_gpu = [wire.ProcessSample(
+                pid=10_000 + 100 * i + j, gpu_memory=((20 + i) if j == 0 else 1) << 30,
+                sm_util=90 if j == 0 else 5, user="alice" if j == 0 else f"user{j}", uid=1000 + j,
+                command=f"python train.py --rank {j} --config cfg.yaml", start_time=1.7e9 + j, state="R")
+                for j in range(max(1, procs))]
             samples.append(wire.GpuSample(index=i, uuid=f"GPU-sim-{name}-{i}", name="Simulated H100",
                                           util_gpu=95, util_mem=40, memory_total=80 << 30,
                                           memory_used=(20 + i) << 30, temperature=60 + i, power_draw=450.5,
                                           power_limit=700.0, clock_sm=1980, clock_mem=2619,
                                           throttle_reasons=[], ecc_corrected=0, ecc_uncorrected=0,
-                                          processes=procs))
+                                          processes=on_gpu))
         body = wire.encode(wire.Snapshot(ts=0.0, seq=0, gpus=samples))
         obj = json.loads(body)
         self._gpus = json.dumps(obj["gpus"], separators=(",", ":")).encode()
@@ -605,7 +611,7 @@ def collector_yaml(fleet: SimFleet, path: Path) -> Path:
 
 async def _serve(args: argparse.Namespace) -> None:
     fleet = SimFleet(args.hosts, mode=args.mode, interval=args.interval, scenario=args.scenario,
-                     shared_server=args.shared, workdir=args.dir, gpus=args.gpus)
+                     shared_server=args.shared, workdir=args.dir, gpus=args.gpus, procs=args.procs)
     async with fleet:
         configs = [dataclasses.asdict(c) for c in fleet.host_configs()]
         written = collector_yaml(fleet, Path(args.config).resolve()) if args.config else None
@@ -651,6 +657,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--shared", action="store_true", help="one server for all hosts (by username)")
     p.add_argument("--dir", default=None, help="where keys and known_hosts go (default: a temp dir)")
     p.add_argument("--gpus", type=int, default=4, help="GPUs per host (inproc mode)")
+    p.add_argument("--procs", type=int, default=1, help="processes per GPU (inproc mode)")
     p.add_argument("--config", metavar="FILE", default=None,
                    help="also write a gpufleet.yaml for this fleet (for `gpufleet collector run -c FILE`)")
     args = p.parse_args(argv)

@@ -41,6 +41,7 @@ from gpufleet.collector.settings import (
     StorageConfig,
     default_rules,
 )
+from gpufleet.collector.shards import parse_shard
 from yaml.nodes import Node
 
 __all__ = [
@@ -118,6 +119,12 @@ def parse_config(text: str, source: str = "<config>", *, base_dir: str | Path | 
                     where, "alerting.notify_users")
     config.api = ApiConfig(**values_of(section(p, top.get("api"), "api", API_SPEC)))
     config.metrics = MetricsConfig(**values_of(section(p, top.get("metrics"), "metrics", METRICS_SPEC)))
+    if "shard" in top:
+        with contextlib.suppress(Bad):
+            try:
+                config.shard = parse_shard(p.string(top["shard"], "shard"))
+            except ValueError as exc:
+                p.error(str(exc), top["shard"], "shard")
     if "max_concurrent_connects" in top:
         with contextlib.suppress(Bad):
             config.max_concurrent_connects = p.integer(top["max_concurrent_connects"],

@@ -88,7 +88,7 @@ _SELECTOR_SPEC: dict[str, Conv] = {
 }
 
 TOP_KEYS = ("defaults", "hosts", "storage", "rules", "notifiers", "alerting", "api", "metrics",
-            "max_concurrent_connects", "max_hosts")
+            "max_concurrent_connects", "max_hosts", "shard")
 
 
 def _rule_names(p: Parser, node: Node, key: str) -> list[str]:

@@ -69,10 +69,15 @@ def timed(argv: list[str], env: dict[str, str], runs: int) -> tuple[list[float],
     return walls, size
 
 
+MISSED: list[str] = []  # what report() found over its target; main() exits 1 when any
+
+
 def report(name: str, walls: list[float], target_ms: float, extra: str = "") -> None:
     ms = sorted(w * 1000 for w in walls)
     p90 = ms[min(len(ms) - 1, math.ceil(0.9 * len(ms)) - 1)]
     verdict = "ok" if statistics.median(ms) < target_ms else "OVER TARGET"
+    if verdict != "ok":
+        MISSED.append(f"{name}: median {statistics.median(ms):.0f} ms (target {target_ms:.0f})")
     print(
         f"{name:<44} min {ms[0]:6.0f}  median {statistics.median(ms):6.0f}  p90 {p90:6.0f} ms   "
         f"(target {target_ms:.0f}: {verdict}){extra}"
@@ -332,3 +337,7 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    for line in MISSED:
+        print(f"MISSED: {line}")
+    print("all targets met" if not MISSED else f"{len(MISSED)} target(s) missed")
+    sys.exit(1 if MISSED else 0)

@@ -1,0 +1,169 @@
+"""The whole daemon at fleet scale: `gpufleet collector run` (store, rules, alerts, query API) against a
+simulated fleet over real SSH, with realistic frames (8 GPUs, 8 processes per GPU by default).
+
+Run by hand (not in CI: timing on shared runners is noise):
+
+    python tests/bench/daemon_bench.py --hosts 100,1000 --seconds 30
+
+For each fleet size it starts the simulator (``python -m gpufleet.collector.simfleet --mode inproc``, its
+SSH servers in their own process so their CPU is not counted) and a fresh collector, waits until every host
+is up, then measures over the window: the collector's CPU per host-sample (utime + stime of the collector
+process over snapshots received), RSS, the largest frame lag, snapshots shed or dropped by the store, and
+`gpufleet status --json` latency. Beside it, in this process, the floor of the same work done minimally:
+``json.loads`` of one identical frame (the least a collector must do per sample).
+
+Exits 1 when a target is missed (issue 13): CPU <= 0.15 ms per host-sample, lag < 1 s, nothing shed or
+dropped, ``status`` under 300 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from gpufleet.cli.client import ApiClient
+from gpufleet.collector.simfleet import FrameGenerator
+
+CPU_MS_TARGET = 0.15
+LAG_TARGET_S = 1.0
+STATUS_TARGET_MS = 300.0
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK  # utime, stime (fields 14, 15 of stat)
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _gpufleet(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([sys.executable, "-m", "gpufleet.cli.main", *args], env=env, capture_output=True,
+                          timeout=120)
+
+
+def _floor_ms(gpus: int, procs: int, n: int = 2000) -> float:
+    """CPU ms to json.loads one realistic frame: the least any collector does per host-sample."""
+    line = FrameGenerator("floor", gpus, procs=procs).snapshot(1)
+    start = time.process_time()
+    for _ in range(n):
+        json.loads(line)
+    return (time.process_time() - start) * 1000 / n
+
+
+def run_size(hosts: int, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    d = work / f"h{hosts}"
+    d.mkdir()
+    cfg = d / "gpufleet.yaml"
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "gpufleet.collector.simfleet", "--hosts", str(hosts), "--mode", "inproc",
+         "--gpus", str(args.gpus), "--procs", str(args.procs), "--interval", str(args.interval), "--shared",
+         "--dir", str(d / "fleet"), "--config", str(cfg)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert sim.stdout is not None
+    json.loads(sim.stdout.readline())  # the fleet is listening and the config is written
+    env = {**os.environ, "HOME": str(d), "XDG_RUNTIME_DIR": str(d / "run"), "XDG_DATA_HOME": str(d / "data")}
+    coll = subprocess.Popen([sys.executable, "-m", "gpufleet.cli.main", "collector", "run", "-c", str(cfg)],
+                            env=env, stdout=subprocess.DEVNULL, stderr=open(d / "collector.log", "wb"))
+    sock = str(d / "fleet" / "api.sock")
+    try:
+        deadline = time.monotonic() + 120 + hosts * 0.05
+        stats: dict[str, float] = {}
+        while time.monotonic() < deadline:
+            time.sleep(1.0)
+            try:
+                stats = ApiClient(sock, timeout=10).call("ping")["stats"]
+            except Exception:  # noqa: BLE001 - not listening yet
+                continue
+            if stats.get("hosts_up") == hosts:
+                break
+        else:
+            raise SystemExit(f"{hosts} hosts: only {stats.get('hosts_up')} up after the connect deadline")
+        time.sleep(args.warmup)
+        s0, c0, t0 = ApiClient(sock).call("ping")["stats"], _cpu_seconds(coll.pid), time.monotonic()
+        lags: list[float] = []
+        while time.monotonic() - t0 < args.seconds:
+            time.sleep(1.0)
+            lags.append(ApiClient(sock).call("ping")["stats"].get("lag_max_seconds", 0.0))
+        s1, c1, t1 = ApiClient(sock).call("ping")["stats"], _cpu_seconds(coll.pid), time.monotonic()
+        walls = []
+        for _ in range(5):
+            start = time.perf_counter()
+            r = _gpufleet("status", "--json", "--socket", sock, env=env)
+            walls.append((time.perf_counter() - start) * 1000)
+            if r.returncode != 0:
+                raise SystemExit(f"status failed: {r.stderr.decode()}")
+        samples = s1["frames_total"] - s0["frames_total"]
+        return {
+            "hosts": hosts, "seconds": t1 - t0, "samples": samples,
+            "cpu_pct": 100 * (c1 - c0) / (t1 - t0),
+            "cpu_ms": 1000 * (c1 - c0) / max(1.0, samples),
+            "rss_mb": _rss_mb(coll.pid),
+            "lag_p99": sorted(lags)[min(len(lags) - 1, int(0.99 * len(lags)))] if lags else 0.0,
+            "shed": s1.get("store_shed_total", 0) - s0.get("store_shed_total", 0),
+            "dropped": s1.get("store_dropped_total", 0) - s0.get("store_dropped_total", 0),
+            "status_ms": statistics.median(walls),
+            "db_mb": sum(p.stat().st_size for p in (d / "fleet").glob("fleet.db*")) / 1e6,
+        }
+    finally:
+        coll.terminate()
+        try:
+            coll.wait(60)
+        except subprocess.TimeoutExpired:
+            coll.kill()
+        if sim.stdin is not None:
+            sim.stdin.close()
+        sim.wait(60)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hosts", default="100,1000", help="comma-separated fleet sizes")
+    ap.add_argument("--seconds", type=float, default=30.0, help="measured window per size")
+    ap.add_argument("--warmup", type=float, default=10.0)
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--procs", type=int, default=8, help="processes per GPU")
+    ap.add_argument("--interval", type=float, default=1.0)
+    args = ap.parse_args()
+    floor = _floor_ms(args.gpus, args.procs)
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; frames of {args.gpus} GPUs x "
+          f"{args.procs} processes; floor (json.loads of one frame, this process): {floor:.3f} ms")
+    print(f"{'hosts':>6} {'% core':>7} {'ms/sample':>10} {'x floor':>8} {'RSS MB':>7} {'lag p99':>8} "
+          f"{'shed':>6} {'dropped':>8} {'status ms':>10} {'DB MB':>7}")
+    missed = []
+    with tempfile.TemporaryDirectory(prefix="daemon-bench-") as tmp:
+        for hosts in (int(h) for h in args.hosts.split(",")):
+            r = run_size(hosts, args, Path(tmp))
+            print(f"{r['hosts']:>6} {r['cpu_pct']:>7.1f} {r['cpu_ms']:>10.3f} {r['cpu_ms'] / floor:>8.1f} "
+                  f"{r['rss_mb']:>7.0f} {r['lag_p99']:>8.2f} {r['shed']:>6.0f} {r['dropped']:>8.0f} "
+                  f"{r['status_ms']:>10.0f} {r['db_mb']:>7.1f}", flush=True)
+            at = f"{hosts} hosts:"
+            if r["cpu_ms"] > CPU_MS_TARGET:
+                missed.append(f"{at} {r['cpu_ms']:.3f} ms CPU per host-sample (target {CPU_MS_TARGET})")
+            if r["lag_p99"] >= LAG_TARGET_S:
+                missed.append(f"{at} lag p99 {r['lag_p99']:.2f} s (target < {LAG_TARGET_S:g})")
+            if r["shed"] or r["dropped"]:
+                missed.append(f"{at} {r['shed']:.0f} snapshots shed, {r['dropped']:.0f} dropped")
+            if r["status_ms"] >= STATUS_TARGET_MS:
+                missed.append(f"{at} status {r['status_ms']:.0f} ms (target < {STATUS_TARGET_MS:g})")
+    for line in missed:
+        print(f"MISSED: {line}")
+    print("all targets met" if not missed else f"{len(missed)} target(s) missed")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

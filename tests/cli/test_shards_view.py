@@ -1,0 +1,133 @@
+"""More than one collector (issue 17): 2 shards x 2 replicas of real `gpufleet collector run` over one
+simulated SSH fleet; every host in exactly one shard; `gpufleet status`/`hosts`/`alerts` over all four
+sockets merge the shards and deduplicate the replicas; a whole shard stopped is named in one line and the
+rest is still shown; the same view through SSH (asyncssh's direct stream to the remote socket)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+from pathlib import Path
+from typing import Any
+
+import asyncssh
+import pytest
+from cli_testkit import cli_env, gpufleet_argv, run_cli
+from gpufleet.collector.shards import shard_of
+from gpufleet.collector.simfleet import SimFleet
+from test_e2e import until
+
+pytestmark = pytest.mark.slow
+HOSTS = 16
+
+
+def _yaml(fleet: SimFleet, home: Path, shard: int, replica: int) -> Path:
+    hosts = "\n".join(
+        f"  - {{name: {h.name}, address: {h.address}, port: {h.port}, user: {h.user}, key: {h.key}, "
+        f"known_hosts: {h.known_hosts}, interval: 0.3s, agent_args: [{', '.join(h.agent_args)}]}}"
+        for h in fleet.host_configs())
+    d = home / f"s{shard}r{replica}"
+    d.mkdir()
+    path = d / "gpufleet.yaml"
+    path.write_text(f"hosts:\n{hosts}\nshard: {shard}/2\nstorage:\n  path: {d / 'g.db'}\n"
+                    f"api:\n  socket: {d / 'api.sock'}\nrules:\n  wasted:\n    for: 1s\n")
+    return path
+
+
+async def test_two_shards_two_replicas_one_view(home: Path, tmp_path: Path) -> None:
+    env = cli_env(home)
+    names = [f"n{i:02d}" for i in range(HOSTS)]
+    async with SimFleet({n: "wasting" if i % 4 == 0 else "busy" for i, n in enumerate(names)},
+                        interval=0.3, workdir=home / "fleet") as fleet:
+        configs = {(s, r): _yaml(fleet, home, s, r) for s in (1, 2) for r in (1, 2)}
+        procs = {k: await asyncio.create_subprocess_exec(
+            *gpufleet_argv(), "collector", "run", "-c", str(c), env=env,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE) for k, c in configs.items()}
+        sockets = {k: str(c.parent / "api.sock") for k, c in configs.items()}
+        every = [a for k in sorted(sockets) for a in ("--collector", sockets[k])]
+        try:
+            async def all_up() -> Any:
+                r = await run_cli("status", "--json", *every, env=env)
+                view = json.loads(r.out) if r.rc == 0 else None
+                ok = view and view["totals"]["hosts_up"] == HOSTS and r.err == ""
+                return view if ok else None
+
+            view = await until(all_up, timeout=60)
+            assert sorted(h["name"] for h in view["hosts"]) == names  # each host once, replicas merged
+            assert view["totals"]["hosts"] == HOSTS
+
+            gpus = 0
+            for (s, r_), sock in sockets.items():  # each collector watches exactly its shard
+                r = await run_cli("hosts", "--json", "--socket", sock, env=env)
+                mine = sorted(h["name"] for h in json.loads(r.out))
+                assert mine == [n for n in names if shard_of(n, 2) == s]
+                if r_ == 1:
+                    gpus += sum(h["gpus"] for h in json.loads(r.out))
+            assert view["totals"]["gpus"] == gpus  # counted again over the merged hosts
+
+            async def wasted() -> Any:
+                r = await run_cli("alerts", "--json", *every, env=env)
+                got = [a for a in json.loads(r.out)["active"] if a["rule"] == "wasted"] if r.rc == 0 else []
+                return got if len(got) == HOSTS // 4 else None
+
+            found = await until(wasted, timeout=60)  # one per wasting host, though two replicas see each
+            assert len({a["fingerprint"] for a in found}) == HOSTS // 4
+
+            # through SSH: an sshd that forwards to the collectors' sockets
+            ssh = await _ssh_server(tmp_path, home)
+            try:
+                port = ssh.sockets[0].getsockname()[1]
+                over_ssh = [a for k in sorted(sockets) for a in ("--collector",
+                                                                 f"me@127.0.0.1:{port}{sockets[k]}")]
+                r = await run_cli("status", "--json", *over_ssh, env=env)
+                assert r.rc == 0, r.err
+                assert sorted(h["name"] for h in json.loads(r.out)["hosts"]) == names
+            finally:
+                ssh.close()
+
+            for k in ((2, 1), (2, 2)):  # shard 2 goes away entirely
+                procs[k].send_signal(signal.SIGTERM)
+                await asyncio.wait_for(procs[k].wait(), 30)
+            r = await run_cli("status", "--json", *every, env=env)
+            assert r.rc == 0, r.err
+            assert sorted(h["name"] for h in json.loads(r.out)["hosts"]) == \
+                [n for n in names if shard_of(n, 2) == 1]
+            unreachable = [ln for ln in r.err.splitlines() if "did not answer" in ln]
+            assert len(unreachable) == 2 and all("s2r" in ln for ln in unreachable), r.err
+        finally:
+            for p in procs.values():
+                if p.returncode is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in procs.values():
+                await asyncio.wait_for(p.wait(), 30)
+
+
+async def _ssh_server(tmp: Path, home: Path) -> asyncssh.SSHAcceptor:
+    """An in-process SSH server on loopback that lets a known key forward to local Unix sockets; the
+    client side (the CLI) finds its key and known_hosts in ``home/.ssh`` as a user's would be."""
+    host_key = asyncssh.generate_private_key("ssh-ed25519")
+    client_key = asyncssh.generate_private_key("ssh-ed25519")
+    ssh_dir = home / ".ssh"
+    ssh_dir.mkdir(exist_ok=True)
+    (ssh_dir / "id_ed25519").write_bytes(client_key.export_private_key())
+    (ssh_dir / "id_ed25519").chmod(0o600)
+
+    class Server(asyncssh.SSHServer):
+        def begin_auth(self, username: str) -> bool:
+            return True
+
+        def public_key_auth_supported(self) -> bool:
+            return True
+
+        def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
+            return key.public_data == client_key.public_data
+
+        def unix_connection_requested(self, dest_path: str) -> bool:
+            return True
+
+    acceptor = await asyncssh.create_server(Server, "127.0.0.1", 0, server_host_keys=[host_key])
+    port = acceptor.sockets[0].getsockname()[1]
+    (ssh_dir / "known_hosts").write_text(
+        f"[127.0.0.1]:{port} {host_key.export_public_key().decode().strip()}\n")
+    return acceptor

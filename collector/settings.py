@@ -132,6 +132,7 @@ DEFAULT_RULES: dict[str, dict[str, Any]] = {
     "collector_overloaded": {"for": 0.0, "severity": "warning"},
     "notifier_down": {"for": 0.0, "severity": "warning"},  # after alerting.notifier_down_after
     "clock_skew": {"for": 0.0, "severity": "warning"},
+    "over_budget": {"for": 0.0, "severity": "warning"},
 }
 for _params in DEFAULT_RULES.values():  # every rule takes it (Prometheus 2.42); 0: resolve once it clears
     _params.setdefault("keep_firing_for", 0.0)

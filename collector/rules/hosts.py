@@ -1,6 +1,7 @@
 """Collector-side rules: host down (SSH lost, host key refused, agent silent), storage failing, a
-notification destination failing (notifier_down), and a host whose clock disagrees with the collector's
-(clock_skew: the stream re-stamps its frames meanwhile).
+notification destination failing (notifier_down), a host whose clock disagrees with the collector's
+(clock_skew: the stream re-stamps its frames meanwhile), and a host sending more than its budget
+(over_budget: the excess is dropped, see collector/transport/budget.py).
 
 host_down is true while the transport says the host is ``down``, stays true through ``connecting`` retries
 (so a reconnect loop does not flap the alert), and is also true when a host that is ``up`` has sent no frame
@@ -231,3 +232,29 @@ class CollectorOverloadedRule(Rule):
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         took = fmt_duration(now - alert.started_at)
         return f"collector caught up: every sample is stored again after {took}"
+
+
+class OverBudgetRule(Rule):
+    """Reads the flag the agent stream sets when it drops a host's excess (collector/transport/budget.py)."""
+
+    name = "over_budget"
+    time_based = True
+    on_snapshot = False
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        state = ctx.state
+        if state is None:
+            return None
+        if not (isinstance(state, WireHostState) and state.over_budget and state.status == "up"):
+            return []
+        return [Condition(
+            self.name, {"host": ctx.name},
+            f"{ctx.name} sends more than its budget: the collector drops the excess",
+            "A runaway or hostile agent (events or frames far above normal). What was dropped is summarised "
+            "in the host's events (kind rate_limited).",
+            annotations={"dropped_frames": str(state.dropped_frames),
+                         "dropped_events": str(state.dropped_events)},
+        )]
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        return f"{alert.labels.get('host')} is within its budget again"

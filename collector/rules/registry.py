@@ -10,6 +10,7 @@ from gpufleet.collector.rules.hosts import (
     CollectorOverloadedRule,
     HostDownRule,
     NotifierDownRule,
+    OverBudgetRule,
     StorageRule,
 )
 from gpufleet.collector.rules.identity import DuplicateGpuRule
@@ -21,7 +22,7 @@ RULE_TYPES: dict[str, type[Rule]] = {
     cls.name: cls
     for cls in (WastedRule, IdleRule, StaleRule, OrphanedMemoryRule, OverheatingRule, ThrottlingRule,
                 GpuLostRule, XidRule, EccRule, HostDownRule, StorageRule, DuplicateGpuRule,
-                NotifierDownRule, CollectorOverloadedRule, ClockSkewRule)
+                NotifierDownRule, CollectorOverloadedRule, ClockSkewRule, OverBudgetRule)
 }
 
 assert set(RULE_TYPES) == set(DEFAULT_RULES), "every default rule needs an implementation"

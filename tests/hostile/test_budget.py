@@ -85,6 +85,8 @@ async def test_floods_are_dropped_summarised_flagged_and_other_hosts_stay_prompt
                    "peak RSS growth MiB": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) >> 10}
         print("budget figures:", figures)
         assert flagged == (True, True), figures
+        await fleet.wait(lambda: {a.labels.get("host") for a in fleet.collector.alerts.active()
+                                  if a.rule == "over_budget"} >= {"events", "bytes"}, "over_budget alerts")
         await fleet.wait(lambda: not fleet.state("events").over_budget, "the flag clears after the flood")
         await fleet.collector.store.flush()
         summaries = [str(m) for (m,) in _q(db, "SELECT message FROM events WHERE kind = 'rate_limited'")]

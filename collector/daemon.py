@@ -112,7 +112,7 @@ class Collector:
             if cfg.metrics.listen:
                 from gpufleet.collector.metrics import MetricsServer
 
-                self._metrics = MetricsServer(self, cfg.metrics.listen)
+                self._metrics = MetricsServer(self, cfg.metrics.listen, dcgm_names=cfg.metrics.dcgm_names)
                 await self._metrics.start()
 
             self.live.listeners = [self._store, self._alerts]

@@ -47,12 +47,16 @@ class HostState:
     lag: float | None = None  # received wall time minus the frame's ts, last frame
     hello: wire.Hello | None = None
     snapshot: wire.Snapshot | None = None  # the latest snapshot
+    last_xid: dict[int, int] = field(default_factory=dict)  # GPU index -> the last Xid it reported
 
     def observe(self, frame: wire.Frame, received: float) -> None:
         """Record a valid frame: liveness, the latest snapshot, and the versions a hello announces."""
         self.last_seen = received
         if isinstance(frame, wire.Snapshot):
             self.snapshot = frame
+        elif isinstance(frame, wire.Event):
+            if frame.kind == "xid" and frame.xid is not None and frame.gpu_index is not None:
+                self.last_xid[frame.gpu_index] = frame.xid
         elif isinstance(frame, wire.Hello):
             self.hello = frame
             self.agent_version = frame.agent_version

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from gpufleet.agent import wire
+from gpufleet.collector import metrics_dcgm
 from gpufleet.collector.aioserver import close_server, close_writer
 from gpufleet.collector.config import parse_listen
 from gpufleet.collector.errors import ConfigError
@@ -245,7 +246,7 @@ def _mhz(value: int | None) -> float | None:
 
 
 @dataclass(slots=True)
-class FleetView:
+class ScrapeView:
     """What one scrape reads, copied on the event loop so the families can be built in a thread.
 
     A source call that raised is kept as the error of its section (raised again while building, so the
@@ -268,25 +269,30 @@ class FleetView:
 class FleetCollector:
     """prometheus_client collector over a :class:`MetricsSource`; a failing section never blanks the rest."""
 
-    def __init__(self, source: MetricsSource) -> None:
+    def __init__(self, source: MetricsSource, *, dcgm_names: bool = False) -> None:
         self.source = source
+        self.dcgm_names = dcgm_names  # also dcgm-exporter's series (collector/metrics_dcgm.py)
         self.section_errors: dict[str, int] = {}
 
     def describe(self) -> Iterable[Metric]:
         """Every spec'd family, empty: lets the registry know our names without a scrape."""
-        return [_new_family(s) for s in _SPECS]
+        fams = [_new_family(s) for s in _SPECS]
+        if self.dcgm_names:
+            fams += [GaugeMetricFamily(f.name, f.doc, labels=metrics_dcgm.LABELS)
+                     for f in metrics_dcgm.FIELDS]
+        return fams
 
     def collect(self) -> Iterable[Metric]:
         return self.build(self.freeze())
 
-    def freeze(self) -> FleetView:
+    def freeze(self) -> ScrapeView:
         """Copy what a scrape needs from the source. Cheap; call it on the loop that mutates the source."""
         hosts = []
         for h in list(self.source.live.hosts.values()):
             c = copy.copy(h)
             c.tags = list(h.tags)
             hosts.append(c)
-        view = FleetView(hosts)
+        view = ScrapeView(hosts)
         try:
             view.flags = self._flags(hosts)
         except Exception as exc:  # noqa: BLE001 - reported when the gpus section is built
@@ -317,7 +323,7 @@ class FleetCollector:
                         out[(h.name, g.index)] = set(flags)
         return out
 
-    def build(self, view: FleetView) -> list[Metric]:
+    def build(self, view: ScrapeView) -> list[Metric]:
         """The families of one scrape from a :meth:`freeze` copy; touches nothing else (thread-safe)."""
         batch = _Batch()
         hosts = view.hosts
@@ -325,9 +331,12 @@ class FleetCollector:
         self._section(batch, "gpus", lambda: self._gpus(batch, view))
         self._section(batch, "alerts", lambda: self._alerts(batch, view))
         self._section(batch, "collector", lambda: self._collector(batch, view))
+        dcgm: list[Metric] = []
+        if self.dcgm_names:
+            self._section(batch, "dcgm", lambda: dcgm.extend(metrics_dcgm.families(hosts)))
         for section, count in sorted(self.section_errors.items()):
             batch.add("gpufleet_collector_metrics_errors_total", (section,), count)
-        return list(batch.nonempty())
+        return [*batch.nonempty(), *dcgm]
 
     def _section(self, batch: _Batch, name: str, build: Callable[[], None]) -> None:
         """Run one section; on failure drop what it half-added, so a scrape never shows a partial GPU."""
@@ -371,7 +380,7 @@ class FleetCollector:
                     b.add("gpufleet_host_snapshot_timestamp_seconds", lab, h.snapshot.ts)
                     b.add("gpufleet_host_gpus", lab, len(h.snapshot.gpus))
 
-    def _gpus(self, b: _Batch, view: FleetView) -> None:
+    def _gpus(self, b: _Batch, view: ScrapeView) -> None:
         view.check("gpus")
         user_gpus: dict[str, set[tuple[str, int]]] = {}
         no_flags: set[str] = set()
@@ -437,12 +446,12 @@ class FleetCollector:
             b.add("gpufleet_user_gpu_memory_bytes", ulab, memory[user])
         return list(count)
 
-    def _alerts(self, b: _Batch, view: FleetView) -> None:
+    def _alerts(self, b: _Batch, view: ScrapeView) -> None:
         view.check("alerts")
         for (rule, severity, state), n in sorted(view.alert_counts.items()):
             b.add("gpufleet_alerts", (rule, severity, state), n)
 
-    def _collector(self, b: _Batch, view: FleetView) -> None:
+    def _collector(self, b: _Batch, view: ScrapeView) -> None:
         view.check("collector")
         b.add("gpufleet_collector_info", view.identity, 1)
         hosts = view.hosts
@@ -481,7 +490,7 @@ class _Frozen:
         return [*self.metrics, *self.process.collect()]
 
 
-def _render(encoder: Callable[[Any], bytes], collector: FleetCollector, view: FleetView,
+def _render(encoder: Callable[[Any], bytes], collector: FleetCollector, view: ScrapeView,
             process: ProcessCollector, compress: bool) -> bytes:
     """Runs in a thread: build the families from the copied view, format, compress."""
     body = encoder(_Frozen(collector.build(view), process))
@@ -497,7 +506,7 @@ class MetricsServer:
 
     def __init__(self, source: MetricsSource, listen: str, *, read_timeout: float = 5.0,
                  write_timeout: float = 10.0, max_header_bytes: int = 16384,
-                 max_connections: int = 32) -> None:
+                 max_connections: int = 32, dcgm_names: bool = False) -> None:
         self.listen = listen
         self._host, self._want_port = parse_listen(listen)
         self.read_timeout = read_timeout
@@ -505,7 +514,7 @@ class MetricsServer:
         self.max_header_bytes = max_header_bytes
         self.max_connections = max_connections
         self.registry = CollectorRegistry(auto_describe=False)
-        self.collector = FleetCollector(source)
+        self.collector = FleetCollector(source, dcgm_names=dcgm_names)
         self.registry.register(self.collector)
         # process_* series: the collector's own RSS, CPU, open fds
         self._process = ProcessCollector(registry=self.registry)

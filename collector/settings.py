@@ -211,6 +211,7 @@ class ApiConfig:
 @dataclass(slots=True)
 class MetricsConfig:
     listen: str | None = None  # "127.0.0.1:9835"; None: off
+    dcgm_names: bool = False  # also export dcgm-exporter's DCGM_FI_DEV_* series (collector/metrics_dcgm.py)
 
 
 @dataclass(slots=True)

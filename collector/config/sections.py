@@ -77,6 +77,7 @@ API_SPEC: dict[str, Conv] = {
 
 METRICS_SPEC: dict[str, Conv] = {
     "listen": lambda p, n, k: _listen(p, n, k),
+    "dcgm_names": Parser.boolean,
 }
 
 _SELECTOR_SPEC: dict[str, Conv] = {

@@ -99,13 +99,14 @@ enum { K_UTIL, K_UTIL_MEM, K_MEM_TOTAL, K_MEM_USED, K_MEM_RESERVED, K_TEMP, K_TE
        K_TEMP_MEM_MAX, K_TEMP_GPU_MAX, K_POWER, K_POWER_LIMIT, K_CLK_GRAPHICS, K_CLK_SM, K_CLK_MEM, K_CLK_VIDEO,
        K_THROTTLE, K_FAN, K_ECC_CORR, K_ECC_UNCORR, K_ECC_AGG_CORR, K_ECC_AGG_UNCORR, K_MIG, K_MIG_PENDING,
        K_MIG_MAX, K_PCI_DOMAIN, K_PCI_BUS, K_PCI_DEVICE, K_PCI_DEVICE_ID, K_PCI_SUBSYS, K_EVENT_TYPES, K_LOST,
-       K_GI, K_CI, K_COUNT };
+       K_UTIL_ENC, K_UTIL_DEC, K_PSTATE, K_PERSISTENCE, K_COMPUTE_MODE, K_DISPLAY_ACTIVE, K_GI, K_CI, K_COUNT };
 static const char *const key_names[K_COUNT] = {
     "util", "util_mem", "mem_total", "mem_used", "mem_reserved", "temp", "temp_shutdown", "temp_slowdown",
     "temp_mem_max", "temp_gpu_max", "power_mw", "power_limit_mw", "clock_graphics", "clock_sm", "clock_mem",
     "clock_video", "throttle", "fan", "ecc_corrected", "ecc_uncorrected", "ecc_agg_corrected",
     "ecc_agg_uncorrected", "mig", "mig_pending", "mig_max", "pci_domain", "pci_bus", "pci_device",
-    "pci_device_id", "pci_subsys", "event_types", "lost", "gi", "ci"};
+    "pci_device_id", "pci_subsys", "event_types", "lost", "util_enc", "util_dec", "pstate", "persistence",
+    "compute_mode", "display_active", "gi", "ci"};
 
 enum { S_NAME, S_UUID, S_SERIAL, S_PCI_BUS_ID, S_COUNT };
 static const char *const str_names[S_COUNT] = {"name", "uuid", "serial", "pci_bus_id"};
@@ -545,6 +546,45 @@ nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t d, unsigned *mw) {
     return get_uint(d, F_POWER_LIMIT, K_POWER_LIMIT, mw);
 }
 nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t d, unsigned *speed) { return get_uint(d, F_FAN, K_FAN, speed); }
+
+/* What nvitop and gpustat also read (encoder/decoder load, P-state, modes): so they run on the fake too. */
+static nvmlReturn_t codec_util(nvmlDevice_t d, int key, unsigned *util, unsigned *period_us) {
+    long long v;
+    DEV(d, F_UTIL);
+    NEED(util && period_us);
+    VAL(d, key, v);
+    *util = (unsigned)v;
+    *period_us = 167000; /* what real drivers report for the codec sampling window */
+    return leave(NVML_SUCCESS);
+}
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t d, unsigned *util, unsigned *period_us) {
+    return codec_util(d, K_UTIL_ENC, util, period_us);
+}
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t d, unsigned *util, unsigned *period_us) {
+    return codec_util(d, K_UTIL_DEC, util, period_us);
+}
+nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t d, int *pstate) {
+    return get_uint(d, F_CLOCKS, K_PSTATE, (unsigned *)pstate);
+}
+nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t d, int *mode) {
+    return get_uint(d, F_NAME, K_PERSISTENCE, (unsigned *)mode);
+}
+nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t d, int *mode) {
+    return get_uint(d, F_NAME, K_COMPUTE_MODE, (unsigned *)mode);
+}
+nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t d, int *active) {
+    return get_uint(d, F_NAME, K_DISPLAY_ACTIVE, (unsigned *)active);
+}
+nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t d, int *mode) {
+    return get_uint(d, F_NAME, K_DISPLAY_ACTIVE, (unsigned *)mode);
+}
+/* Windows only (WDDM / TCC): a Linux driver exports it and answers "not supported". */
+nvmlReturn_t nvmlDeviceGetDriverModel(nvmlDevice_t d, int *current, int *pending) {
+    DEV(d, F_NAME);
+    (void)current;
+    (void)pending;
+    return leave(NVML_ERROR_NOT_SUPPORTED);
+}
 nvmlReturn_t nvmlDeviceGetFanSpeed_v2(nvmlDevice_t d, unsigned fan, unsigned *speed) {
     if (fan != 0) return NVML_ERROR_INVALID_ARGUMENT;
     return get_uint(d, F_FAN, K_FAN, speed);

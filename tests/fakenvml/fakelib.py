@@ -79,6 +79,12 @@ GPU_NUMBERS: Final = (
     "pci_subsys",
     "event_types",
     "lost",
+    "util_enc",
+    "util_dec",
+    "pstate",
+    "persistence",
+    "compute_mode",
+    "display_active",
 )
 GPU_STRINGS: Final = ("name", "uuid", "serial", "pci_bus_id")
 GPU_LISTS: Final = ("processes", "mig_instances", "unsupported", "noperm", "fail")
@@ -186,6 +192,12 @@ def default_gpu(index: int) -> dict[str, Any]:
         "mig": 0,
         "mig_max": 7,
         "event_types": 0x1F,  # single/double-bit ECC, P-state, Xid, clock
+        "util_enc": 0,
+        "util_dec": 0,
+        "pstate": 0,
+        "persistence": 1,
+        "compute_mode": 0,  # default
+        "display_active": 0,
         "processes": [],
     }
 

@@ -1,0 +1,93 @@
+"""DCGM-named series (``metrics: {dcgm_names: true}``): dashboards and alert rules written for NVIDIA's
+dcgm-exporter keep working against gpufleet.
+
+Each series is dcgm-exporter's name, unit and labels (``gpu``, ``UUID``, ``device``, ``modelName``,
+``Hostname``, ``pci_bus_id``; MIG instances add ``GPU_I_ID``, ``GPU_I_PROFILE``), computed from what NVML
+measured, the same readings as the ``gpufleet_*`` series. Only DEV (device) fields are exported: the PROF
+fields (``DCGM_FI_PROF_GR_ENGINE_ACTIVE``, ``..._PIPE_TENSOR_ACTIVE``, ...) are profiling counters that
+NVML's utilisation readings are not, and the agent does not read NVML's GPM metrics yet, so they are left
+out rather than approximated (deploy/OPERATOR.md says so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+from gpufleet.agent import wire
+from gpufleet.collector.live import HostState
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.samples import Sample
+
+MIB: Final = 1 << 20
+LABELS: Final = ("gpu", "UUID", "device", "modelName", "Hostname", "pci_bus_id")
+MIG_LABELS: Final = (*LABELS, "GPU_I_ID", "GPU_I_PROFILE")
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    doc: str  # dcgm-exporter's help text, with its unit
+
+
+FIELDS: Final = (
+    _Field("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C)."),
+    _Field("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)."),
+    _Field("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz)."),
+    _Field("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz)."),
+    _Field("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)."),
+    _Field("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %)."),
+    _Field("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)."),
+    _Field("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)."),
+    _Field("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered."),
+    _Field("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors."),
+)
+NAMES: Final = frozenset(f.name for f in FIELDS)
+
+
+def _free_mib(total: int | None, used: int | None, reserved: int | None) -> float | None:
+    if total is None or used is None:
+        return None
+    return max(0, total - used - (reserved or 0)) / MIB
+
+
+def families(hosts: Iterable[HostState]) -> list[Metric]:
+    """The DCGM families for the GPUs of the hosts that are up (a down host's last readings are not now)."""
+    fams = {f.name: GaugeMetricFamily(f.name, f.doc, labels=LABELS) for f in FIELDS}
+
+    def add(name: str, lab: list[str], value: float | None) -> None:
+        if value is not None:
+            fams[name].add_metric(lab, float(value))
+
+    def add_mig(name: str, lab: list[str], value: float | None) -> None:
+        # a MIG instance's series shares the device series' name, with two more labels (as DCGM does)
+        if value is not None:
+            fams[name].samples.append(Sample(name, dict(zip(MIG_LABELS, lab, strict=True)), float(value)))
+
+    for h in hosts:
+        if h.status != "up" or h.snapshot is None:
+            continue
+        for g in h.snapshot.gpus:
+            if g.error is not None:
+                continue  # a lost GPU has no readings; DCGM exports nothing for it either
+            lab = _labels(h.name, g)
+            add("DCGM_FI_DEV_GPU_TEMP", lab, g.temperature)
+            add("DCGM_FI_DEV_POWER_USAGE", lab, g.power_draw)
+            add("DCGM_FI_DEV_SM_CLOCK", lab, g.clock_sm)
+            add("DCGM_FI_DEV_MEM_CLOCK", lab, g.clock_mem)
+            add("DCGM_FI_DEV_GPU_UTIL", lab, g.util_gpu)
+            add("DCGM_FI_DEV_MEM_COPY_UTIL", lab, g.util_mem)
+            add("DCGM_FI_DEV_FB_USED", lab, None if g.memory_used is None else g.memory_used / MIB)
+            add("DCGM_FI_DEV_FB_FREE", lab, _free_mib(g.memory_total, g.memory_used, g.memory_reserved))
+            add("DCGM_FI_DEV_XID_ERRORS", lab, h.last_xid.get(g.index, 0))
+            add("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", lab, g.ecc_uncorrected)
+            for m in g.mig_instances:
+                mlab = [*lab, str(m.gi_id), m.profile or ""]
+                add_mig("DCGM_FI_DEV_FB_USED", mlab, None if m.memory_used is None else m.memory_used / MIB)
+                add_mig("DCGM_FI_DEV_FB_FREE", mlab, _free_mib(m.memory_total, m.memory_used, None))
+    return [f for f in fams.values() if f.samples]
+
+
+def _labels(host: str, g: wire.GpuSample) -> list[str]:
+    return [str(g.index), g.uuid, f"nvidia{g.index}", g.name or "", host, g.pci_bus_id or ""]

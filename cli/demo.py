@@ -53,6 +53,7 @@ def demo_config(workdir: Path) -> Config:
         raise CliError(f"bundled demo config is invalid: {exc}") from None
     cfg.storage.path = str(workdir / "gpufleet.db")
     cfg.api.socket = str(workdir / "gpufleet.sock")
+    cfg.web.enabled, cfg.web.listen = True, "127.0.0.1:0"  # the banner shows the port it got
     return cfg
 
 
@@ -161,6 +162,9 @@ async def _run(
             await collector.start()
             pointed = cfg.api.resolved_socket()
             write_pointer(pointed)
+            head.append(Text.assemble("  Web page (read-only): ", (str(collector.web_url), "bold")))
+            if not live_screen:
+                console.print(head[-1], no_wrap=True, overflow="crop")
             deadline = None if seconds is None else loop.time() + seconds
             live_ctx = _live(console) if live_screen else contextlib.nullcontext(None)
             with live_ctx as live:

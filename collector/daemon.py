@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from gpufleet.collector.notify import NotificationDispatcher
     from gpufleet.collector.store.store import Store
     from gpufleet.collector.transport.manager import FleetTransport
+    from gpufleet.collector.web import WebServer
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ class Collector:
         self._transport: FleetTransport | None = None
         self._api: QueryServer | None = None
         self._metrics: MetricsServer | None = None
+        self._web: WebServer | None = None
         self._maintenance: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self._running = False
@@ -81,6 +83,11 @@ class Collector:
     @property
     def metrics_port(self) -> int | None:
         return self._metrics.port if self._metrics is not None else None
+
+    @property
+    def web_url(self) -> str | None:
+        """The page's address while ``web.enabled`` (the real port when listen asked for port 0)."""
+        return self._web.url if self._web is not None else None
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -114,6 +121,11 @@ class Collector:
 
                 self._metrics = MetricsServer(self, cfg.metrics.listen, dcgm_names=cfg.metrics.dcgm_names)
                 await self._metrics.start()
+            if cfg.web.enabled:
+                from gpufleet.collector.web import WebServer
+
+                self._web = WebServer(self, cfg.web)
+                await self._web.start()
 
             self.live.listeners = [self._store, self._alerts]
             self._transport = FleetTransport(cfg.hosts, self.live, clock=self.clock,
@@ -142,6 +154,9 @@ class Collector:
         if self._alerts in self.live.listeners:
             # our own hang-ups are not hosts going down: the engine stops listening first
             self.live.listeners.remove(self._alerts)
+        if self._web is not None:  # before the transport: open pages never see our hang-ups as hosts down
+            await self._guard("web", self._web.stop(), share)
+            self._web = None
         if self._transport is not None:
             await self._guard("transport", self._transport.stop(timeout=share), share + 1)
             self._transport = None

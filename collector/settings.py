@@ -214,6 +214,21 @@ class MetricsConfig:
     dcgm_names: bool = False  # also export dcgm-exporter's DCGM_FI_DEV_* series (collector/metrics_dcgm.py)
 
 
+#: Where the web page listens unless ``web.listen`` says otherwise (the metrics port's neighbour).
+DEFAULT_WEB_LISTEN = "127.0.0.1:9836"
+
+
+@dataclass(slots=True)
+class WebConfig:
+    """The read-only web page (collector/web). Off by default; loopback unless the operator says otherwise."""
+
+    enabled: bool = False
+    listen: str = DEFAULT_WEB_LISTEN
+    token: str | None = field(default=None, repr=False)  # the resolved secret; None: no token asked
+    show_commands: bool = True  # False: command lines never leave the collector
+    max_clients: int = 32  # open live streams at once; more are refused with 503
+
+
 @dataclass(slots=True)
 class Config:
     hosts: list[HostConfig] = field(default_factory=list)
@@ -223,6 +238,7 @@ class Config:
     alerting: AlertingConfig = field(default_factory=AlertingConfig)
     api: ApiConfig = field(default_factory=ApiConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    web: WebConfig = field(default_factory=WebConfig)
     max_concurrent_connects: int = 32  # SSH handshakes at once (CPU-bound); TCP connects are not limited
     max_hosts: int = 10000  # the host list may name no more (ranges are counted before they are expanded)
     shard: Shard | None = None  # several collectors: this one watches shard I of N (collector/shards.py)

@@ -25,6 +25,13 @@ def test_bundled_scenarios_are_packaged() -> None:
     assert {"busy.yaml", "wasting.yaml", "hot.yaml", "zombie.yaml"} <= names
 
 
+def test_web_page_assets_are_packaged() -> None:
+    static = importlib.resources.files("gpufleet.collector.web").joinpath("static")
+    for name in ("index.html", "app.js", "app.css"):
+        text = static.joinpath(name).read_text(encoding="utf-8")
+        assert text and "https://" not in text and "http://" not in text, name  # nothing from a CDN
+
+
 def test_console_scripts_run() -> None:
     out = subprocess.run([str(BIN / "gpufleet-agent"), "--fake", "busy", "--once", "--json"],
                          capture_output=True, text=True, timeout=60, check=True).stdout

@@ -30,6 +30,7 @@ from gpufleet.collector.config.sections import (
     parse_listen,
     parse_notifiers,
     parse_rules,
+    parse_web,
 )
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.settings import (
@@ -125,6 +126,7 @@ def parse_config(text: str, source: str = "<config>", *, base_dir: str | Path | 
                 config.shard = parse_shard(p.string(top["shard"], "shard"))
             except ValueError as exc:
                 p.error(str(exc), top["shard"], "shard")
+    config.web = parse_web(p, top.get("web"))
     if "max_concurrent_connects" in top:
         with contextlib.suppress(Bad):
             config.max_concurrent_connects = p.integer(top["max_concurrent_connects"],

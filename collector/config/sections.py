@@ -1,4 +1,4 @@
-"""The sections besides hosts: storage, rules, notifiers, alerting, api, metrics (their keys and checks)."""
+"""The sections besides hosts: storage, rules, notifiers, alerting, api, metrics, web (keys and checks)."""
 
 from __future__ import annotations
 
@@ -16,15 +16,19 @@ from gpufleet.collector.config.nodes import (
     join_key,
     nonneg,
     positive,
+    section,
+    values_of,
 )
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.settings import (
     DEFAULT_RULES,
+    DEFAULT_WEB_LISTEN,
     RULE_DURATION_PARAMS,
     SEVERITIES,
     NotifierConfig,
     RuleConfig,
     Selector,
+    WebConfig,
     default_rules,
 )
 from yaml.nodes import Node, ScalarNode
@@ -80,6 +84,14 @@ METRICS_SPEC: dict[str, Conv] = {
     "dcgm_names": Parser.boolean,
 }
 
+WEB_SPEC: dict[str, Conv] = {
+    "enabled": Parser.boolean,
+    "listen": lambda p, n, k: _listen(p, n, k) or DEFAULT_WEB_LISTEN,
+    "token": lambda p, n, k: None if p.is_null(n) else p.secret(n, k),
+    "show_commands": Parser.boolean,
+    "max_clients": lambda p, n, k: p.integer(n, k, lo=1, hi=10_000),
+}
+
 _SELECTOR_SPEC: dict[str, Conv] = {
     "hosts": Parser.str_list,
     "tags": Parser.str_list,
@@ -88,7 +100,7 @@ _SELECTOR_SPEC: dict[str, Conv] = {
     "exclude_users": Parser.str_list,
 }
 
-TOP_KEYS = ("defaults", "hosts", "storage", "rules", "notifiers", "alerting", "api", "metrics",
+TOP_KEYS = ("defaults", "hosts", "storage", "rules", "notifiers", "alerting", "api", "metrics", "web",
             "max_concurrent_connects", "max_hosts", "shard")
 
 
@@ -155,6 +167,19 @@ def _listen(p: Parser, node: Node, key: str) -> str | None:
     if port == 0:  # the raw text in the message: an expanded ${VAR} may be a secret
         p.fail(f"expected host:port like 127.0.0.1:9835, got '{p.raw(node)}'", node, key)
     return text
+
+
+def parse_web(p: Parser, node: Node | None) -> WebConfig:
+    """The ``web:`` section; serving beyond loopback with no token is allowed but warned about."""
+    got = section(p, node, "web", WEB_SPEC)
+    web = WebConfig(**values_of(got))
+    if web.enabled and not web.token and "listen" in got:
+        host = parse_listen(web.listen)[0]
+        if host not in ("127.0.0.1", "::1", "localhost"):
+            p.warn(f"the web page listens on {host} with no token: anyone who can reach it reads the fleet "
+                   "(set web.token, or put it behind a reverse proxy with auth)", got["listen"][1],
+                   "web.listen")
+    return web
 
 
 def parse_rules(p: Parser, node: Node | None) -> dict[str, RuleConfig]:

@@ -36,9 +36,13 @@ SQLITE_IOERR = 10
 SQLITE_FULL = 13
 SQLITE_CANTOPEN = 14
 SQLITE_PROTOCOL = 15
+SQLITE_CORRUPT = 11
+SQLITE_NOTADB = 26
 #: Primary result codes that say "the storage is unwell right now", not "this batch is bad": retry later.
+#: A corrupt file is the storage's fault too: the frames stay queued (bounded) and ``storage`` fires,
+#: rather than each batch being written row by row and dropped.
 TRANSIENT_CODES = frozenset({SQLITE_BUSY, SQLITE_LOCKED, SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL,
-                             SQLITE_CANTOPEN, SQLITE_PROTOCOL})
+                             SQLITE_CANTOPEN, SQLITE_PROTOCOL, SQLITE_CORRUPT, SQLITE_NOTADB})
 
 
 async def call(conn: aiosqlite.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -120,9 +124,19 @@ def is_full(exc: BaseException) -> bool:
     return False
 
 
+def is_corrupt(exc: BaseException) -> bool:
+    """SQLITE_CORRUPT / SQLITE_NOTADB: the file itself is damaged."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    return primary_code(exc) in (SQLITE_CORRUPT, SQLITE_NOTADB) or "malformed" in str(exc) \
+        or "not a database" in str(exc)
+
+
 def is_transient(exc: BaseException) -> bool:
     """True when retrying the same writes later can succeed (full disk, I/O error, lock held too long)."""
     if is_full(exc) or isinstance(exc, OSError):
+        return True
+    if is_corrupt(exc):
         return True
     if isinstance(exc, sqlite3.OperationalError):
         code = primary_code(exc)

@@ -28,7 +28,8 @@ from gpufleet.collector.errors import StorageError
 from gpufleet.collector.live import HostState
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import nflog, queries, rollup, schema
-from gpufleet.collector.store._db import call, connect, setup_reader, setup_writer, storage_error
+from gpufleet.collector.store._db import call, connect, is_corrupt, setup_reader, setup_writer, storage_error
+from gpufleet.collector.store.guard import FileGuard
 from gpufleet.collector.store.ingest import FrameItem, HostStateItem, IngestState
 from gpufleet.collector.store.records import (
     AlertRecord,
@@ -81,6 +82,7 @@ class Store:
         self.on_health_change: Callable[[bool, str | None], None] | None = None
         #: ... and the "collector_overloaded" alert: (shedding, what it sheds).
         self.on_overload_change: Callable[[bool, str | None], None] | None = None
+        self._guard: FileGuard | None = None  # the writing store's lock and file identity
 
     @classmethod
     async def open(cls, config: StorageConfig, *, readonly: bool = False, tuning: Tuning | None = None,
@@ -94,6 +96,7 @@ class Store:
         where = str(path)
         writer_conn: aiosqlite.Connection | None = None
         reader: aiosqlite.Connection | None = None
+        guard: FileGuard | None = None
         try:
             if readonly:
                 if not path.exists():
@@ -103,6 +106,9 @@ class Store:
                 await call(reader, schema.check_readable)
                 return cls(path, config, reader, None, None, tuning)
             _create_private(path)
+            guard = FileGuard(path)
+            guard.acquire()  # one writing collector per file
+            guard.remember_file()
             writer_conn = await connect(path, readonly=False)
             await call(writer_conn, setup_writer)
             await call(writer_conn, schema.migrate)
@@ -112,11 +118,14 @@ class Store:
             for conn in (reader, writer_conn):
                 if conn is not None:
                     await conn.close()
+            if guard is not None:
+                guard.release()
             if isinstance(exc, (sqlite3.Error, OSError, StorageError)):
                 raise storage_error(exc, where) from exc
             raise
         state = IngestState(thresholds or DEFAULT_THRESHOLDS)
         store = cls(path, config, reader, writer_conn, None, tuning)
+        store._guard = guard
         store._writer = Writer(writer_conn, where, state, max_rows=config.batch_max_rows,
                                max_delay=config.batch_max_delay, queue_max=tuning.queue_max,
                                retry_interval=tuning.retry_interval, on_health=store._health_changed,
@@ -135,6 +144,8 @@ class Store:
                 await self._writer.close(self._tuning.close_timeout)
         finally:
             await self._reader.close()
+            if self._guard is not None:
+                self._guard.release()
             if self._writer_conn is not None:
                 await self._writer_conn.close()
 
@@ -261,6 +272,8 @@ class Store:
             result: T = await call(self._reader, fn)
             return result
         except (sqlite3.Error, OSError) as exc:
+            if is_corrupt(exc) and self._writer is not None:  # reads see it first: say so, fire storage
+                self._writer.set_fault(f"the database file is damaged ({exc}); restore it from a backup")
             raise storage_error(exc, str(self.path)) from exc
 
     async def hosts(self) -> list[HostRow]:
@@ -340,12 +353,22 @@ class Store:
 
     # ------------------------------------------------------------------------------ maintenance
 
+    def check_file(self) -> str | None:
+        """Is the file at ``path`` still the one being written? If not, the store turns unhealthy for good
+        (``storage`` fires) and the reason is logged; returns it."""
+        problem = self._guard.problem() if self._guard is not None else None
+        if problem is not None and self._writer is not None and self._writer.fault is None:
+            log.error("%s: %s", self.path, problem)
+            self._writer.set_fault(problem)
+        return problem
+
     async def run_maintenance(self, now: float) -> None:
         """Rollups, retention, vacuum, unused GPU rows: small transactions; then a passive WAL checkpoint.
 
         The daemon calls it every minute; ingest keeps flowing between the steps.
         """
         writer = self._w()
+        self.check_file()
         policy = self._policy
         for step in rollup.STEPS:
             def run(conn: sqlite3.Connection, step: rollup.Step = step) -> bool:

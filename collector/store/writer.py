@@ -176,6 +176,8 @@ class Writer:
         self.commits = 0
         self.healthy = True
         self.last_error: str | None = None
+        #: a problem writes cannot cure (the file deleted or replaced): healthy stays False until restart
+        self.fault: str | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="gpufleet-store-writer")
@@ -403,7 +405,14 @@ class Writer:
         else:
             self._set_health(True, None)
 
+    def set_fault(self, message: str) -> None:
+        """Unhealthy for good (until the collector restarts), whatever the next commits do."""
+        self.fault = message
+        self._set_health(False, message)
+
     def _set_health(self, ok: bool, message: str | None) -> None:
+        if ok and self.fault is not None:
+            ok, message = False, self.fault
         changed = ok != self.healthy
         self.healthy = ok
         self.last_error = None if ok else message

@@ -156,6 +156,7 @@ async def test_demo_runs_and_exits_cleanly(home: Path) -> None:
     r = await run_cli("demo", "--seconds", "15", "--interval", "0.5", env=env, timeout=90)
     assert r.rc == 0, r.err[-3000:]
     assert "gpufleet demo" in r.out
+    assert "Web page (read-only): http://127.0.0.1:" in r.out  # the demo serves the page on a free port
     for host in ("gpu-node-01", "gpu-node-03", "gpu-node-05", "gpu-node-07", "gpu-node-09", "gpu-node-11"):
         assert host in r.out
     assert "carol" in r.out and "alice" in r.out

@@ -1,0 +1,119 @@
+"""Helpers for the web page tests: a real collector (SimFleet behind real SSH on loopback, web enabled) on
+an event loop in a thread. A module name of its own: the suite runs with --import-mode=importlib."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any
+
+from gpufleet.agent import wire
+from gpufleet.collector.daemon import Collector
+from gpufleet.collector.live import HostState, LiveView
+from gpufleet.collector.settings import ApiConfig, Config, StorageConfig, WebConfig, default_rules
+from gpufleet.collector.simfleet import SimFleet
+from gpufleet.collector.store.records import AlertRecord
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+HOSTS = {"n1": "wasting", "n2": "busy", "n3": "idle"}
+TOKEN = "s3cret-t0ken"
+GIB = 1 << 30
+
+
+class LoopThread:
+    """An event loop in a thread: the collector keeps serving while a test blocks on the browser."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 60.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+class Site:
+    """A simulated fleet and a collector serving the page; ``url`` is the page's address."""
+
+    def __init__(self, tmp: Path, web: WebConfig) -> None:
+        self.tmp, self.web = tmp, web
+        self.lt = LoopThread()
+        self.fleet = SimFleet(HOSTS, interval=0.2, workdir=tmp / "fleet")
+        self.collector: Collector | None = None
+
+    async def _start(self) -> None:
+        await self.fleet.start()
+        rules = default_rules()
+        rules["wasted"].params["for"] = 1.0
+        rules["idle"].params["for"] = 1.0
+        cfg = Config(hosts=self.fleet.host_configs(), rules=rules,
+                     storage=StorageConfig(path=str(self.tmp / "fleet.db"), batch_max_delay=0.05),
+                     api=ApiConfig(socket=str(self.tmp / "api.sock")), web=self.web)
+        self.collector = Collector(cfg)
+        await self.collector.start()
+
+    async def _stop(self) -> None:
+        if self.collector is not None:
+            await self.collector.stop()
+        await self.fleet.stop()
+
+    def start(self) -> Site:
+        self.lt.run(self._start())
+        return self
+
+    def stop(self) -> None:
+        try:
+            self.lt.run(self._stop())
+        finally:
+            self.lt.close()
+
+    @property
+    def url(self) -> str:
+        assert self.collector is not None and self.collector.web_url is not None
+        return self.collector.web_url
+
+
+class Alerts:
+    def __init__(self) -> None:
+        self.records: list[AlertRecord] = []
+
+    def active(self) -> list[AlertRecord]:
+        return self.records
+
+
+class Store:
+    async def usage_by_user(self, **_: Any) -> list[Any]:
+        return []
+
+    async def gpu_history(self, *_: Any, **__: Any) -> list[Any]:
+        return []
+
+
+class Source:
+    """A synthetic WebSource: ``hosts`` x ``gpus`` in a live view, no store history, alerts as set."""
+
+    def __init__(self, hosts: int = 3, gpus: int = 2) -> None:
+        self.config = Config(rules=default_rules())
+        self.live = LiveView()
+        self.alerts = Alerts()
+        self.store = Store()
+        self.gpus = gpus
+        for h in range(hosts):
+            self.live.hosts[f"h{h}"] = HostState(name=f"h{h}", status="up", last_seen=1.0)
+            self.set_util(f"h{h}", 50)
+
+    def set_util(self, host: str, util: int, user: str = "alice", command: str = "python train.py") -> None:
+        gpus = [wire.GpuSample(index=i, uuid=f"GPU-{host}-{i}", util_gpu=util, memory_total=80 * GIB,
+                               memory_used=40 * GIB, temperature=60,
+                               processes=[wire.ProcessSample(pid=1, user=user, gpu_memory=40 * GIB,
+                                                             command=command)])
+                for i in range(self.gpus)]
+        self.live.hosts[host].snapshot = wire.Snapshot(ts=time.time(), seq=1, gpus=gpus)

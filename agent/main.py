@@ -101,6 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="hostname to report (default: this host; with --fake: the scenario's; also seeds fake UUIDs)",
     )
+    p.add_argument(
+        "--redact-words",
+        default=None,
+        metavar="WORDS",
+        help="comma-separated words: an option or VAR=value whose name holds one has its value masked in "
+        "command lines (default token,secret,password,passwd,key,auth,credential, or $GPUFLEET_REDACT_WORDS; "
+        "'-': URL passwords only)",
+    )
     p.add_argument("--no-stdin-watch", action="store_true", help="do not exit when stdin reaches EOF")
     p.add_argument("--version", action="version", version=f"gpufleet-agent {__version__}")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging on stderr (-vv: debug)")
@@ -361,8 +369,11 @@ def _build(args: argparse.Namespace) -> tuple[Any, str]:
         return Sampler(Gateway(lib, backend="fake"), fake.FakeProcs(lib)), scenario.hostname
     from gpufleet.agent.driver import pending_upgrade
     from gpufleet.agent.procinfo import ProcReader
+    from gpufleet.agent.redact import ENV_WORDS, Redactor, words_from
 
-    sampler = Sampler(Gateway(), ProcReader(), driver_check=pending_upgrade)
+    words = args.redact_words if args.redact_words is not None else os.environ.get(ENV_WORDS)
+    procs = ProcReader(redactor=Redactor(words_from(words)))
+    sampler = Sampler(Gateway(), procs, driver_check=pending_upgrade)
     return sampler, args.hostname or socket.gethostname()
 
 

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
+from gpufleet.agent.redact import Redactor
+
 Status = Literal["ok", "denied", "missing"]
 
 #: Longest command line reported (a frame must stay far below the 1 MiB line bound).
@@ -110,8 +112,9 @@ def parse_status_uid(text: str) -> int | None:
 class ProcReader:
     """Reads /proc (or a tree shaped like it). Static facts are cached per (pid, start time)."""
 
-    def __init__(self, root: str | os.PathLike[str] = "/proc") -> None:
+    def __init__(self, root: str | os.PathLike[str] = "/proc", redactor: Redactor | None = None) -> None:
         self.root = Path(root)
+        self.redactor = redactor if redactor is not None else Redactor()  # secrets never leave the host
         self._btime: float | None = None
         self._ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self._users: dict[int, str] = {}
@@ -189,7 +192,7 @@ class ProcReader:
         command = comm
         try:
             raw = (base / "cmdline").read_bytes()
-            args = [a.decode(errors="replace") for a in raw.split(b"\0") if a]
+            args = self.redactor.args([a.decode(errors="replace") for a in raw.split(b"\0") if a])
             if args:
                 command = " ".join(args)[:MAX_COMMAND]
         except OSError:

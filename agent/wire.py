@@ -10,7 +10,15 @@ Frames are JSON objects, one per line, each with ``"type"`` and ``"proto"`` ("MA
 - ``event``: something that happened between samples (Xid, GPU lost, driver errors).
 - ``heartbeat``: liveness when there is nothing else to say.
 
-Compatibility rules: unknown fields are ignored; missing optional fields become None; a frame with an
+Text is made safe once, here, at decode (:func:`safe_text`): everything downstream may store, print and
+send any string of a frame. Numbers are range-checked here too: an identity (GPU index, pid, uid, seq,
+xid) out of range makes the frame malformed; a reading (memory, temperature, power, clocks, ECC counts)
+out of range is nulled, as if not reported, and counted in :class:`DecodeNotes`. JSON nested too deeply
+for the parser is malformed, never a RecursionError.
+
+Compatibility rules: unknown fields are ignored (and counted in :class:`DecodeNotes`); a frame type this
+side does not know, of the same major version, is an :class:`IgnoredFrame` (the receiver skips it and keeps
+the stream: a rolling upgrade mixes agent versions); missing optional fields become None; a frame with an
 unknown *major* version is a :class:`ProtocolVersionError`; a newer *minor* version is accepted.
 """
 
@@ -18,7 +26,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+import re
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Final, Literal
 
 PROTO_MAJOR: Final = 1
@@ -51,6 +60,53 @@ class MalformedFrame(WireError):
 
 class ProtocolVersionError(WireError):
     """The frame speaks a major protocol version this side does not know."""
+
+
+class IgnoredFrame(WireError):
+    """A frame type this side does not know, of its own major version (a newer agent during a rolling
+    upgrade): the receiver skips it, counts it, and keeps the stream."""
+
+    def __init__(self, kind: str, proto: str) -> None:
+        super().__init__(f"unknown frame type {kind!r} (protocol {proto}) ignored")
+        self.kind = kind
+
+
+@dataclass(slots=True)
+class DecodeNotes:
+    """What :func:`decode` accepted but changed: the receiver counts these per host.
+
+    A reading outside its plausible range (a negative ECC count, a 400 C temperature, memory beyond 2**53
+    bytes) is nulled, as if the GPU had not reported it, rather than losing the whole sample.
+    """
+
+    out_of_range: int = 0
+    last: str | None = None  # the last change: "snapshot.gpus[0]: ecc_uncorrected=-1 outside 0..(2**53)"
+    unknown_fields: int = 0  # fields this side does not know (a newer minor version), ignored
+    last_unknown: str | None = None  # the last one, "snapshot.gpus[0].future_field"
+
+    def unknown(self, where: str, keys: set[str]) -> None:
+        self.unknown_fields += len(keys)
+        self.last_unknown = f"{where}.{min(keys)[:60]}"
+
+    def nulled(self, where: str, key: str, value: object, lo: float, hi: float) -> None:
+        self.out_of_range += 1
+        self.last = f"{where}: {key}={str(value)[:40]} outside {_bound(lo)}..{_bound(hi)}"
+
+
+def _bound(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+# Plausible ranges. Identity fields (index, pid, uid, seq...) out of range make the frame malformed;
+# readings out of range are nulled (DecodeNotes). 2**53: the largest count a float (and JSON elsewhere) keeps.
+U53: Final = 1 << 53
+U63: Final = (1 << 63) - 1  # SQLite's INTEGER
+PID_MAX: Final = (1 << 31) - 1
+UID_MAX: Final = (1 << 32) - 1
+INDEX_MAX: Final = 65535
+TEMP_RANGE: Final = (-60, 200)  # Celsius
+POWER_MAX: Final = 100_000.0  # watts
+CLOCK_MAX: Final = 100_000  # MHz
 
 
 # --------------------------------------------------------------------------------------------- model
@@ -188,6 +244,14 @@ class Heartbeat:
 
 Frame = Hello | Snapshot | Event | Heartbeat
 
+_FRAME_TYPES: Final[dict[str, type]] = {"hello": Hello, "snapshot": Snapshot, "event": Event,
+                                       "heartbeat": Heartbeat}
+#: Field names each object may carry; anything else is a newer minor version's, ignored and counted.
+_KNOWN: Final[dict[type, frozenset[str]]] = {
+    cls: frozenset(f.name for f in fields(cls))
+    for cls in (Hello, Snapshot, Event, Heartbeat, GpuSample, GpuInfo, ProcessSample, MigInstance)
+}
+
 
 # -------------------------------------------------------------------------------------------- encode
 
@@ -237,6 +301,10 @@ def _typed(obj: dict[str, Any], key: str, kinds: tuple[type, ...], where: str, r
         if required:
             raise MalformedFrame(f"{where}: missing required field {key!r}")
         return None
+    if type(value) is str and kinds is _STR:  # the common cases first, without the general checks
+        return value if value.isascii() and value.isprintable() else safe_text(value)
+    if type(value) is int and int in kinds:
+        return value
     # bool is an int subclass: never accept it where a number is wanted
     if isinstance(value, bool) and bool not in kinds:
         raise MalformedFrame(f"{where}: field {key!r} must be {_names(kinds)}, got bool")
@@ -244,11 +312,53 @@ def _typed(obj: dict[str, Any], key: str, kinds: tuple[type, ...], where: str, r
         raise MalformedFrame(f"{where}: field {key!r} must be {_names(kinds)}, got {type(value).__name__}")
     if isinstance(value, float) and not math.isfinite(value):
         raise MalformedFrame(f"{where}: field {key!r} is not finite")
+    if isinstance(value, str):
+        return safe_text(value)
     return value
+
+
+#: What no string from an agent may carry past decode: C0 controls but tab, DEL, C1 controls (terminal escape
+#: sequences on the status screen, "embedded null byte" in a notifier's argv) and lone surrogates (valid
+#: JSON, but not encodable as UTF-8: SQLite, /metrics and the CLI's stdout all refuse them).
+_UNSAFE_TEXT: Final = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def safe_text(value: str) -> str:
+    """``value`` with every unsafe character replaced by U+FFFD, so it can be stored, shown and sent."""
+    if value.isprintable() and value.isascii():
+        return value  # the common case, without a regex pass
+    return _UNSAFE_TEXT.sub("\ufffd", value)
 
 
 def _names(kinds: tuple[type, ...]) -> str:
     return " or ".join(k.__name__ for k in kinds)
+
+
+def _ident(obj: dict[str, Any], key: str, where: str, hi: int, required: bool = False, lo: int = 0) -> Any:
+    """An integer that identifies something (index, pid, seq): out of ``lo..hi`` the frame is malformed."""
+    value = obj.get(key)
+    if type(value) is int and lo <= value <= hi:
+        return value  # the common case, without the general checks
+    value = _typed(obj, key, _INT, where, required)
+    if value is not None and not lo <= value <= hi:
+        raise MalformedFrame(
+            f"{where}: field {key!r} = {str(value)[:40]} is outside {_bound(lo)}..{_bound(hi)}")
+    return value
+
+
+def _reading(obj: dict[str, Any], key: str, kinds: tuple[type, ...], where: str, notes: DecodeNotes,
+             lo: float, hi: float) -> Any:
+    """A measurement: out of ``lo..hi`` it is nulled ("not reported") and noted."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    if type(value) is int and lo <= value <= hi:
+        return value  # the common case, without the general checks
+    value = _typed(obj, key, kinds, where)
+    if value is not None and not lo <= value <= hi:
+        notes.nulled(where, key, value, lo, hi)
+        return None
+    return value
 
 
 _INT = (int,)
@@ -266,27 +376,32 @@ def _list(obj: dict[str, Any], key: str, where: str) -> list[Any]:
     return value
 
 
-def _obj(value: Any, where: str) -> dict[str, Any]:
+def _obj(value: Any, where: str, known: frozenset[str] | None = None,
+         notes: DecodeNotes | None = None) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise MalformedFrame(f"{where}: must be an object")
+    if known is not None and notes is not None:
+        extra = value.keys() - known
+        if extra:
+            notes.unknown(where, extra)
     return value
 
 
-def _process(raw: Any, where: str) -> ProcessSample:
-    o = _obj(raw, where)
+def _process(raw: Any, where: str, notes: DecodeNotes) -> ProcessSample:
+    o = _obj(raw, where, _KNOWN[ProcessSample], notes)
     attributed = _typed(o, "attributed", _BOOL, where)
     return ProcessSample(
-        pid=_typed(o, "pid", _INT, where, required=True),
+        pid=_ident(o, "pid", where, PID_MAX, required=True),
         kind=_typed(o, "kind", _STR, where) or "compute",
-        gpu_memory=_typed(o, "gpu_memory", _INT, where),
+        gpu_memory=_reading(o, "gpu_memory", _INT, where, notes, 0, U53),
         sm_util=_pct(_typed(o, "sm_util", _INT, where)),
         mem_util=_pct(_typed(o, "mem_util", _INT, where)),
         user=_typed(o, "user", _STR, where),
-        uid=_typed(o, "uid", _INT, where),
+        uid=_ident(o, "uid", where, UID_MAX),
         command=_typed(o, "command", _STR, where),
-        start_time=_float(_typed(o, "start_time", _NUM, where)),
+        start_time=_float(_reading(o, "start_time", _NUM, where, notes, 0, U53)),
         state=_typed(o, "state", _STR, where),
-        ppid=_typed(o, "ppid", _INT, where),
+        ppid=_ident(o, "ppid", where, PID_MAX),
         container=_typed(o, "container", _STR, where),
         pod=_typed(o, "pod", _STR, where),
         job=_typed(o, "job", _STR, where),
@@ -298,49 +413,52 @@ def _float(value: int | float | None) -> float | None:
     return None if value is None else float(value)
 
 
-def _mig(raw: Any, where: str) -> MigInstance:
-    o = _obj(raw, where)
+def _mig(raw: Any, where: str, notes: DecodeNotes) -> MigInstance:
+    o = _obj(raw, where, _KNOWN[MigInstance], notes)
     return MigInstance(
-        gi_id=_typed(o, "gi_id", _INT, where, required=True),
-        ci_id=_typed(o, "ci_id", _INT, where),
+        gi_id=_ident(o, "gi_id", where, INDEX_MAX, required=True),
+        ci_id=_ident(o, "ci_id", where, INDEX_MAX),
         uuid=_typed(o, "uuid", _STR, where),
         profile=_typed(o, "profile", _STR, where),
-        memory_total=_typed(o, "memory_total", _INT, where),
-        memory_used=_typed(o, "memory_used", _INT, where),
+        memory_total=_reading(o, "memory_total", _INT, where, notes, 0, U53),
+        memory_used=_reading(o, "memory_used", _INT, where, notes, 0, U53),
     )
 
 
-def _gpu_sample(raw: Any, where: str) -> GpuSample:
-    o = _obj(raw, where)
+def _gpu_sample(raw: Any, where: str, notes: DecodeNotes) -> GpuSample:
+    o = _obj(raw, where, _KNOWN[GpuSample], notes)
     reasons = o.get("throttle_reasons")
     if reasons is not None and not (isinstance(reasons, list) and all(isinstance(r, str) for r in reasons)):
         raise MalformedFrame(f"{where}: field 'throttle_reasons' must be a list of strings")
+    if reasons is not None:
+        reasons = [safe_text(r) for r in reasons]
+    t_lo, t_hi = TEMP_RANGE
     return GpuSample(
-        index=_typed(o, "index", _INT, where, required=True),
+        index=_ident(o, "index", where, INDEX_MAX, required=True),
         uuid=_typed(o, "uuid", _STR, where, required=True),
         name=_typed(o, "name", _STR, where),
         serial=_typed(o, "serial", _STR, where),
         pci_bus_id=_typed(o, "pci_bus_id", _STR, where),
         util_gpu=_pct(_typed(o, "util_gpu", _INT, where)),
         util_mem=_pct(_typed(o, "util_mem", _INT, where)),
-        memory_total=_typed(o, "memory_total", _INT, where),
-        memory_used=_typed(o, "memory_used", _INT, where),
-        memory_reserved=_typed(o, "memory_reserved", _INT, where),
-        temperature=_typed(o, "temperature", _INT, where),
-        temp_slowdown=_typed(o, "temp_slowdown", _INT, where),
-        temp_shutdown=_typed(o, "temp_shutdown", _INT, where),
-        power_draw=_float(_typed(o, "power_draw", _NUM, where)),
-        power_limit=_float(_typed(o, "power_limit", _NUM, where)),
-        clock_sm=_typed(o, "clock_sm", _INT, where),
-        clock_mem=_typed(o, "clock_mem", _INT, where),
+        memory_total=_reading(o, "memory_total", _INT, where, notes, 0, U53),
+        memory_used=_reading(o, "memory_used", _INT, where, notes, 0, U53),
+        memory_reserved=_reading(o, "memory_reserved", _INT, where, notes, 0, U53),
+        temperature=_reading(o, "temperature", _INT, where, notes, t_lo, t_hi),
+        temp_slowdown=_reading(o, "temp_slowdown", _INT, where, notes, t_lo, t_hi),
+        temp_shutdown=_reading(o, "temp_shutdown", _INT, where, notes, t_lo, t_hi),
+        power_draw=_float(_reading(o, "power_draw", _NUM, where, notes, 0, POWER_MAX)),
+        power_limit=_float(_reading(o, "power_limit", _NUM, where, notes, 0, POWER_MAX)),
+        clock_sm=_reading(o, "clock_sm", _INT, where, notes, 0, CLOCK_MAX),
+        clock_mem=_reading(o, "clock_mem", _INT, where, notes, 0, CLOCK_MAX),
         throttle_reasons=reasons,
-        fan_speed=_typed(o, "fan_speed", _INT, where),
-        ecc_corrected=_typed(o, "ecc_corrected", _INT, where),
-        ecc_uncorrected=_typed(o, "ecc_uncorrected", _INT, where),
+        fan_speed=_reading(o, "fan_speed", _INT, where, notes, 0, 1000),
+        ecc_corrected=_reading(o, "ecc_corrected", _INT, where, notes, 0, U53),
+        ecc_uncorrected=_reading(o, "ecc_uncorrected", _INT, where, notes, 0, U53),
         mig_mode=_typed(o, "mig_mode", _BOOL, where),
-        mig_instances=[_mig(m, f"{where}.mig_instances[{i}]")
+        mig_instances=[_mig(m, f"{where}.mig_instances[{i}]", notes)
                        for i, m in enumerate(_list(o, "mig_instances", where))],
-        processes=[_process(p, f"{where}.processes[{i}]")
+        processes=[_process(p, f"{where}.processes[{i}]", notes)
                    for i, p in enumerate(_list(o, "processes", where))],
         error=_typed(o, "error", _STR, where),
     )
@@ -350,69 +468,83 @@ def _pct(value: int | None) -> int | None:
     return None if value is None else max(0, min(100, value))
 
 
-def _gpu_info(raw: Any, where: str) -> GpuInfo:
-    o = _obj(raw, where)
+def _gpu_info(raw: Any, where: str, notes: DecodeNotes) -> GpuInfo:
+    o = _obj(raw, where, _KNOWN[GpuInfo], notes)
+    t_lo, t_hi = TEMP_RANGE
     return GpuInfo(
-        index=_typed(o, "index", _INT, where, required=True),
+        index=_ident(o, "index", where, INDEX_MAX, required=True),
         uuid=_typed(o, "uuid", _STR, where, required=True),
         name=_typed(o, "name", _STR, where),
         serial=_typed(o, "serial", _STR, where),
         pci_bus_id=_typed(o, "pci_bus_id", _STR, where),
-        memory_total=_typed(o, "memory_total", _INT, where),
-        power_limit=_float(_typed(o, "power_limit", _NUM, where)),
-        temp_slowdown=_typed(o, "temp_slowdown", _INT, where),
-        temp_shutdown=_typed(o, "temp_shutdown", _INT, where),
+        memory_total=_reading(o, "memory_total", _INT, where, notes, 0, U53),
+        power_limit=_float(_reading(o, "power_limit", _NUM, where, notes, 0, POWER_MAX)),
+        temp_slowdown=_reading(o, "temp_slowdown", _INT, where, notes, t_lo, t_hi),
+        temp_shutdown=_reading(o, "temp_shutdown", _INT, where, notes, t_lo, t_hi),
         mig_mode=_typed(o, "mig_mode", _BOOL, where),
     )
 
 
-def from_object(obj: Any) -> Frame:
+def _ts(obj: dict[str, Any], where: str) -> float:
+    """A frame's time: finite (the receiver bounds it by its own clock)."""
+    return float(_typed(obj, "ts", _NUM, where, required=True))
+
+
+def from_object(obj: Any, notes: DecodeNotes | None = None) -> Frame:
     """Validate a decoded JSON value and build the frame. Raises :class:`WireError` subclasses."""
+    n = notes if notes is not None else DecodeNotes()
     o = _obj(obj, "frame")
     _check_proto(o)
     kind = o.get("type")
+    cls = _FRAME_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        if isinstance(kind, str) and kind:
+            raise IgnoredFrame(safe_text(kind[:60]), safe_text(str(o["proto"])[:20]))
+        raise MalformedFrame(f"bad frame type {kind!r}"[:100])
+    _obj(o, str(kind), _KNOWN[cls], n)
     if kind == "snapshot":
         return Snapshot(
-            ts=float(_typed(o, "ts", _NUM, "snapshot", required=True)),
-            seq=_typed(o, "seq", _INT, "snapshot") or 0,
-            gpus=[_gpu_sample(g, f"snapshot.gpus[{i}]") for i, g in enumerate(_list(o, "gpus", "snapshot"))],
+            ts=_ts(o, "snapshot"),
+            seq=_ident(o, "seq", "snapshot", U63) or 0,
+            gpus=[_gpu_sample(g, f"snapshot.gpus[{i}]", n)
+                  for i, g in enumerate(_list(o, "gpus", "snapshot"))],
         )
     if kind == "heartbeat":
-        return Heartbeat(
-            ts=float(_typed(o, "ts", _NUM, "heartbeat", required=True)),
-            seq=_typed(o, "seq", _INT, "heartbeat") or 0,
-        )
+        return Heartbeat(ts=_ts(o, "heartbeat"), seq=_ident(o, "seq", "heartbeat", U63) or 0)
     if kind == "event":
         return Event(
-            ts=float(_typed(o, "ts", _NUM, "event", required=True)),
+            ts=_ts(o, "event"),
             kind=_typed(o, "kind", _STR, "event", required=True),
             message=_typed(o, "message", _STR, "event") or "",
-            gpu_index=_typed(o, "gpu_index", _INT, "event"),
+            gpu_index=_ident(o, "gpu_index", "event", INDEX_MAX),
             uuid=_typed(o, "uuid", _STR, "event"),
-            xid=_typed(o, "xid", _INT, "event"),
+            xid=_ident(o, "xid", "event", PID_MAX),
         )
     if kind == "hello":
         return Hello(
             agent_version=_typed(o, "agent_version", _STR, "hello", required=True),
             hostname=_typed(o, "hostname", _STR, "hello") or "",
-            ts=float(_typed(o, "ts", _NUM, "hello", required=True)),
+            ts=_ts(o, "hello"),
             driver_version=_typed(o, "driver_version", _STR, "hello"),
             nvml_version=_typed(o, "nvml_version", _STR, "hello"),
-            cuda_version=_typed(o, "cuda_version", _INT, "hello"),
+            cuda_version=_ident(o, "cuda_version", "hello", PID_MAX),
             backend=_typed(o, "backend", _STR, "hello") or "nvml",
             pid_namespace_ok=_typed(o, "pid_namespace_ok", _BOOL, "hello"),
-            gpus=[_gpu_info(g, f"hello.gpus[{i}]") for i, g in enumerate(_list(o, "gpus", "hello"))],
+            gpus=[_gpu_info(g, f"hello.gpus[{i}]", n) for i, g in enumerate(_list(o, "gpus", "hello"))],
         )
     raise MalformedFrame(f"unknown frame type {kind!r}")
 
 
-def decode(line: bytes | str, max_bytes: int = MAX_LINE_BYTES) -> Frame:
-    """Parse and validate one line. Size is checked before parsing so a huge line costs nothing."""
+def decode(line: bytes | str, max_bytes: int = MAX_LINE_BYTES, notes: DecodeNotes | None = None) -> Frame:
+    """Parse and validate one line. Size is checked before parsing so a huge line costs nothing.
+    ``notes`` (optional) learns what was accepted but changed (readings out of range, nulled)."""
     size = len(line) if isinstance(line, bytes) else len(line.encode())
     if size > max_bytes:
         raise FrameTooLarge(f"line of {size} bytes exceeds the {max_bytes}-byte bound")
     try:
         obj = json.loads(line)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError) as exc:  # ints over 4300 digits are a ValueError too
         raise MalformedFrame(f"not valid JSON: {exc}") from None
-    return from_object(obj)
+    except RecursionError:
+        raise MalformedFrame("not valid JSON: nested too deeply") from None
+    return from_object(obj, notes)

@@ -16,8 +16,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from gpufleet.collector.live import LiveView
 from gpufleet.collector.settings import Config
+from gpufleet.collector.wirestate import EdgeLiveView
 
 if TYPE_CHECKING:
     from gpufleet.collector.alerts.engine import AlertEngine
@@ -42,7 +42,7 @@ class Collector:
     def __init__(self, config: Config, *, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.clock = clock
-        self.live = LiveView()
+        self.live = EdgeLiveView()
         for host in config.hosts:
             self.live.add_host(host.name, host.tags, since=clock())
         self.started_at = clock()
@@ -262,6 +262,7 @@ class Collector:
         }
         if self._store is not None:
             out["store_queue_depth"] = float(self._store.queue_depth)
+            out["store_queue_bytes"] = float(self._store.queue_bytes)
             out["store_dropped_total"] = float(self._store.dropped)
             out["store_shed_total"] = float(self._store.shed)
             out["store_keep_one_in"] = float(self._store.keep_one_in)

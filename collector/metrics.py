@@ -35,6 +35,7 @@ from gpufleet.collector.aioserver import close_server, close_writer
 from gpufleet.collector.config import parse_listen
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.live import HostState, LiveView
+from gpufleet.collector.wirestate import WireHostState, budget_counts, wire_counts
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -100,6 +101,18 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("gpufleet_host_lag_seconds", "gauge", "Receive time minus frame timestamp, last frame.", _HOST),
     _Spec("gpufleet_host_frames_total", "counter", "Valid frames received from the host.", _HOST),
     _Spec("gpufleet_host_bad_frames_total", "counter", "Invalid frames received from the host.", _HOST),
+    _Spec("gpufleet_host_clock_skew_seconds", "gauge",
+          "Seconds the collector adds to the host's timestamps (its clock is off by over max_clock_skew).",
+          _HOST),
+    _Spec("gpufleet_host_dropped_frames_total", "counter",
+          "Frames dropped over the host's budget: what=frame (bytes/s), what=event (events/s).",
+          ("host", "what")),
+    _Spec("gpufleet_host_dropped_bytes_total", "counter", "Bytes of frames dropped over the bytes/s budget.",
+          _HOST),
+    _Spec("gpufleet_host_wire_ignored_total", "counter",
+          "What the collector ignored: frame (a newer agent's frame type), field (a newer agent's field), "
+          "value (a reading out of its plausible range, nulled).",
+          ("host", "what")),
     _Spec("gpufleet_host_connects_total", "counter", "Successful connections to the host.", _HOST),
     _Spec("gpufleet_host_reconnects_total", "counter", "Connection attempts after the first.", _HOST),
     # GPUs (hosts that are up)
@@ -147,6 +160,8 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("gpufleet_collector_bad_frames_total", "counter", "Invalid frames received from all hosts."),
     _Spec("gpufleet_collector_reconnects_total", "counter", "Reconnection attempts to all hosts."),
     _Spec("gpufleet_collector_store_queue_depth", "gauge", "Items waiting for the SQLite writer."),
+    _Spec("gpufleet_collector_store_queue_bytes", "gauge",
+          "Estimated memory held by the SQLite writer's queue (bounded: the oldest snapshots are dropped)."),
     _Spec("gpufleet_collector_store_dropped_total", "counter", "Items dropped: store queue full."),
     _Spec("gpufleet_collector_store_shed_total", "counter",
           "Snapshots not stored because writes fell behind (shed evenly: one in k per host kept)."),
@@ -349,10 +364,18 @@ class FleetCollector:
                 b.add("gpufleet_host_tag", (h.name, tag), 1)
             b.add("gpufleet_host_frames_total", lab, h.frames)
             b.add("gpufleet_host_bad_frames_total", lab, h.bad_frames)
+            dropped = budget_counts(h)
+            b.add("gpufleet_host_dropped_frames_total", (h.name, "frame"), dropped["frames"])
+            b.add("gpufleet_host_dropped_frames_total", (h.name, "event"), dropped["events"])
+            b.add("gpufleet_host_dropped_bytes_total", lab, dropped["bytes"])
+            for what, count in wire_counts(h).items():
+                b.add("gpufleet_host_wire_ignored_total", (h.name, what), count)
             b.add("gpufleet_host_connects_total", lab, h.connects)
             b.add("gpufleet_host_reconnects_total", lab, h.reconnects)
             if h.status == "up":
                 b.add("gpufleet_host_lag_seconds", lab, h.lag)
+                if isinstance(h, WireHostState) and h.clock_skew is not None:
+                    b.add("gpufleet_host_clock_skew_seconds", lab, h.clock_skew)
                 if h.snapshot is not None:
                     b.add("gpufleet_host_snapshot_timestamp_seconds", lab, h.snapshot.ts)
                     b.add("gpufleet_host_gpus", lab, len(h.snapshot.gpus))

@@ -144,6 +144,16 @@ class HostInfo:
     bad_frames: int | None = None
     lag: float | None = None
     shed: int | None = None  # snapshots the store did not keep (overload: collector/store/shedding.py)
+    # what the edge noticed (collector/wirestate.py: WireHostState says what each means)
+    nulled_values: int | None = None
+    last_nulled: str | None = None
+    clock_skew: float | None = None
+    ignored_frames: int | None = None
+    ignored_fields: int | None = None
+    last_ignored: str | None = None
+    over_budget: bool | None = None
+    dropped_frames: int | None = None
+    dropped_events: int | None = None
 
 
 # ------------------------------------------------------------- inputs (live samples and stored rows alike)
@@ -504,6 +514,8 @@ def _gpu_count(s: HostState) -> int:
 
 
 def host_infos(states: Iterable[HostState], shed: Mapping[str, int] | None = None) -> list[HostInfo]:
+    from gpufleet.collector.wirestate import edge_facts  # collector side only
+
     shed = shed or {}
     out = [
         HostInfo(
@@ -523,6 +535,7 @@ def host_infos(states: Iterable[HostState], shed: Mapping[str, int] | None = Non
             bad_frames=s.bad_frames,
             lag=s.lag,
             shed=shed.get(s.name, 0),
+            **edge_facts(s),
         )
         for s in states
     ]

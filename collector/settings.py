@@ -37,6 +37,26 @@ def default_runtime_dir() -> Path:
     return default_data_dir()
 
 
+#: Seconds: a frame stamped further than this from the collector's receive time is re-stamped with the
+#: collector's clock and the host is flagged ``clock_skew`` (collector/transport/stream.py). A default only
+#: for now; a per-host ``max_clock_skew`` needs the config loader's host spec to know it.
+DEFAULT_MAX_CLOCK_SKEW = 5.0
+
+
+@dataclass(slots=True)
+class HostBudget:
+    """What one host may send (collector/transport/budget.py). Defaults only for now: the config loader
+    does not read a ``budget:`` section yet. A normal 8-GPU host sends ~10 KB and no events a second."""
+
+    bytes_per_second: float = 4 << 20
+    bytes_burst: float = 16 << 20  # at least two maximal lines (max_line_bytes)
+    events_per_second: float = 20.0
+    events_burst: float = 200.0
+    max_gpus: int = 256  # GPUs in one frame, and distinct GPU UUIDs on one connection: more is refused
+    max_event_message: int = 4096  # characters of an event's message kept
+    summary_interval: float = 10.0  # at most one "dropped over budget" event per host this often
+
+
 @dataclass(slots=True)
 class HostConfig:
     """One GPU host. ``name`` is the identity used everywhere (never what the agent claims)."""
@@ -120,6 +140,8 @@ DEFAULT_RULES: dict[str, dict[str, Any]] = {
     "idle_peers": {"for": 300.0, "severity": "warning", "window": 60.0, "min_gpus": 2},
     "near_oom": {"for": 300.0, "severity": "warning", "memory_at_least_pct": 95.0, "restarts_at_least": 2,
                  "restart_window": 1800.0},
+    "clock_skew": {"for": 0.0, "severity": "warning"},
+    "over_budget": {"for": 0.0, "severity": "warning"},
 }
 for _params in DEFAULT_RULES.values():  # every rule takes it (Prometheus 2.42); 0: resolve once it clears
     _params.setdefault("keep_firing_for", 0.0)

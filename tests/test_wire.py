@@ -55,7 +55,7 @@ def test_oversized_line_rejected_before_parsing() -> None:
     (b"not json", "not valid JSON"),
     (b"[1, 2]", "must be an object"),
     (b'{"type": "snapshot", "ts": 1}', "proto"),
-    (b'{"type": "bogus", "proto": "1.0"}', "unknown frame type"),
+    (b'{"type": 5, "proto": "1.0"}', "bad frame type"),
     (b'{"type": "snapshot", "proto": "1.0", "ts": "soon"}', "'ts' must be"),
     (b'{"type": "snapshot", "proto": "1.0", "ts": 1, "gpus": [{"index": true, "uuid": "u"}]}', "got bool"),
     (b'{"type": "snapshot", "proto": "1.0", "ts": 1, "gpus": [{"index": 0}]}', "'uuid'"),
@@ -66,6 +66,22 @@ def test_oversized_line_rejected_before_parsing() -> None:
 def test_malformed_frames_name_the_problem(line: bytes, message: str) -> None:
     with pytest.raises(wire.MalformedFrame, match=message.replace("[", r"\[").replace("]", r"\]")):
         wire.decode(line)
+
+
+def test_unknown_frame_type_of_this_major_is_ignored_not_malformed() -> None:
+    with pytest.raises(wire.IgnoredFrame, match="unknown frame type 'bogus' .protocol 1.9. ignored"):
+        wire.decode(b'{"type": "bogus", "proto": "1.9", "x": {"y": 1}}')
+    with pytest.raises(wire.ProtocolVersionError):
+        wire.decode(b'{"type": "bogus", "proto": "2.0"}')
+
+
+def test_unknown_fields_are_counted() -> None:
+    obj = json.loads(wire.encode(_snapshot()))
+    obj["future"] = 1
+    obj["gpus"][0]["processes"][0]["cgroup_v3"] = "x"
+    notes = wire.DecodeNotes()
+    assert wire.from_object(obj, notes) == _snapshot()
+    assert notes.unknown_fields == 2 and notes.last_unknown == "snapshot.gpus[0].processes[0].cgroup_v3"
 
 
 def test_percentages_are_clamped() -> None:

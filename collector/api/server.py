@@ -255,6 +255,9 @@ class QueryServer:
                 request = json.loads(line)
             except ValueError as exc:
                 await self._send(writer, {"ok": False, "error": f"request is not valid JSON: {exc}"})
+            except RecursionError:
+                too_deep = "request is not valid JSON: nested too deeply"
+                await self._send(writer, {"ok": False, "error": too_deep})
             else:
                 await self._write(writer, await self.answer(request, peer))
 

@@ -382,7 +382,7 @@ def _suggest(name: str, valid: Iterable[str]) -> str:
     opts = list(valid)
     close = difflib.get_close_matches(name, opts, n=1, cutoff=0.6)
     hint = f"did you mean '{close[0]}'?" if close else ""
-    if not close or len(opts) <= 24:  # every rule name (18) is still listed
+    if not close or len(opts) <= 24:  # every rule name (20) is still listed
         hint = (hint + " " if hint else "") + "valid: " + ", ".join(opts)
     return hint
 

@@ -1,5 +1,7 @@
-"""Collector-side rules: host down (SSH lost, host key refused, agent silent), storage failing, and a
-notification destination failing (notifier_down).
+"""Collector-side rules: host down (SSH lost, host key refused, agent silent), storage failing, a
+notification destination failing (notifier_down), a host whose clock disagrees with the collector's
+(clock_skew: the stream re-stamps its frames meanwhile), and a host sending more than its budget
+(over_budget: the excess is dropped, see collector/transport/budget.py).
 
 host_down is true while the transport says the host is ``down``, stays true through ``connecting`` retries
 (so a reconnect loop does not flap the alert), and is also true when a host that is ``up`` has sent no frame
@@ -16,6 +18,7 @@ from gpufleet.collector.rules.base import Condition, HostContext, Rule, safe
 from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.store.records import AlertRecord
 from gpufleet.collector.units import fmt_duration
+from gpufleet.collector.wirestate import WireHostState
 
 COLLECTOR = ""  # the pseudo-host the storage rule is evaluated for
 #: extra time for the first frame after a (re)connect: the agent may be uploaded and NVML initialised first
@@ -129,6 +132,35 @@ class StorageRule(Rule):
         return f"storage is healthy again after {fmt_duration(now - alert.started_at)}"
 
 
+YEAR = 365.25 * 86400
+
+
+class ClockSkewRule(Rule):
+    """Reads the flag the agent stream sets (collector/transport/stream.py): one owner of the bound."""
+
+    name = "clock_skew"
+    time_based = True
+    on_snapshot = False
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        state = ctx.state
+        if state is None:
+            return None
+        skew = state.clock_skew if isinstance(state, WireHostState) and state.status == "up" else None
+        if skew is None:
+            return []
+        side = "behind" if skew > 0 else "ahead of"
+        size = fmt_duration(abs(skew)) if abs(skew) < 100 * YEAR else "more than 100 years"
+        return [Condition(
+            self.name, {"host": ctx.name}, f"{ctx.name}: agent clock is {size} {side} the collector's",
+            "The collector stamps this host's samples with its own clock meanwhile. Check NTP/chrony on "
+            "the host.", value=skew, annotations={"offset_seconds": f"{skew:.6g}"},
+        )]
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        return f"{alert.labels.get('host')}: clocks agree again"
+
+
 class NotifierDownRule(Rule):
     """Fed by the engine each tick with the failing destinations (NotificationDispatcher.failing): one
     alert per destination that has accepted nothing for ``alerting.notifier_down_after``, labelled
@@ -200,3 +232,29 @@ class CollectorOverloadedRule(Rule):
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         took = fmt_duration(now - alert.started_at)
         return f"collector caught up: every sample is stored again after {took}"
+
+
+class OverBudgetRule(Rule):
+    """Reads the flag the agent stream sets when it drops a host's excess (collector/transport/budget.py)."""
+
+    name = "over_budget"
+    time_based = True
+    on_snapshot = False
+
+    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        state = ctx.state
+        if state is None:
+            return None
+        if not (isinstance(state, WireHostState) and state.over_budget and state.status == "up"):
+            return []
+        return [Condition(
+            self.name, {"host": ctx.name},
+            f"{ctx.name} sends more than its budget: the collector drops the excess",
+            "A runaway or hostile agent (events or frames far above normal). What was dropped is summarised "
+            "in the host's events (kind rate_limited).",
+            annotations={"dropped_frames": str(state.dropped_frames),
+                         "dropped_events": str(state.dropped_events)},
+        )]
+
+    def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
+        return f"{alert.labels.get('host')} is within its budget again"

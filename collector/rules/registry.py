@@ -7,9 +7,11 @@ from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.rules.base import Rule
 from gpufleet.collector.rules.faults import EccRule, GpuLostRule, XidRule
 from gpufleet.collector.rules.hosts import (
+    ClockSkewRule,
     CollectorOverloadedRule,
     HostDownRule,
     NotifierDownRule,
+    OverBudgetRule,
     StorageRule,
 )
 from gpufleet.collector.rules.identity import DuplicateGpuRule
@@ -24,7 +26,7 @@ RULE_TYPES: dict[str, type[Rule]] = {
     for cls in (WastedRule, IdleRule, StaleRule, OrphanedMemoryRule, OverheatingRule, ThrottlingRule,
                 GpuLostRule, XidRule, EccRule, HostDownRule, StorageRule, DuplicateGpuRule,
                 NotifierDownRule, CollectorOverloadedRule, UnderusedRule, InputBoundRule, IdlePeersRule,
-                NearOomRule)
+                NearOomRule, ClockSkewRule, OverBudgetRule)
 }
 
 assert set(RULE_TYPES) == set(DEFAULT_RULES), "every default rule needs an implementation"

@@ -231,6 +231,32 @@ def delete_history(conn: sqlite3.Connection, now: float, policy: Policy) -> bool
     return more
 
 
+#: GPUs last seen before the longest retention, with nothing left that refers to them (the steps before
+#: this one deleted their history): indexed guards first, usage (no gpu_id index) last.
+_UNUSED_GPUS: Final = (
+    "SELECT id, host_id, uuid FROM gpus g WHERE last_seen < ?1"
+    " AND NOT EXISTS (SELECT 1 FROM samples WHERE gpu_id = g.id)"
+    " AND NOT EXISTS (SELECT 1 FROM samples_1m WHERE gpu_id = g.id)"
+    " AND NOT EXISTS (SELECT 1 FROM samples_1h WHERE gpu_id = g.id)"
+    " AND NOT EXISTS (SELECT 1 FROM processes WHERE gpu_id = g.id)"
+    " AND NOT EXISTS (SELECT 1 FROM rollup_dirty WHERE gpu_id = g.id)"
+    " AND NOT EXISTS (SELECT 1 FROM usage WHERE gpu_id = g.id) LIMIT ?2"
+)
+
+
+def delete_gpus(conn: sqlite3.Connection, now: float, policy: Policy) -> list[tuple[int, str]]:
+    """Delete one batch of unused GPU rows (and their placements); returns their (host id, uuid), so the
+    writer's id cache forgets them too. A GPU that comes back later is simply registered again."""
+    def work() -> list[tuple[int, str]]:
+        rows = conn.execute(_UNUSED_GPUS, (now - policy.hour_retention, policy.batch)).fetchall()
+        ids = [(int(r[0]),) for r in rows]
+        conn.executemany("DELETE FROM gpu_placements WHERE gpu_id = ?", ids)
+        conn.executemany("DELETE FROM gpus WHERE id = ?", ids)
+        return [(int(r[1]), str(r[2])) for r in rows]
+    result: list[tuple[int, str]] = in_tx(conn, work)
+    return result
+
+
 def vacuum(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
     free = int(conn.execute("PRAGMA freelist_count").fetchone()[0])
     if free <= policy.vacuum_slack:

@@ -56,6 +56,7 @@ class Tuning:
     """Knobs that are not user configuration (tests and the benchmark turn them)."""
 
     queue_max: int = 5000  # snapshots held in memory before the oldest are dropped
+    queue_max_bytes: int = 256 << 20  # ... or this much memory (estimated) held by the queue
     retry_interval: float = 1.0  # seconds between retries while writes fail
     delete_batch: int = 5000  # rows per retention transaction
     rollup_grace: float = 10.0  # a minute is rolled up this long after it ends
@@ -129,7 +130,8 @@ class Store:
         store._writer = Writer(writer_conn, where, state, max_rows=config.batch_max_rows,
                                max_delay=config.batch_max_delay, queue_max=tuning.queue_max,
                                retry_interval=tuning.retry_interval, on_health=store._health_changed,
-                               shedder=Shedder(on_change=store._overload_changed))
+                               shedder=Shedder(on_change=store._overload_changed),
+                               queue_max_bytes=tuning.queue_max_bytes)
         store._writer.start()
         return store
 
@@ -197,6 +199,11 @@ class Store:
     @property
     def queue_depth(self) -> int:
         return self._writer.depth if self._writer is not None else 0
+
+    @property
+    def queue_bytes(self) -> int:
+        """Estimated memory held by the write queue (bounded by ``Tuning.queue_max_bytes``)."""
+        return self._writer.queued_bytes if self._writer is not None else 0
 
     @property
     def dropped(self) -> int:
@@ -367,7 +374,7 @@ class Store:
         return problem
 
     async def run_maintenance(self, now: float) -> None:
-        """Rollups, retention and vacuum in small transactions, then a passive WAL checkpoint.
+        """Rollups, retention, vacuum, unused GPU rows: small transactions; then a passive WAL checkpoint.
 
         The daemon calls it every minute; ingest keeps flowing between the steps.
         """
@@ -380,6 +387,14 @@ class Store:
 
             while await writer.call(run, standalone=True):
                 pass
+
+        def prune(conn: sqlite3.Connection) -> bool:
+            pruned = rollup.delete_gpus(conn, now, policy)
+            writer.forget_gpus(pruned)
+            return len(pruned) >= policy.batch
+
+        while await writer.call(prune, standalone=True):
+            pass
         await self.checkpoint()
 
     async def checkpoint(self) -> tuple[int, int, int]:

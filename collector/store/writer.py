@@ -4,9 +4,12 @@ Ingest calls only append to a deque (never block, never await). The task takes a
 ``batch_max_rows`` GPU samples, or whatever arrived within ``batch_max_delay``; at once when someone awaits a
 flush or a write) and commits it in one ``BEGIN IMMEDIATE`` transaction on its own aiosqlite thread.
 
-Before the queue fills, snapshots are shed evenly (one in k per host kept, see :mod:`shedding`), counted
-and marked; when it still holds more than ``queue_max`` snapshots the oldest *snapshot* is dropped and
-counted. Hellos, events, host states, alerts and silences are never shed or dropped.
+The queue is full at ``queue_max`` snapshots or at ``queue_max_bytes`` (an estimate of what its items hold
+in memory: 1,000 hosts of 10,000 GPUs fill it in far fewer snapshots than 1,000 hosts of 8), whichever
+comes first. Before it fills, snapshots are shed evenly (one in k per host kept, see :mod:`shedding`),
+counted and marked; when it is still over, the oldest *snapshot* is dropped and counted. Hellos, events,
+host states, alerts and silences are never shed or dropped (the transport's per-host budgets bound what
+events can cost).
 
 A write that fails for a reason that may pass (SQLITE_FULL / ENOSPC, I/O error, lock held too long) is
 rolled back, its frames go back to the front of the queue (so the queue bound still applies), everyone
@@ -77,6 +80,23 @@ def _weight(item: Item) -> int:
     return 1
 
 
+#: Rough bytes a queued item holds (Python objects, not JSON): enough to bound memory, cheap to compute.
+_ITEM, _GPU, _PROC = 200, 1000, 600
+
+
+def _size(item: Item) -> int:
+    if isinstance(item, FrameItem):
+        frame = item.frame
+        if isinstance(frame, wire.Snapshot):
+            return _ITEM + sum(_GPU + sum(_PROC + len(p.command or "") for p in g.processes)
+                               for g in frame.gpus)
+        if isinstance(frame, wire.Event):
+            return _ITEM + len(frame.message)
+        if isinstance(frame, wire.Hello):
+            return _ITEM + _GPU * len(frame.gpus)
+    return _ITEM
+
+
 def _resolve(fut: asyncio.Future[Any], result: Any = None) -> None:
     if fut.done():
         return
@@ -130,13 +150,16 @@ class Writer:
 
     def __init__(self, conn: aiosqlite.Connection, where: str, state: IngestState, *, max_rows: int,
                  max_delay: float, queue_max: int, retry_interval: float,
-                 on_health: Callable[[bool, str | None], None], shedder: Shedder | None = None) -> None:
+                 on_health: Callable[[bool, str | None], None], shedder: Shedder | None = None,
+                 queue_max_bytes: int = 256 << 20) -> None:
         self._conn = conn
         self._where = where
         self._state = state
         self._max_rows = max(1, max_rows)
         self._max_delay = max(0.0, max_delay)
         self._queue_max = max(1, queue_max)
+        self._queue_max_bytes = max(1, queue_max_bytes)
+        self._bytes = 0  # estimated memory held by the queued items (_size)
         self._retry = max(0.01, retry_interval)
         self._on_health = on_health
         self.shedder = shedder if shedder is not None else Shedder()
@@ -163,19 +186,37 @@ class Writer:
     def depth(self) -> int:
         return len(self._q)
 
+    def forget_gpus(self, keys: Sequence[tuple[int, str]]) -> None:
+        """GPU rows retention deleted, as (host id, uuid): dropped from the id cache (call on the writer's
+        thread, in a job)."""
+        for key in keys:
+            self._state.gpus.pop(key, None)
+
+    @property
+    def queued_bytes(self) -> int:
+        """Estimated memory held by the queue (what ``queue_max_bytes`` bounds)."""
+        return self._bytes
+
+    def _fill(self) -> float:
+        """How full the queue is, 0..1 (and over): by snapshots or by estimated bytes, the fuller."""
+        return max(self._snapshots / self._queue_max, self._bytes / self._queue_max_bytes)
+
+    def _over(self) -> bool:
+        return self._snapshots > self._queue_max or self._bytes > self._queue_max_bytes
+
     # ------------------------------------------------------------------------------------ queue
 
     def put(self, item: Item) -> None:
         if self._closing:
             raise StorageError(f"{self._where}: store is closed")
         if isinstance(item, FrameItem) and item.kind == "snapshot":
-            if not self.shedder.admit(item.host, self._snapshots / self._queue_max, item.frame.ts):
+            if not self.shedder.admit(item.host, self._fill(), item.frame.ts):
                 self._mark_gaps()
                 return
             self._mark_gaps()
         self._q.append(item)
         self._count(item, 1)
-        if self._snapshots > self._queue_max:
+        if self._over():
             self._trim()
         self._wake.set()
 
@@ -202,14 +243,15 @@ class Writer:
 
     def _count(self, item: Item, sign: int) -> None:
         self._weight += sign * _weight(item)
+        self._bytes += sign * _size(item)
         if _is_snapshot(item):
             self._snapshots += sign
         elif isinstance(item, (FlushItem, JobItem)):
             self._awaited += sign
 
     def _trim(self) -> None:
-        """Drop the oldest snapshots until the bound holds (never any other kind of item)."""
-        while self._snapshots > self._queue_max:
+        """Drop the oldest snapshots until the bounds hold (never any other kind of item)."""
+        while self._over():
             for i, item in enumerate(self._q):
                 if _is_snapshot(item):
                     del self._q[i]

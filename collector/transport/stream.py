@@ -3,8 +3,18 @@
 The transports only move bytes; this module alone decides what a valid stream is, so SSH and local hosts
 fail the same way. Rules: lines are bounded (a line that grows past the bound is refused as soon as the
 bound is crossed, without buffering the rest), every line must decode as a wire frame of a known major
-version, and the first frame must be ``hello``. Any violation ends the stream with a reason; the host is
-the one the collector dialled, whatever the frames claim.
+version, and the first frame must be ``hello``. Frame types and fields of the same major version that
+this side does not know (a newer agent in a rolling upgrade) are skipped and counted on the host.
+Any violation ends the stream with a reason; the host is the one the collector dialled, whatever the
+frames claim.
+
+Time: the collector's receive time bounds a frame's time. Once a frame is stamped more than
+``max_clock_skew`` seconds from its receive time, the stream re-stamps it with the receive time and keeps
+that offset for the frames after it (so their spacing is the agent's) until the agent's own stamps agree
+again; the host is flagged ``clock_skew`` with the offset. So a clock 10 years ahead, or one stepped back
+600 s, never reaches history. Process start times are left as the agent measured them (they key a process's
+span, and a shift by a jittery offset would split it), except that one later than the sample itself becomes
+unknown.
 """
 
 from __future__ import annotations
@@ -16,6 +26,9 @@ from collections.abc import Callable, Iterator
 
 from gpufleet.agent import wire
 from gpufleet.collector.live import FleetSink, HostState
+from gpufleet.collector.settings import DEFAULT_MAX_CLOCK_SKEW, HostBudget
+from gpufleet.collector.transport.budget import UUID_WINDOW, StreamBudget
+from gpufleet.collector.wirestate import WireHostState
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +85,20 @@ class AgentStream:
 
     def __init__(self, state: HostState, sink: FleetSink, *, max_line_bytes: int = wire.MAX_LINE_BYTES,
                  clock: Callable[[], float] = time.time,
-                 on_up: Callable[[wire.Hello], None] | None = None) -> None:
+                 on_up: Callable[[wire.Hello], None] | None = None,
+                 max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW, budget: HostBudget | None = None) -> None:
         self.state = state
         self.sink = sink
         self.clock = clock
         self.on_up = on_up
         self.framer = LineFramer(max_line_bytes)
+        self.max_clock_skew = max_clock_skew
+        self.offset = 0.0  # seconds added to the agent's timestamps (see the module docstring)
         self.loop = asyncio.get_running_loop()
         self.done: asyncio.Future[str] = self.loop.create_future()
         self.last_rx = self.loop.time()  # monotonic time of the last complete line
+        self.budget = StreamBudget(budget or HostBudget(), self.last_rx, max_line_bytes,
+                                   _host_uuids(state, clock()))
         self.hello: wire.Hello | None = None
         self.graceful = False  # ended by the collector (stop/restart): close politely with EOF
         self.grace = 2.0  # seconds a graceful close may wait for the agent to exit
@@ -101,6 +119,9 @@ class AgentStream:
                     return
         except wire.WireError as exc:
             self._bad(str(exc))
+        except Exception as exc:  # noqa: BLE001 - a decoder bug must not escape into the event loop
+            log.exception("%s: frame could not be decoded", self.state.name)
+            self._bad(f"frame could not be decoded: {type(exc).__name__}: {exc}"[:300])
 
     def feed_stderr(self, data: bytes) -> None:
         """Agent stderr: kept (the tail only) to explain an exit, and logged at debug level."""
@@ -128,6 +149,8 @@ class AgentStream:
     def finish(self, reason: str) -> None:
         """End the stream (idempotent: the first reason is kept)."""
         if not self.done.done():
+            if self.hello is not None:  # what the budget dropped and did not say yet
+                self._send_summary(self.budget.final_summary(self.loop.time(), self.clock()))
             self.done.set_result(reason)
 
     def exited(self, status: int | None, signal: str | None = None, exc: BaseException | None = None) -> None:
@@ -171,30 +194,130 @@ class AgentStream:
     # ------------------------------------------------------------------------------------------- frames
 
     def _line(self, line: bytes) -> None:
-        self.last_rx = self.loop.time()
+        self.last_rx = now = self.loop.time()
         if not line.strip():
             return  # blank lines carry nothing; tolerate them
-        frame = wire.decode(line, self.framer.max_line_bytes)
+        try:
+            self._budgeted(line, now)
+        finally:
+            self._budget_state(now)
+
+    def _budgeted(self, line: bytes, now: float) -> None:
+        budget = self.budget
+        if not budget.admit_line(len(line), now):
+            if isinstance(self.state, WireHostState):
+                self.state.dropped_frames += 1
+                self.state.dropped_bytes += len(line)
+            return
+        notes = wire.DecodeNotes()
+        try:
+            frame = wire.decode(line, self.framer.max_line_bytes, notes)
+        except wire.IgnoredFrame as exc:  # a newer agent's frame type: skipped, counted, stream kept
+            if isinstance(self.state, WireHostState):
+                self.state.ignored(exc)
+            log.debug("%s: %s", self.state.name, exc)
+            return
         if self.hello is None and not isinstance(frame, wire.Hello):
             raise wire.MalformedFrame(f"first frame is {frame.type!r}, expected 'hello'")
+        if isinstance(frame, (wire.Snapshot, wire.Hello)):
+            budget.check_gpus(frame)
+        elif isinstance(frame, wire.Event) and not budget.admit_event(frame, now):
+            if isinstance(self.state, WireHostState):
+                self.state.dropped_events += 1
+            return
         received = self.clock()
-        name = self.state.name
+        state = self.state
+        skew_changed = self._bound_time(frame, received)
+        if isinstance(state, WireHostState):
+            state.noted(notes)
         if isinstance(frame, wire.Hello):
             if self.hello is not None:
                 raise wire.MalformedFrame("second 'hello' on one stream")
             self.hello = frame
         try:
-            self.sink.frame(name, frame, received)  # the live view records it (once) and passes it on
+            self.sink.frame(state.name, frame, received)  # the live view records it (once) and passes it on
         except Exception:  # noqa: BLE001 - a broken consumer must not take the host down
-            log.exception("%s: sink failed on a %s frame", name, frame.type)
+            log.exception("%s: sink failed on a %s frame", state.name, frame.type)
         if isinstance(frame, wire.Hello) and self.on_up is not None:
             self.on_up(frame)
+        elif skew_changed and state.status == "up":
+            self._emit_state()  # a host flag changed: the live view's listeners learn it now
+
+    def _bound_time(self, frame: wire.Frame, received: float) -> bool:
+        """Re-stamp ``frame`` if the agent's clock is off (module docstring); True if the host's
+        ``clock_skew`` flag changed."""
+        bound = self.max_clock_skew
+        ts = frame.ts + self.offset
+        if abs(ts - received) > bound:
+            raw = received - frame.ts
+            old, self.offset = self.offset, (0.0 if abs(raw) <= bound else raw)
+            ts = received if self.offset else frame.ts
+            if self.offset and not old:
+                log.warning("%s: agent clock is %.1f s %s the collector's: using the collector's clock",
+                            self.state.name, abs(raw), "behind" if raw > 0 else "ahead of")
+        if self.offset:
+            frame.ts = ts
+        if isinstance(frame, wire.Snapshot):
+            latest = ts + bound
+            for g in frame.gpus:
+                for p in g.processes:
+                    if p.start_time is not None and p.start_time > latest:
+                        p.start_time = None  # started after it was seen: "start unknown", not a bogus span
+        state = self.state
+        if not isinstance(state, WireHostState):
+            return False
+        skew = self.offset or None
+        if (skew is None) == (state.clock_skew is None):
+            state.clock_skew = skew
+            return False
+        state.clock_skew = skew
+        return True
+
+    def _budget_state(self, now: float) -> None:
+        """After each line: the summary event when one is due, and the host's ``over_budget`` flag."""
+        budget = self.budget
+        if budget.last_drop is None and not budget.recent_drop:
+            return  # never dropped anything: the common case costs one comparison
+        if self.hello is not None:
+            self._send_summary(budget.summary(now, self.clock()))
+        state = self.state
+        if isinstance(state, WireHostState):
+            flagged = budget.flagged(now)
+            if flagged != state.over_budget:
+                state.over_budget = flagged
+                if state.status == "up":
+                    self._emit_state()
+
+    def _send_summary(self, event: wire.Event | None) -> None:
+        if event is None:
+            return
+        log.warning("%s: %s", self.state.name, event.message)
+        try:
+            self.sink.frame(self.state.name, event, event.ts)
+        except Exception:  # noqa: BLE001
+            log.exception("%s: sink failed on the budget summary", self.state.name)
+
+    def _emit_state(self) -> None:
+        try:
+            self.sink.host_state(self.state)
+        except Exception:  # noqa: BLE001 - a broken consumer must not take the host down
+            log.exception("%s: sink failed on host_state", self.state.name)
 
     def _bad(self, message: str) -> None:
         self.state.bad_frames += 1
         reason = f"protocol error: {message}"
         log.warning("%s: closing the agent stream: %s", self.state.name, reason)
         self.finish(reason)
+
+
+def _host_uuids(state: HostState, now: float) -> set[str] | None:
+    """The host's GPU UUID set of the current window (budget.UUID_WINDOW), kept across connections."""
+    if not isinstance(state, WireHostState):
+        return None
+    if not state.uuids_since or not 0 <= now - state.uuids_since < UUID_WINDOW:
+        state.uuids.clear()
+        state.uuids_since = now
+    return state.uuids
 
 
 def _secs(t: float) -> str:

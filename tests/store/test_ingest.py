@@ -307,6 +307,21 @@ async def test_full_queue_sheds_and_drops_snapshots_only(config: StorageConfig) 
     assert len(events) == 10
 
 
+async def test_queue_is_bounded_in_bytes_not_only_in_snapshots(config: StorageConfig) -> None:
+    """Issue 12: the queue counted snapshots, so 5,000 snapshots of 10,000 GPUs each were all held."""
+    s = await Store.open(config, tuning=Tuning(queue_max=5000, queue_max_bytes=8 << 20))
+    wide = [gpu(i, uuid=f"GPU-{i}") for i in range(1000)]
+    for i in range(50):  # no await in between: the writer cannot run, the queue fills
+        s.submit_snapshot("h1", snap(100.0 + i, wide), 0.0)
+        s.submit_event("h1", wire.Event(ts=100.0 + i, kind="xid", xid=i), 0.0)
+    held, dropped, shed = s.queue_bytes, s.dropped, s.shed
+    await s.flush()
+    events = await s.events(since=0, until=1000)
+    await s.close()
+    assert held <= 8 << 20 and dropped + shed >= 40  # ~1 MB a snapshot: at most 8 held (shed evenly first)
+    assert len([e for e in events if e.kind == "xid"]) == 50  # events are never dropped
+
+
 async def test_usage_by_hand_shared_gpu_and_a_gap(store: Store) -> None:
     """Worked by hand. GPU 0 is shared by alice (1 GiB) and bob (2 GiB), sampled every second, then the
     collector hears nothing for 60 s. Each sample credits the time since the previous one, capped at

@@ -232,3 +232,28 @@ async def test_file_size_stays_bounded_in_steady_state(config: StorageConfig) ->
     assert steady[-1][3][:3] == [4 * 360, 4 * 179, 4 * 5]  # raw 30 min, 1m 3 h, 1h 6 h: 4 GPUs each
     for n, name in enumerate(tables):  # and no table keeps growing
         assert max(h[3][n] for h in steady) <= max(h[3][n] for h in filling), name
+
+
+async def test_unused_gpu_rows_are_pruned_and_may_come_back(config: StorageConfig) -> None:
+    """Issue 12: GPU rows were never pruned (new UUIDs every frame: 580k rows). Once retention has deleted a
+    GPU's whole history, its row goes too; the same UUID seen again is registered again."""
+    cfg = dataclasses.replace(config, raw_retention=600.0, minute_retention=2 * 3600.0,
+                              hour_retention=86400.0)
+    s = await Store.open(cfg, tuning=Tuning(delete_batch=7))
+    for i in range(20):  # twenty GPUs seen once each, long ago (UUID churn)
+        s.submit_snapshot("h1", snap(T0 + i, [gpu(0, uuid=f"GPU-churn-{i}", procs=[proc(100 + i)])]), T0 + i)
+    far = T0 + 10 * 86400
+    s.submit_snapshot("h1", snap(far - 5, [gpu(0, uuid="GPU-live")]), far - 5)
+    await s.flush()
+    await s.run_maintenance(far)
+    path = cfg.resolved_path()
+    with sqlite3.connect(path) as conn:
+        left = sorted(r[0] for r in conn.execute("SELECT uuid FROM gpus"))
+        placements = conn.execute("SELECT count(*) FROM gpu_placements").fetchone()[0]
+    assert left == ["GPU-live"] and placements <= 1
+    s.submit_snapshot("h1", snap(far + 1, [gpu(0, uuid="GPU-churn-3", procs=[proc(7)])]), far + 1)
+    await s.flush()  # the writer's id cache forgot the pruned row: no foreign-key error, no dropped frame
+    latest = {g.uuid for g in await s.latest()}
+    rejected = s.rejected
+    await s.close()
+    assert "GPU-churn-3" in latest and rejected == 0

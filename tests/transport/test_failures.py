@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 from gpufleet.agent import wire
 from gpufleet.collector.settings import HostConfig
@@ -135,7 +136,8 @@ async def test_newer_minor_version_is_accepted(fleet: SimFleet, sink: Collecting
     await t.start()
     await _all_up(t, sink)
     n = sink.count("sim-001", "heartbeat")
-    fleet.inject("sim-001", b"\n" + wire.encode(wire.Heartbeat(ts=1.0, proto="1.9")).replace(
+    # stamped now: a frame from 1970 would (rightly) flag the host's clock, a host_state of its own
+    fleet.inject("sim-001", b"\n" + wire.encode(wire.Heartbeat(ts=time.time(), proto="1.9")).replace(
         b"}", b',"future_field":[1,2]}'))
     await sink.wait_for(lambda: sink.count("sim-001", "heartbeat") == n + 1, what="heartbeat accepted")
     assert t.states()["sim-001"].bad_frames == 0 and sink.statuses("sim-001") == ["connecting", "up"]

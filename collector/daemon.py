@@ -16,8 +16,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from gpufleet.collector.live import LiveView
 from gpufleet.collector.settings import Config
-from gpufleet.collector.wirestate import EdgeLiveView
 
 if TYPE_CHECKING:
     from gpufleet.collector.alerts.engine import AlertEngine
@@ -42,7 +42,7 @@ class Collector:
     def __init__(self, config: Config, *, clock: Callable[[], float] = time.time) -> None:
         self.config = config
         self.clock = clock
-        self.live = EdgeLiveView()
+        self.live = LiveView()
         for host in config.hosts:
             self.live.add_host(host.name, host.tags, since=clock())
         self.started_at = clock()

@@ -48,6 +48,37 @@ class HostState:
     hello: wire.Hello | None = None
     snapshot: wire.Snapshot | None = None  # the latest snapshot
     last_xid: dict[int, int] = field(default_factory=dict)  # GPU index -> the last Xid it reported
+    # What the collector's edge (collector/transport/stream.py, budget.py) noticed about the host's frames:
+    # accepted frames changed on the way in are counted, never silent.
+    nulled_values: int = 0  # readings outside their plausible range, nulled at decode (wire.DecodeNotes)
+    last_nulled: str | None = None  # the last one, e.g. "snapshot.gpus[0]: ecc_uncorrected=-1 outside 0..N"
+    ignored_frames: int = 0  # frame types of this major version the collector does not know (newer agent)
+    ignored_fields: int = 0  # fields it does not know, in frames it does
+    last_ignored: str | None = None  # the last of either: "frame type 'future_thing'", "snapshot.gpus[0].x"
+    dropped_frames: int = 0  # lines over the host's bytes budget, dropped unparsed
+    dropped_bytes: int = 0
+    dropped_events: int = 0  # events over the host's events budget
+    over_budget: bool = False  # something was dropped in the last summary_interval (transport/budget.py)
+    #: GPU UUIDs this host reported since ``uuids_since`` (wall time), across connections: bounded by the
+    #: budget's max_gpus per UUID_WINDOW, so new UUIDs every frame cannot grow the GPU table without end
+    uuids: set[str] = field(default_factory=set, repr=False, compare=False)
+    uuids_since: float = 0.0
+    #: seconds added to the agent's timestamps (its clock is this far behind the collector's; negative:
+    #: ahead), while beyond the host's max_clock_skew; None while the clocks agree
+    clock_skew: float | None = None
+
+    def noted(self, notes: wire.DecodeNotes) -> None:
+        """Count what decode changed in one frame."""
+        if notes.out_of_range:
+            self.nulled_values += notes.out_of_range
+            self.last_nulled = notes.last
+        if notes.unknown_fields:
+            self.ignored_fields += notes.unknown_fields
+            self.last_ignored = notes.last_unknown
+
+    def ignored(self, frame: wire.IgnoredFrame) -> None:
+        self.ignored_frames += 1
+        self.last_ignored = f"frame type {frame.kind!r}"
 
     def observe(self, frame: wire.Frame, received: float) -> None:
         """Record a valid frame: liveness, the latest snapshot, and the versions a hello announces."""

@@ -35,7 +35,7 @@ from gpufleet.collector.aioserver import close_server, close_writer
 from gpufleet.collector.config import parse_listen
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.live import HostState, LiveView
-from gpufleet.collector.wirestate import WireHostState, budget_counts, wire_counts
+from gpufleet.collector.wirestate import budget_counts, wire_counts
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import choose_encoder, gzip_accepted
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -374,7 +374,7 @@ class FleetCollector:
             b.add("gpufleet_host_reconnects_total", lab, h.reconnects)
             if h.status == "up":
                 b.add("gpufleet_host_lag_seconds", lab, h.lag)
-                if isinstance(h, WireHostState) and h.clock_skew is not None:
+                if h.clock_skew is not None:
                     b.add("gpufleet_host_clock_skew_seconds", lab, h.clock_skew)
                 if h.snapshot is not None:
                     b.add("gpufleet_host_snapshot_timestamp_seconds", lab, h.snapshot.ts)

@@ -144,7 +144,7 @@ class HostInfo:
     bad_frames: int | None = None
     lag: float | None = None
     shed: int | None = None  # snapshots the store did not keep (overload: collector/store/shedding.py)
-    # what the edge noticed (collector/wirestate.py: WireHostState says what each means)
+    # what the edge noticed (HostState in collector/live.py says what each means)
     nulled_values: int | None = None
     last_nulled: str | None = None
     clock_skew: float | None = None

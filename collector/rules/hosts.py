@@ -18,7 +18,6 @@ from gpufleet.collector.rules.base import Condition, HostContext, Rule, safe
 from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.store.records import AlertRecord
 from gpufleet.collector.units import fmt_duration
-from gpufleet.collector.wirestate import WireHostState
 
 COLLECTOR = ""  # the pseudo-host the storage rule is evaluated for
 #: extra time for the first frame after a (re)connect: the agent may be uploaded and NVML initialised first
@@ -146,7 +145,7 @@ class ClockSkewRule(Rule):
         state = ctx.state
         if state is None:
             return None
-        skew = state.clock_skew if isinstance(state, WireHostState) and state.status == "up" else None
+        skew = state.clock_skew if state.status == "up" else None
         if skew is None:
             return []
         side = "behind" if skew > 0 else "ahead of"
@@ -245,7 +244,7 @@ class OverBudgetRule(Rule):
         state = ctx.state
         if state is None:
             return None
-        if not (isinstance(state, WireHostState) and state.over_budget and state.status == "up"):
+        if not (state.over_budget and state.status == "up"):
             return []
         return [Condition(
             self.name, {"host": ctx.name},

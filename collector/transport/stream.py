@@ -28,7 +28,6 @@ from gpufleet.agent import wire
 from gpufleet.collector.live import FleetSink, HostState
 from gpufleet.collector.settings import DEFAULT_MAX_CLOCK_SKEW, HostBudget
 from gpufleet.collector.transport.budget import UUID_WINDOW, StreamBudget
-from gpufleet.collector.wirestate import WireHostState
 
 log = logging.getLogger(__name__)
 
@@ -205,16 +204,14 @@ class AgentStream:
     def _budgeted(self, line: bytes, now: float) -> None:
         budget = self.budget
         if not budget.admit_line(len(line), now):
-            if isinstance(self.state, WireHostState):
-                self.state.dropped_frames += 1
-                self.state.dropped_bytes += len(line)
+            self.state.dropped_frames += 1
+            self.state.dropped_bytes += len(line)
             return
         notes = wire.DecodeNotes()
         try:
             frame = wire.decode(line, self.framer.max_line_bytes, notes)
         except wire.IgnoredFrame as exc:  # a newer agent's frame type: skipped, counted, stream kept
-            if isinstance(self.state, WireHostState):
-                self.state.ignored(exc)
+            self.state.ignored(exc)
             log.debug("%s: %s", self.state.name, exc)
             return
         if self.hello is None and not isinstance(frame, wire.Hello):
@@ -222,14 +219,12 @@ class AgentStream:
         if isinstance(frame, (wire.Snapshot, wire.Hello)):
             budget.check_gpus(frame)
         elif isinstance(frame, wire.Event) and not budget.admit_event(frame, now):
-            if isinstance(self.state, WireHostState):
-                self.state.dropped_events += 1
+            self.state.dropped_events += 1
             return
         received = self.clock()
         state = self.state
         skew_changed = self._bound_time(frame, received)
-        if isinstance(state, WireHostState):
-            state.noted(notes)
+        state.noted(notes)
         if isinstance(frame, wire.Hello):
             if self.hello is not None:
                 raise wire.MalformedFrame("second 'hello' on one stream")
@@ -264,8 +259,6 @@ class AgentStream:
                     if p.start_time is not None and p.start_time > latest:
                         p.start_time = None  # started after it was seen: "start unknown", not a bogus span
         state = self.state
-        if not isinstance(state, WireHostState):
-            return False
         skew = self.offset or None
         if (skew is None) == (state.clock_skew is None):
             state.clock_skew = skew
@@ -281,12 +274,11 @@ class AgentStream:
         if self.hello is not None:
             self._send_summary(budget.summary(now, self.clock()))
         state = self.state
-        if isinstance(state, WireHostState):
-            flagged = budget.flagged(now)
-            if flagged != state.over_budget:
-                state.over_budget = flagged
-                if state.status == "up":
-                    self._emit_state()
+        flagged = budget.flagged(now)
+        if flagged != state.over_budget:
+            state.over_budget = flagged
+            if state.status == "up":
+                self._emit_state()
 
     def _send_summary(self, event: wire.Event | None) -> None:
         if event is None:
@@ -310,10 +302,8 @@ class AgentStream:
         self.finish(reason)
 
 
-def _host_uuids(state: HostState, now: float) -> set[str] | None:
+def _host_uuids(state: HostState, now: float) -> set[str]:
     """The host's GPU UUID set of the current window (budget.UUID_WINDOW), kept across connections."""
-    if not isinstance(state, WireHostState):
-        return None
     if not state.uuids_since or not 0 <= now - state.uuids_since < UUID_WINDOW:
         state.uuids.clear()
         state.uuids_since = now

@@ -8,7 +8,6 @@ import pytest
 from gpufleet.agent import wire
 from gpufleet.collector.live import HostState, LiveView
 from gpufleet.collector.metrics import METRIC_NAMES, UNATTRIBUTED_USER, FleetCollector, MetricsSource
-from gpufleet.collector.wirestate import WireHostState
 from metrics_testkit import GIB, StandIn, exposition, run_promtool, snapshot
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
@@ -201,7 +200,7 @@ def full_source() -> StandIn:
     snap.gpus.append(wire.GpuSample(index=2, uuid="GPU-cccc", mig_mode=True, mig_instances=[
         wire.MigInstance(gi_id=1, ci_id=0, profile="1g.10gb", memory_total=10 * GIB, memory_used=GIB)]))
     source.live.hosts["gpu01"].snapshot = snap
-    source.live.hosts["gpu09"] = WireHostState(name="gpu09", status="up", clock_skew=600.0)  # a skewed clock
+    source.live.hosts["gpu09"] = HostState(name="gpu09", status="up", clock_skew=600.0)  # a skewed clock
     return source
 
 

@@ -38,15 +38,15 @@ def default_runtime_dir() -> Path:
 
 
 #: Seconds: a frame stamped further than this from the collector's receive time is re-stamped with the
-#: collector's clock and the host is flagged ``clock_skew`` (collector/transport/stream.py). A default only
-#: for now; a per-host ``max_clock_skew`` needs the config loader's host spec to know it.
+#: collector's clock and the host is flagged ``clock_skew`` (collector/transport/stream.py); per host (or in
+#: ``defaults:``) as ``max_clock_skew``.
 DEFAULT_MAX_CLOCK_SKEW = 5.0
 
 
 @dataclass(slots=True)
 class HostBudget:
-    """What one host may send (collector/transport/budget.py). Defaults only for now: the config loader
-    does not read a ``budget:`` section yet. A normal 8-GPU host sends ~10 KB and no events a second."""
+    """What one host may send (collector/transport/budget.py; a host's or the defaults' ``budget:``).
+    A normal 8-GPU host sends ~10 KB and no events a second."""
 
     bytes_per_second: float = 4 << 20
     bytes_burst: float = 16 << 20  # at least two maximal lines (max_line_bytes)
@@ -82,6 +82,8 @@ class HostConfig:
     keepalive_count_max: int = 3
     read_timeout: float | None = None  # None: 3 * interval + 5 s (no frame -> host down)
     max_line_bytes: int = 1 << 20
+    max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW  # beyond it, the collector's clock stamps the frames
+    budget: HostBudget = field(default_factory=HostBudget)  # what the host may send (transport/budget.py)
 
     @property
     def effective_read_timeout(self) -> float:

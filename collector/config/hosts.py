@@ -31,7 +31,7 @@ from gpufleet.collector.config.nodes import (
     port_number,
     positive,
 )
-from gpufleet.collector.settings import HostConfig
+from gpufleet.collector.settings import HostBudget, HostConfig
 from yaml.nodes import MappingNode, Node, ScalarNode
 
 _DISABLE_WORDS = {"none", "no", "off", "false", "0", "disable", "disabled", "ignore", "insecure", "skip",
@@ -116,7 +116,23 @@ HOST_SPEC: dict[str, Conv] = {
     "upload_dir": Parser.string,
     "max_line_bytes": lambda p, n, k: p.integer(n, k, lo=1024, hi=1 << 30),
     "transport": lambda p, n, k: p.choice(n, k, ("ssh", "local")),
+    "max_clock_skew": positive,
+    "budget": lambda p, n, k: _budget(p, n, k),
 }
+_BUDGET_SPEC: dict[str, Conv] = {
+    "bytes_per_second": lambda p, n, k: p.number(n, k, lo=1024),
+    "bytes_burst": lambda p, n, k: p.number(n, k, lo=1024),
+    "events_per_second": lambda p, n, k: p.number(n, k, lo=0.01),
+    "events_burst": lambda p, n, k: p.number(n, k, lo=1),
+    "max_gpus": lambda p, n, k: p.integer(n, k, lo=1, hi=4096),
+    "max_event_message": lambda p, n, k: p.integer(n, k, lo=64, hi=1 << 20),
+    "summary_interval": positive,
+}
+
+
+def _budget(p: Parser, node: Node, key: str) -> HostBudget:
+    """``budget: {bytes_per_second: 4194304, events_per_second: 20, ...}``: unset keys keep their default."""
+    return HostBudget(**{k: v for k, (v, _n) in p.fields(node, key, _BUDGET_SPEC, "budget").items()})
 HOST_ENTRY_SPEC: dict[str, Conv] = {
     "name": lambda p, n, k: _host_name(p, n, k),
     "address": Parser.string,

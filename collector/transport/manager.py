@@ -193,7 +193,7 @@ class FleetTransport:
             log.info("%s: up (agent %s, driver %s)", cfg.name, hello.agent_version, hello.driver_version)
 
         stream = AgentStream(host.state, self.sink, max_line_bytes=cfg.max_line_bytes, clock=self.clock,
-                             on_up=on_up)
+                             on_up=on_up, max_clock_skew=cfg.max_clock_skew, budget=cfg.budget)
         host.stream = stream
         if self._stopping.is_set():
             stream.request_stop(STOP_REASON)

@@ -85,6 +85,12 @@ class HostConfig:
     max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW  # beyond it, the collector's clock stamps the frames
     budget: HostBudget = field(default_factory=HostBudget)  # what the host may send (transport/budget.py)
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> HostConfig:
+        """Back from ``dataclasses.asdict`` (the simulator prints its hosts that way): nested budget too."""
+        budget = d.get("budget")
+        return cls(**{**d, "budget": HostBudget(**budget) if isinstance(budget, dict) else HostBudget()})
+
     @property
     def effective_read_timeout(self) -> float:
         return self.read_timeout if self.read_timeout is not None else 3 * self.interval + 5.0

@@ -168,7 +168,7 @@ async def main_async(args: argparse.Namespace) -> list[Step]:
         try:
             assert server.stdout is not None
             desc = json.loads(server.stdout.readline())
-            configs = [HostConfig(**h) for h in desc["hosts"]]
+            configs = [HostConfig.from_dict(h) for h in desc["hosts"]]
             steps = []
             with _dropping_listener() as port:
                 holes = [dataclasses.replace(configs[0], name=f"hole-{i:03d}", port=port,

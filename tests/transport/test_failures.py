@@ -174,8 +174,8 @@ async def test_silent_peer_is_noticed_by_keepalive(sink: CollectingSink,
     assert server.stdout is not None and server.stdin is not None
     try:
         desc = json.loads(await asyncio.wait_for(server.stdout.readline(), 30))
-        cfg = dataclasses.replace(HostConfig(**desc["hosts"][0]), read_timeout=60.0, keepalive_interval=0.2,
-                                  keepalive_count_max=2)
+        cfg = dataclasses.replace(HostConfig.from_dict(desc["hosts"][0]), read_timeout=60.0,
+                                  keepalive_interval=0.2, keepalive_count_max=2)
         t = transport_for([cfg], sink)
         await t.start()
         await sink.wait_for(lambda: t.states()[cfg.name].status == "up")

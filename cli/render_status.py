@@ -8,7 +8,7 @@ budget. Every line is cut to the width, so nothing wraps at 80 columns.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from gpufleet.cli.lines import Line, cells, cut, to_text
@@ -37,6 +37,11 @@ FLAG_STYLES = {
     "storage": "bold red",
 }
 STATUS_STYLES = {"up": "green", "down": "bold red", "connecting": "yellow", "unknown": "dim"}
+FLAG_CELLS = max(len(f) for f in FLAG_STYLES)
+#: the order flags are listed in on a one-line host summary: the worst first (cut ones become "+N")
+FLAG_ORDER = (
+    "down", "lost", "xid", "ecc", "storage", "hot", "stale", "wasted", "orphaned", "throttled", "idle"
+)
 
 
 # ------------------------------------------------------------------------------------------ formatting
@@ -53,8 +58,10 @@ def bar(fraction: float | None, width: int) -> str:
 
 
 def plural(n: int, word: str) -> str:
-    """``1 host``, ``2 hosts``."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+    """``1 host``, ``2 hosts``, ``2 processes``."""
+    if n == 1:
+        return f"{n} {word}"
+    return f"{n} {word}es" if word.endswith(("s", "x", "sh", "ch")) else f"{n} {word}s"
 
 
 def fmt_mem_pair(used: int | None, total: int | None) -> str:
@@ -128,7 +135,7 @@ class Layout:
         left = [self.host, self.gpu, self.util, self.mem, self.temp] + ([self.power] if self.power else [])
         self.left = sum(w + 1 for w in left)  # cells before the user column
         fixed = self.left + sum(w + 1 for w in (self.user, self.pmem, self.run))
-        self.flags = 14 if wide else 7
+        self.flags = 14 if wide else FLAG_CELLS  # one whole flag name always fits ("orphaned", "throttled")
         self.cmd = max(self.width - fixed - self.flags - 1, 6)
         if wide and self.cmd > 40:
             self.flags += self.cmd - 40
@@ -393,10 +400,16 @@ def title_line(view: FleetView, width: int, label: str = "gpufleet status") -> L
 
 
 def status_lines(
-    view: FleetView, width: int, *, title: str = "gpufleet status", height: int | None = None
+    view: FleetView,
+    width: int,
+    *,
+    title: str = "gpufleet status",
+    height: int | None = None,
+    expand: Container[str] | None = None,
 ) -> list[Line]:
     """The whole screen as lines: title, totals, column header, then every host's GPUs (at most ``height``
-    lines: a watch screen needs no more, and building fewer is what keeps it cheap)."""
+    lines: a watch screen needs no more, and building fewer is what keeps it cheap). With ``expand``, only
+    the hosts it names get a line per GPU; the others get one summary line each."""
     now = view.generated_at
     lay = Layout(width, (h.name for h in view.hosts))
     lines: list[Line] = [
@@ -413,6 +426,9 @@ def status_lines(
         if h.status != "up" and view.source == "live" or not h.gpus:
             lines.append(_host_line(lay, h, now))
             continue
+        if expand is not None and h.name not in expand:
+            lines.append(_summary_line(lay, gauges, h))
+            continue
         for i, g in enumerate(h.gpus):
             _gpu_lines(lines, lay, gauges, h, g, i == 0)
     if not view.hosts:
@@ -420,11 +436,103 @@ def status_lines(
     return lines[:limit]
 
 
+def head_height(view: FleetView, width: int) -> int:
+    """Lines :func:`status_lines` writes before the first host: title, totals (one or two), blank, header."""
+    return 3 + len(totals_lines(view, max(width, 40)))
+
+
+def host_height(h: HostView, live: bool) -> int:
+    """Lines :func:`status_lines` gives host ``h`` with a line per GPU (processes beyond the first
+    included), counted without rendering."""
+    if h.status != "up" and live or not h.gpus:
+        return 1
+    n = 0
+    for g in h.gpus:
+        n += 1
+        k = len(g.processes)
+        if k >= 2 and not g.error:
+            shown = min(k - 1, MAX_PROCS_SHOWN - 1)
+            n += shown + (1 if k - 1 > shown else 0)
+    return n
+
+
+def hosts_to_expand(view: FleetView, rows: int) -> set[str] | None:
+    """Which hosts get a line per GPU when ``rows`` lines are left for hosts: None when all of them fit
+    (or not even one summary line per host does: then the list is cut, as before). Otherwise every host
+    gets a summary line and hosts with a problem flag are opened first, then the rest in order, while the
+    room lasts: what matters stays visible at 80x24."""
+    live = view.source == "live"
+    counts = [host_height(h, live) for h in view.hosts]
+    if sum(counts) <= rows or len(counts) > rows:
+        return None
+    left = rows - len(counts)
+    flagged = [bool(h.flags) or any(g.flags for g in h.gpus) for h in view.hosts]
+    order = sorted(range(len(counts)), key=lambda i: (not flagged[i], i))
+    expand: set[str] = set()
+    for i in order:
+        if counts[i] - 1 <= left:
+            expand.add(view.hosts[i].name)
+            left -= counts[i] - 1
+    return expand
+
+
+def fitted_lines(view: FleetView, width: int, height: int, *, title: str = "gpufleet status") -> list[Line]:
+    """:func:`status_lines` in at most ``height`` lines, hosts summarised one a line when their GPUs do
+    not all fit (see :func:`hosts_to_expand`)."""
+    expand = hosts_to_expand(view, height - head_height(view, width))
+    return status_lines(view, width, title=title, height=height, expand=expand)
+
+
+def _summary_line(lay: Layout, gauges: _Gauges, h: HostView) -> Line:
+    """One host on one line: mean util, summed memory, hottest GPU, total power, its users and every flag
+    of the host and its GPUs (the worst first)."""
+    ok = [g for g in h.gpus if not g.error]
+    utils = [g.util for g in ok if g.util is not None]
+    used = [g.mem_used for g in ok if g.mem_used is not None]
+    totals = [g.mem_total for g in ok if g.mem_total is not None]
+    temps = [g.temp for g in ok if g.temp is not None]
+    powers = [g.power for g in ok if g.power is not None]
+    limits = [g.power_limit for g in ok if g.power_limit is not None]
+    procs = [p for g in h.gpus for p in g.processes]
+    held: dict[str, int] = {}
+    for p in procs:
+        held[p.user or "?"] = held.get(p.user or "?", 0) + (p.memory or 0)
+    line = Line()
+    sp = line.spans
+    sp.append((_fit(h.name, lay.host) + " ", "bold"))
+    sp.append((_fit("*", lay.gpu, "right") + " ", "dim"))
+    sp.extend(gauges.util_cells(round(sum(utils) / len(utils)) if utils else None))
+    sp.extend(gauges.mem_cells(sum(used) if used else None, sum(totals) if totals else None))
+    sp.append(gauges.temp_cell(max(temps) if temps else None))
+    if lay.power:
+        sp.append(gauges.power_cell(sum(powers) if powers else None, sum(limits) if limits else None))
+    users = ",".join(sorted(held, key=lambda u: -held[u])) or "-"
+    sp.append((_fit(users, lay.user) + " ", "bold" if held else "dim"))
+    what = f"{plural(len(h.gpus), 'GPU')}, {plural(len(procs), 'process')}"
+    if cells(what) > lay.cmd:
+        what = plural(len(h.gpus), "GPU")
+    sp.append((_fit(what, lay.cmd) + " ", "dim"))
+    longest = max((p.running_for for p in procs if p.running_for is not None), default=None)
+    mem = sum(p.memory or 0 for p in procs) if procs else None
+    tail = _fit(fmt_size_short(mem), lay.pmem, "right") + " " + _fit(lay.duration(longest), lay.run, "right")
+    sp.append((tail + " ", ""))
+    names = set(h.flags).union(*(g.flags for g in h.gpus))
+    rank = {f: i for i, f in enumerate(FLAG_ORDER)}
+    flags = sorted(names, key=lambda f: (rank.get(f, len(rank)), f))
+    if flags:
+        _flags(line, flags, lay.flags)
+    line.rstrip()
+    return line if lay.fits else line.truncate(lay.width)
+
+
 def render_status(
     view: FleetView, width: int, *, title: str = "gpufleet status", height: int | None = None
 ) -> Text:
-    """:func:`status_lines` as one rich Text (the watch screen, the demo, tests)."""
-    return to_text(status_lines(view, width, title=title, height=height))
+    """:func:`status_lines` as one rich Text (the watch screen, the demo, tests); with ``height``, fitted
+    to it (:func:`fitted_lines`)."""
+    if height is None:
+        return to_text(status_lines(view, width, title=title))
+    return to_text(fitted_lines(view, width, height, title=title))
 
 
 # ---------------------------------------------------------------------------------------- other views

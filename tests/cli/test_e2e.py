@@ -162,6 +162,8 @@ async def test_demo_runs_and_exits_cleanly(home: Path) -> None:
         assert host in r.out
     assert "carol" in r.out and "alice" in r.out
     assert "stale" in r.out  # the zombie shows within seconds
+    # piped: nothing cut at the 100 columns the environment claims (the banner's longest line is ~120)
+    assert "dave's job exits leaving 12 GiB orphaned (GPU 1)" in r.out
     assert r.out.rstrip().endswith("demo stopped; the simulated fleet and its temp data are gone.")
     assert "Traceback" not in r.err
     assert not list(home.glob("gpufleet-demo-*"))  # temp data removed

@@ -177,3 +177,23 @@ def test_list_views_stay_readable_when_narrow(width: int) -> None:
     assert lines[0].split()[:5] == ["USER", "PID", "GPU", "FIRST", "SEEN"]
     assert lines[1].split()[:3] == ["alice", "424242", "3"] and "1h59m" in lines[1] and "70 GiB" in lines[1]
     assert cmd in _words(lines)
+
+
+def test_status_fitted_to_a_short_screen_summarises_hosts_problem_hosts_first() -> None:
+    """Six hosts of four GPUs at 80x24: one line per host, and the room left opens the flagged hosts."""
+    from gpufleet.cli.render_status import fitted_lines, head_height
+
+    live = synthetic_live({f"n{i}": s for i, s in enumerate(
+        ["busy", "busy", "wasting", "busy", "idle", "busy"], 1)}, gpus=4)
+    v = query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=time.time())
+    rows = 14
+    lines = [line.plain for line in fitted_lines(v, 80, rows)]
+    assert len(lines) <= rows and all(cell_width(line) <= 80 for line in lines)
+    starts = [line.split()[0] for line in lines[head_height(v, 80):] if line[:1] != " "]
+    assert starts == ["n1", "n2", "n3", "n4", "n5", "n6"]  # every host on screen, in order
+    n3 = [line for line in lines if line.startswith("n3 ")]
+    assert " 0 " in n3[0] and "wasted" in n3[0]  # the wasted host is opened to a line per GPU
+    n1 = [line for line in lines if line.startswith("n1 ")][0]
+    assert "4 GPUs" in n1 and " * " in n1  # the rest are summarised
+    everything = [line.plain for line in fitted_lines(v, 80, 100)]
+    assert not any(" * " in line for line in everything)  # room for all: no summaries

@@ -329,6 +329,19 @@ def _gpu_lines(
         out.append(Line(" " * lay.left + f"+{hidden} more processes", "dim"))
 
 
+def gpu_row(lay: Layout, host: HostView, g: GpuView) -> Line:
+    """One GPU on one line, named by its host (``gpufleet top``'s rows, sorted away from their host):
+    the first process only; the others are in top's GPU view."""
+    out: list[Line] = []
+    _gpu_lines(out, lay, _Gauges.of(lay), host, g, True)
+    return out[0]
+
+
+def host_row(lay: Layout, h: HostView, now: float) -> Line:
+    """A host without GPU lines (down, or none reported) on one line."""
+    return _host_line(lay, h, now)
+
+
 def _host_line(lay: Layout, h: HostView, now: float) -> Line:
     line = Line()
     line.append(_fit(h.name, lay.host) + " ", "bold")

@@ -665,9 +665,12 @@ def config_check(state: State, shard: str | None) -> None:
                        "to an Alertmanager cluster instead, which deduplicates", err=True)
         click.echo(f"shard {cfg.shard}: {len(cfg.hosts)} of {everyone} hosts: "
                    + (", ".join(h.name for h in cfg.hosts) or "(none)"))
+    from gpufleet.cli.render_status import plural
+
     enabled = sum(1 for r in cfg.rules.values() if r.enabled)
     click.echo(
-        f"{path}: ok: {len(cfg.hosts)} hosts, {enabled} rules enabled, {len(cfg.notifiers)} notifiers; "
+        f"{path}: ok: {plural(len(cfg.hosts), 'host')}, {plural(enabled, 'rule')} enabled, "
+        f"{plural(len(cfg.notifiers), 'notifier')}; "
         f"socket {cfg.api.resolved_socket()}, database {cfg.storage.resolved_path()}"
     )
 

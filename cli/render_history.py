@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gpufleet.cli import convert
 from gpufleet.cli.grid import Cell, Col, grid
+from gpufleet.cli.render_status import plural
 from gpufleet.cli.timeparse import fmt_ts
 from gpufleet.collector.store.records import EventRow, GpuSeries, ProcessSpan, SeriesPoint, UsageRow
 from gpufleet.collector.units import fmt_duration, fmt_pct, fmt_size
@@ -87,7 +89,7 @@ def _series_block(s: GpuSeries, since: float, until: float, width: int) -> list[
     head.append(f"GPU {s.index}", "bold")
     if s.name:
         head.append(f"  {s.name}", "dim")
-    head.append(f"  ({len(s.points)} points, {s.resolution})", "dim")
+    head.append(f"  ({plural(len(s.points), 'point')}, {s.resolution})", "dim")
     lines = [head]
 
     util = bucket(s.points, since, until, spark_w, lambda p: p.util_mean)
@@ -158,16 +160,16 @@ def summary_line(series: Sequence[GpuSeries], usage: Sequence[UsageRow]) -> Text
 
 
 def process_table(procs: Sequence[ProcessSpan], width: int) -> Text:
-    """The processes seen on the GPUs in the range. FIRST/LAST SEEN and HELD are what the collector
+    """The processes seen on the GPUs in the range. HELD SINCE / LAST SEEN / HELD FOR are what the collector
     observed within the range (a process older than the range shows the range's start), not the
     process's own start time: the store keeps spans, not /proc start times."""
     cols = [
         Col("USER", shrink=True, max=16),
         Col("PID", right=True),
         Col("GPU", right=True),
-        Col("FIRST SEEN"),
+        Col("HELD SINCE"),
         Col("LAST SEEN"),
-        Col("HELD", right=True),
+        Col("HELD FOR", right=True),
         Col("MAX MEM", right=True),
         Col("SM", right=True),
     ]
@@ -220,12 +222,24 @@ def render_history(result: dict[str, Any], width: int) -> RenderableType:
     if events:
         parts += [Text(), Text("Events", "bold")]
         for e in events[-MAX_EVENT_ROWS:]:
-            gpu = f"GPU {e.gpu_index} " if e.gpu_index is not None else ""
-            xid = f"Xid {e.xid} " if e.xid is not None else ""
-            line = Text(f"  {fmt_ts(e.ts)}  {gpu}{e.kind} {xid}{e.message}")
+            line = Text(f"  {fmt_ts(e.ts)}  {event_text(e)}")
             line.truncate(width)
             parts.append(line)
     return Group(*parts)
+
+
+def event_text(e: EventRow) -> str:
+    """``GPU 2 Xid 79 (critical)``: where, what, then the message less what was already said (the agent's
+    message repeats the Xid and the GPU)."""
+    what = f"Xid {e.xid}" if e.kind == "xid" and e.xid is not None else e.kind
+    msg = e.message or ""
+    if e.xid is not None:
+        msg = re.sub(rf"^Xid {e.xid}\b:?\s*", "", msg)
+    if e.gpu_index is not None:
+        msg = re.sub(rf"\s*\bon GPU {e.gpu_index}\b( \([^)]*\))?", "", msg)
+    where = f"GPU {e.gpu_index} " if e.gpu_index is not None else ""
+    sep = " " if not msg or msg.startswith("(") else ": "
+    return f"{where}{what}{sep}{msg}".rstrip()
 
 
 CSV_FIELDS = (

@@ -351,7 +351,7 @@ def _host_line(lay: Layout, h: HostView, now: float) -> Line:
         bits.append(h.reason)
     bits.append(f"last seen {fmt_ago(h.last_seen, now)}")
     if h.gpus:
-        bits.append(f"{len(h.gpus)} GPUs")
+        bits.append(plural(len(h.gpus), "GPU"))
     line.append("  " + " · ".join(bits), "dim")
     extra = [f for f in h.flags if f != "down"]
     if extra:

@@ -174,7 +174,7 @@ def test_list_views_stay_readable_when_narrow(width: int) -> None:
     )
     lines = show(process_table([span], width), width)
     assert max(cell_width(x) for x in lines) <= width
-    assert lines[0].split()[:5] == ["USER", "PID", "GPU", "FIRST", "SEEN"]
+    assert lines[0].split()[:5] == ["USER", "PID", "GPU", "HELD", "SINCE"]
     assert lines[1].split()[:3] == ["alice", "424242", "3"] and "1h59m" in lines[1] and "70 GiB" in lines[1]
     assert cmd in _words(lines)
 
@@ -197,3 +197,27 @@ def test_status_fitted_to_a_short_screen_summarises_hosts_problem_hosts_first() 
     assert "4 GPUs" in n1 and " * " in n1  # the rest are summarised
     everything = [line.plain for line in fitted_lines(v, 80, 100)]
     assert not any(" * " in line for line in everything)  # room for all: no summaries
+
+
+def test_event_line_says_each_thing_once() -> None:
+    """The agent's xid message repeats the Xid and the GPU: the line says each once."""
+    from gpufleet.cli.render_history import event_text
+    from gpufleet.collector.store.records import EventRow
+
+    def ev(message: str, gpu: int | None = 2, xid: int | None = 79, kind: str = "xid") -> EventRow:
+        return EventRow(host="n1", ts=0.0, kind=kind, message=message, gpu_index=gpu, uuid=None, xid=xid)
+
+    assert event_text(ev("Xid 79 (critical) on GPU 2")) == "GPU 2 Xid 79 (critical)"
+    assert event_text(ev("Xid 79 (critical) on GPU 2 (GPU-abc-123)")) == "GPU 2 Xid 79 (critical)"
+    said = event_text(ev("Xid 79: GPU has fallen off the bus", gpu=1))
+    assert said == "GPU 1 Xid 79: GPU has fallen off the bus"
+    assert event_text(ev("Xid 13 (info) on unknown GPU", gpu=None, xid=13)) == "Xid 13 (info) on unknown GPU"
+    assert event_text(ev("GPU is lost", xid=None, kind="gpu_lost")) == "GPU 2 gpu_lost: GPU is lost"
+
+
+def test_counts_agree_with_their_nouns() -> None:
+    from gpufleet.cli.render_status import plural
+
+    assert [plural(1, "host"), plural(2, "host"), plural(0, "GPU"), plural(3, "process")] == [
+        "1 host", "2 hosts", "0 GPUs", "3 processes"
+    ]

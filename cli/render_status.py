@@ -114,8 +114,9 @@ def _fit(text: str, width: int, align: str = "left") -> str:
 
 
 class Layout:
-    """Column widths for one console width. Narrow consoles drop the power column, shrink the bars and
-    print running times with one unit, so the command keeps some room at 80 columns."""
+    """Column widths for one console width. Narrow consoles drop the power column (under 96), shrink the
+    bars and print running times with one unit, so the command keeps some room at 80 columns; wide ones
+    add the PID (130+) and the GPU model (170+), and the job / container after the command."""
 
     def __init__(self, width: int, host_names: Iterable[str]) -> None:
         self.width = max(width, 40)
@@ -124,22 +125,26 @@ class Layout:
         self.bar = (10 if self.width >= 140 else 6) if wide else 4  # util bar
         self.mbar = (10 if self.width >= 140 else 6) if wide else 3  # memory bar
         self.gpu = 3 if wide else 2
+        self.model = 14 if self.width >= 170 else 0  # "A100-SXM4-80GB"
         self.util = self.bar + 5  # bar + " 100%"
         self.mtext = 8  # "141/141G"
         self.mem = self.mbar + 1 + self.mtext
         self.temp = 4 if wide else 3
-        self.power = 9 if wide else 0  # "210/400W"
+        self.power = 9 if self.width >= 96 else 0  # "210/400W"
+        self.pid = 7 if self.width >= 130 else 0
         self.user = 10 if wide else 7
         self.pmem = 5 if wide else 4
-        self.run = 5 if wide else 3
-        left = [self.host, self.gpu, self.util, self.mem, self.temp] + ([self.power] if self.power else [])
-        self.left = sum(w + 1 for w in left)  # cells before the user column
-        fixed = self.left + sum(w + 1 for w in (self.user, self.pmem, self.run))
+        self.run = 7 if wide else 3  # how long the process has been running
+        left = [self.host, self.gpu, self.model, self.util, self.mem, self.temp, self.power]
+        self.left = sum(w + 1 for w in left if w)  # cells before the process columns
+        fixed = self.left + sum(w + 1 for w in (self.pid, self.user, self.pmem, self.run) if w)
         self.flags = 14 if wide else FLAG_CELLS  # one whole flag name always fits ("orphaned", "throttled")
         self.cmd = max(self.width - fixed - self.flags - 1, 6)
-        if wide and self.cmd > 40:
-            self.flags += self.cmd - 40
-            self.cmd = 40
+        if wide and self.cmd > 48:
+            self.flags += self.cmd - 48
+            self.cmd = 48
+        #: cells of the process columns (PID, user, command, memory, running for) with their gaps
+        self.procs = fixed - self.left + self.cmd + 1
         #: every column fits: GPU lines need no truncation (their cells are padded or cut to the columns)
         self.fits = fixed + self.cmd + 1 + self.flags <= self.width
         self.gauges: _Gauges | None = None  # the memoized cells of this layout, made on first use
@@ -153,17 +158,20 @@ class Layout:
         parts = [
             _fit("HOST", self.host),
             _fit("GPU" if self.gpu >= 3 else "#", self.gpu, "right"),
+            *([_fit("MODEL", self.model)] if self.model else []),
             _fit("UTIL", self.util),
             _fit("MEMORY GiB", self.mem),
             _fit("TEMP" if self.temp >= 4 else "T°", self.temp),
         ]
         if self.power:
             parts.append(_fit("POWER", self.power))
+        if self.pid:
+            parts.append(_fit("PID", self.pid, "right"))
         parts += [
             _fit("USER", self.user),
             _fit("COMMAND", self.cmd),
             _fit("GMEM" if self.pmem >= 4 else "MEM", self.pmem, "right"),
-            _fit("FOR" if self.run >= 3 else "", self.run, "right"),
+            _fit("RUNNING" if self.run >= 7 else "RUN", self.run, "right"),
             "FLAGS",
         ]
         return Line(" ".join(parts), "bold dim").truncate(self.width)
@@ -172,7 +180,7 @@ class Layout:
 def _proc_cells(line: Line, lay: Layout, p: ProcView | None, extra: str | None = None) -> None:
     sp = line.spans
     if p is None:
-        sp.append((_fit(extra or "", lay.user + 1 + lay.cmd + 1 + lay.pmem + 1 + lay.run + 1), "dim"))
+        sp.append((_fit(extra or "", lay.procs), "dim"))
         return
     sp.extend(_Gauges.of(lay).proc_cells(p))
 
@@ -200,7 +208,9 @@ class _Gauges:
         lay.gauges = self
         self.index: dict[int, str] = {}
         self.user: dict[str | None, tuple[str, str]] = {}
-        self.cmd: dict[tuple[str | None, int | None, bool], tuple[str, str]] = {}
+        self.cmd: dict[tuple[str | None, int | None, bool, str | None], tuple[str, str]] = {}
+        self.pid: dict[int, tuple[str, str]] = {}
+        self.model: dict[str | None, tuple[str, str]] = {}
         self.tail: dict[tuple[int | None, str], tuple[str, str]] = {}
         self.util: dict[int | None, list[tuple[str, str]]] = {}
         self.temp: dict[int | None, tuple[str, str]] = {}
@@ -217,17 +227,34 @@ class _Gauges:
             c = self.index[index] = _fit(str(index), self.lay.gpu, "right") + " "
         return c
 
-    def proc_cells(self, p: ProcView) -> tuple[tuple[str, str], tuple[str, str], tuple[str, str]]:
-        """User, command, and memory + running time of one process (the last keyed by its shown text)."""
+    def model_cell(self, name: str | None) -> tuple[str, str]:
+        c = self.model.get(name)
+        if c is None:
+            short = (name or "-").removeprefix("NVIDIA ").removeprefix("GeForce ")
+            c = self.model[name] = (_fit(short, self.lay.model) + " ", "dim")
+        return c
+
+    def proc_cells(self, p: ProcView) -> list[tuple[str, str]]:
+        """PID (wide layouts), user, command (and job / container where wide), and memory + running time of
+        one process (the last keyed by its shown text)."""
         lay = self.lay
+        out = []
+        if lay.pid:
+            pid = self.pid.get(p.pid)
+            if pid is None:
+                pid = self.pid[p.pid] = (_fit(str(p.pid), lay.pid, "right") + " ", "dim")
+            out.append(pid)
         user = self.user.get(p.user)
         if user is None:
             user = self.user[p.user] = (_fit(p.user or "?", lay.user) + " ", "bold" if p.user else "dim")
         zombie = p.state == "Z"
-        ckey = (p.command, None if p.command else p.pid, zombie)
+        where = (f"job {p.job}" if p.job else p.container) if lay.wide else None
+        ckey = (p.command, None if p.command else p.pid, zombie, where)
         cmd = self.cmd.get(ckey)
         if cmd is None:
             text = ("<zombie> " if zombie else "") + (p.command or f"pid {p.pid}")
+            if where:
+                text += f" [{where}]"
             cmd = self.cmd[ckey] = (_fit(text, lay.cmd) + " ", "red" if zombie else "")
         tkey = (p.memory, lay.duration(p.running_for))
         tail = self.tail.get(tkey)
@@ -237,7 +264,8 @@ class _Gauges:
                 + _fit(tkey[1], lay.run, "right") + " ",
                 "",
             )
-        return user, cmd, tail
+        out += [user, cmd, tail]
+        return out
 
     def util_cells(self, util: int | None) -> list[tuple[str, str]]:
         c = self.util.get(util)
@@ -293,11 +321,11 @@ def _gpu_lines(
     else:
         sp.append((" " * (lay.host + 1), ""))
     sp.append((gauges.index_cell(g.index), ""))
+    if lay.model:
+        sp.append(gauges.model_cell(g.name))
     flags = g.flags + [f for f in host.flags if f not in g.flags] if first and host.flags else g.flags
     if g.error:
-        span = (
-            lay.left - (lay.host + 1 + lay.gpu + 1) + lay.user + 1 + lay.cmd + 1 + lay.pmem + 1 + lay.run + 1
-        )
+        span = lay.left - (lay.host + 1 + lay.gpu + 1) - (lay.model + 1 if lay.model else 0) + lay.procs
         sp.append((_fit(f"lost: {g.error}", span), "bold red"))
         _flags(line, flags, lay.flags)
         out.append(line.rstrip().truncate(lay.width))
@@ -514,11 +542,16 @@ def _summary_line(lay: Layout, gauges: _Gauges, h: HostView) -> Line:
     sp = line.spans
     sp.append((_fit(h.name, lay.host) + " ", "bold"))
     sp.append((_fit("*", lay.gpu, "right") + " ", "dim"))
+    if lay.model:
+        models = {g.name for g in h.gpus if g.name}
+        sp.append(gauges.model_cell(models.pop() if len(models) == 1 else "mixed" if models else None))
     sp.extend(gauges.util_cells(round(sum(utils) / len(utils)) if utils else None))
     sp.extend(gauges.mem_cells(sum(used) if used else None, sum(totals) if totals else None))
     sp.append(gauges.temp_cell(max(temps) if temps else None))
     if lay.power:
         sp.append(gauges.power_cell(sum(powers) if powers else None, sum(limits) if limits else None))
+    if lay.pid:
+        sp.append((" " * (lay.pid + 1), ""))
     users = ",".join(sorted(held, key=lambda u: -held[u])) or "-"
     sp.append((_fit(users, lay.user) + " ", "bold" if held else "dim"))
     what = f"{plural(len(h.gpus), 'GPU')}, {plural(len(procs), 'process')}"

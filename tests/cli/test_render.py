@@ -221,3 +221,26 @@ def test_counts_agree_with_their_nouns() -> None:
     assert [plural(1, "host"), plural(2, "host"), plural(0, "GPU"), plural(3, "process")] == [
         "1 host", "2 hosts", "0 GPUs", "3 processes"
     ]
+
+
+def test_status_shows_what_it_has_where_there_is_room() -> None:
+    """PID from 130 columns, the GPU model from 170, job / container after the command when wide, power
+    from 96; the process clock is named RUNNING (how long it has run), not FOR."""
+    from gpufleet.cli.render_status import status_lines
+
+    live = synthetic_live({"n1": "busy"}, gpus=3)  # the last GPU of a busy host is idle
+    snap = live.hosts["n1"].snapshot
+    assert snap is not None
+    snap.gpus[0].processes[0].job = "slurm-4242"
+    snap.gpus[1].processes[0].container = "c0ffee12"
+    v = query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=time.time())
+
+    def screen(width: int) -> str:
+        return "\n".join(line.plain for line in status_lines(v, width))
+
+    wide = screen(200)
+    assert all(w in wide for w in ("MODEL", "A100-SXM4-80GB", "PID", " 1000 ", "[job slurm-4242]",
+                                   "[c0ffee12]", "RUNNING", "POWER", "310/400W"))
+    assert "PID" in screen(130) and "MODEL" not in screen(160)
+    assert "POWER" in screen(100) and "POWER" not in screen(80) and "PID" not in screen(100)
+    assert " RUN " in screen(80) and " FOR " not in screen(80)

@@ -116,7 +116,7 @@ def _fit(text: str, width: int, align: str = "left") -> str:
 class Layout:
     """Column widths for one console width. Narrow consoles drop the power column (under 96), shrink the
     bars and print running times with one unit, so the command keeps some room at 80 columns; wide ones
-    add the PID (130+) and the GPU model (170+), and the job / container after the command."""
+    add the PID (130+), the GPU model (170+), the fan (180+), and the job / container after the command."""
 
     def __init__(self, width: int, host_names: Iterable[str]) -> None:
         self.width = max(width, 40)
@@ -131,11 +131,12 @@ class Layout:
         self.mem = self.mbar + 1 + self.mtext
         self.temp = 4 if wide else 3
         self.power = 9 if self.width >= 96 else 0  # "210/400W"
+        self.fan = 4 if self.width >= 180 else 0  # " 45%"
         self.pid = 7 if self.width >= 130 else 0
         self.user = 10 if wide else 7
         self.pmem = 5 if wide else 4
         self.run = 7 if wide else 3  # how long the process has been running
-        left = [self.host, self.gpu, self.model, self.util, self.mem, self.temp, self.power]
+        left = [self.host, self.gpu, self.model, self.util, self.mem, self.temp, self.fan, self.power]
         self.left = sum(w + 1 for w in left if w)  # cells before the process columns
         fixed = self.left + sum(w + 1 for w in (self.pid, self.user, self.pmem, self.run) if w)
         self.flags = 14 if wide else FLAG_CELLS  # one whole flag name always fits ("orphaned", "throttled")
@@ -163,6 +164,8 @@ class Layout:
             _fit("MEMORY GiB", self.mem),
             _fit("TEMP" if self.temp >= 4 else "T°", self.temp),
         ]
+        if self.fan:
+            parts.append(_fit("FAN", self.fan, "right"))
         if self.power:
             parts.append(_fit("POWER", self.power))
         if self.pid:
@@ -333,6 +336,8 @@ def _gpu_lines(
     sp.extend(gauges.util_cells(g.util))
     sp.extend(gauges.mem_cells(g.mem_used, g.mem_total))
     sp.append(gauges.temp_cell(g.temp))
+    if lay.fan:
+        sp.append((_fit("-" if g.fan is None else f"{g.fan}%", lay.fan, "right") + " ", "dim"))
     if lay.power:
         sp.append(gauges.power_cell(g.power, g.power_limit))
     procs = g.processes
@@ -548,6 +553,9 @@ def _summary_line(lay: Layout, gauges: _Gauges, h: HostView) -> Line:
     sp.extend(gauges.util_cells(round(sum(utils) / len(utils)) if utils else None))
     sp.extend(gauges.mem_cells(sum(used) if used else None, sum(totals) if totals else None))
     sp.append(gauges.temp_cell(max(temps) if temps else None))
+    if lay.fan:
+        fans = [g.fan for g in ok if g.fan is not None]
+        sp.append((_fit(f"{max(fans)}%" if fans else "-", lay.fan, "right") + " ", "dim"))
     if lay.power:
         sp.append(gauges.power_cell(sum(powers) if powers else None, sum(limits) if limits else None))
     if lay.pid:

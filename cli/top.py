@@ -269,6 +269,8 @@ def detail_screen(view: FleetView, st: TopState, width: int, height: int) -> lis
         bits = [f"util {'-' if gpu.util is None else f'{gpu.util}%'}",
                 f"memory {fmt_size(gpu.mem_used)} of {fmt_size(gpu.mem_total)}",
                 f"temp {'-' if gpu.temp is None else f'{gpu.temp}°C'}"]
+        if gpu.fan is not None:
+            bits.append(f"fan {gpu.fan}%")
         if gpu.power is not None:
             limit = f"/{gpu.power_limit:.0f}" if gpu.power_limit else ""
             bits.append(f"power {gpu.power:.0f}{limit} W")

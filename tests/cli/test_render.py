@@ -224,8 +224,8 @@ def test_counts_agree_with_their_nouns() -> None:
 
 
 def test_status_shows_what_it_has_where_there_is_room() -> None:
-    """PID from 130 columns, the GPU model from 170, job / container after the command when wide, power
-    from 96; the process clock is named RUNNING (how long it has run), not FOR."""
+    """PID from 130 columns, the GPU model from 170, the fan from 180, job / container after the command
+    when wide, power from 96; the process clock is named RUNNING (how long it has run), not FOR."""
     from gpufleet.cli.render_status import status_lines
 
     live = synthetic_live({"n1": "busy"}, gpus=3)  # the last GPU of a busy host is idle
@@ -233,6 +233,7 @@ def test_status_shows_what_it_has_where_there_is_room() -> None:
     assert snap is not None
     snap.gpus[0].processes[0].job = "slurm-4242"
     snap.gpus[1].processes[0].container = "c0ffee12"
+    snap.gpus[0].fan_speed = 45
     v = query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=time.time())
 
     def screen(width: int) -> str:
@@ -241,6 +242,7 @@ def test_status_shows_what_it_has_where_there_is_room() -> None:
     wide = screen(200)
     assert all(w in wide for w in ("MODEL", "A100-SXM4-80GB", "PID", " 1000 ", "[job slurm-4242]",
                                    "[c0ffee12]", "RUNNING", "POWER", "310/400W"))
+    assert "FAN" in wide and " 45% " in wide and "FAN" not in screen(170)
     assert "PID" in screen(130) and "MODEL" not in screen(160)
     assert "POWER" in screen(100) and "POWER" not in screen(80) and "PID" not in screen(100)
     assert " RUN " in screen(80) and " FOR " not in screen(80)

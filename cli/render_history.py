@@ -128,6 +128,16 @@ def _series_block(s: GpuSeries, since: float, until: float, width: int) -> list[
     return lines
 
 
+def plot_start(series: Sequence[GpuSeries], since: float, until: float) -> float:
+    """Where the sparklines start: ``since``, or the first sample when the samples cover under a quarter of
+    the range (a collector that started minutes ago would otherwise draw all it has in one column of a
+    24 h window)."""
+    first = min((p.ts for s in series for p in s.points), default=None)
+    if first is None or first <= since or (until - first) >= (until - since) / 4:
+        return since
+    return first
+
+
 def _axis(since: float, until: float, width: int) -> Text:
     spark_w = _spark_width(width)
     left, right = fmt_ts(since)[5:16], fmt_ts(until)[5:16]
@@ -135,27 +145,42 @@ def _axis(since: float, until: float, width: int) -> Text:
     return Text("       " + left + " " * gap + right, "dim")
 
 
-def _hours(h: float) -> str:
-    """GPU-hours: one decimal, two below one hour (a 10-minute window is not "0.0 wasted")."""
-    return f"{h:.1f}" if h >= 1 or h == 0 else f"{h:.2f}"
+def _hours(*hours: float) -> list[str]:
+    """GPU-hours read side by side, with one number of decimals: two when any of them is under one hour
+    (a 10-minute window is not "0.0 wasted"), else one; never "0.08 held, 0.0 wasted"."""
+    digits = 2 if any(0 < abs(h) < 1 for h in hours) else 1
+    return [f"{h:.{digits}f}" for h in hours]
 
 
-def summary_line(series: Sequence[GpuSeries], usage: Sequence[UsageRow]) -> Text:
+def summary_line(series: Sequence[GpuSeries], usage: Sequence[UsageRow], width: int = 1 << 30) -> Text:
+    """``Summary: mean util · peak memory · GPU-hours``; where it is longer than ``width``, it breaks
+    between those phrases (never inside one), the rest indented under the first."""
     utils = [v for s in series for v in _vals(s.points, lambda p: p.util_mean)]
     peak: tuple[float, int] | None = None
     for s in series:
         for v in _vals(s.points, _mem_peak):
             if peak is None or v > peak[0]:
                 peak = (v, s.index)
-    t = Text("Summary: ", "bold")
-    t.append(f"mean util {fmt_pct(sum(utils) / len(utils), compact=True)}" if utils else "no samples")
+    phrases = [Text(f"mean util {fmt_pct(sum(utils) / len(utils), compact=True)}" if utils else "no samples")]
     if peak:
-        t.append(f" · peak memory {fmt_size(peak[0])} (GPU {peak[1]})")
+        phrases.append(Text(f"peak memory {fmt_size(peak[0])} (GPU {peak[1]})"))
     held = sum(u.gpu_hours_held for u in usage)
     used = sum(u.gpu_hours_used for u in usage)
     wasted = sum(u.gpu_hours_wasted for u in usage)
-    t.append(f" · GPU-hours {_hours(held)} held, {_hours(used)} used, ")
-    t.append(f"{_hours(wasted)} wasted", "bold yellow" if wasted >= 0.05 else "")
+    h, u, w = _hours(held, used, wasted)
+    hours = Text(f"GPU-hours {h} held, {u} used, ")
+    hours.append(f"{w} wasted", "bold yellow" if wasted >= 0.05 else "")
+    phrases.append(hours)
+    t = Text("Summary: ", "bold")
+    col = len(t)
+    for i, ph in enumerate(phrases):
+        sep = " · " if i else ""
+        if i and col + len(sep) + len(ph) > width:
+            t.append("\n" + " " * 9)
+            col, sep = 9, ""
+        t.append(sep)
+        t.append_text(ph)
+        col += len(sep) + len(ph)
     return t
 
 
@@ -211,11 +236,14 @@ def render_history(result: dict[str, Any], width: int) -> RenderableType:
     parts: list[RenderableType] = [title, Text()]
     if not series:
         parts.append(Text("no samples in this range", "dim"))
+    start = plot_start(series, since, until)
+    if start > since:
+        parts.append(Text(f"samples only since {fmt_ts(start)[:16]}: the sparklines start there", "dim"))
     for s in series:
-        parts.extend(_series_block(s, since, until, width))
+        parts.extend(_series_block(s, start, until, width))
     if series:
-        parts.append(_axis(since, until, width))
-    parts += [Text(), summary_line(series, usage)]
+        parts.append(_axis(start, until, width))
+    parts += [Text(), summary_line(series, usage, width)]
     if procs:
         extra = f" (latest {MAX_PROCESS_ROWS} of {len(procs)})" if len(procs) > MAX_PROCESS_ROWS else ""
         parts += [Text(), Text(f"Processes{extra}", "bold"), process_table(procs, width)]

@@ -15,6 +15,8 @@ from gpufleet.collector.store.records import SeriesPoint
 from gpufleet.collector.units import fmt_size_short
 from rich.console import Console, RenderableType
 
+GIB = 1 << 30
+
 
 def show(r: RenderableType, width: int) -> list[str]:
     buf = io.StringIO()
@@ -246,3 +248,29 @@ def test_status_shows_what_it_has_where_there_is_room() -> None:
     assert "PID" in screen(130) and "MODEL" not in screen(160)
     assert "POWER" in screen(100) and "POWER" not in screen(80) and "PID" not in screen(100)
     assert " RUN " in screen(80) and " FOR " not in screen(80)
+
+
+def test_history_of_a_few_minutes_fills_the_line_and_the_summary_breaks_between_phrases() -> None:
+    from gpufleet.cli.render_history import render_history
+    from gpufleet.collector.store.records import GpuSeries, UsageRow
+
+    now = time.time()
+    pts = [SeriesPoint(ts=now - 300 + 10 * i, util_mean=50.0 + i, util_max=60.0, mem_used_mean=GIB * 4.0,
+                       mem_used_max=GIB * 5.0, temp_max=60.0, power_mean=200.0) for i in range(30)]
+    series = GpuSeries(host="n1", index=0, uuid="GPU-0", name="NVIDIA A100-SXM4-80GB", resolution="raw",
+                       memory_total=80 * GIB, points=pts)
+    usage = [UsageRow(user="alice", host="n1", gpu_hours_held=0.08, gpu_hours_used=0.08,
+                      gpu_hours_wasted=0.0)]
+    result = as_dict({"host": "n1", "gpu": None, "user": None, "since": now - 86400, "until": now,
+                      "series": [series], "processes": [], "usage": usage, "events": []})
+    lines = show(render_history(result, 80), 80)
+    util = next(line for line in lines if line.startswith("  util "))
+    spark = util[len("  util "):].split("  ")[0]
+    assert spark.strip() == spark and len(spark) >= 40, util  # the 5 minutes span the line, no blank 24 h
+    assert any("samples only since" in line for line in lines)
+    i = next(i for i, line in enumerate(lines) if line.startswith("Summary: "))
+    summary = lines[i : i + 3]
+    assert all(cell_width(line) <= 80 for line in summary)
+    joined = " ".join(line.strip() for line in summary)
+    assert "GPU-hours 0.08 held, 0.08 used, 0.00 wasted" in joined  # one phrase, never split
+    assert any(line.strip().startswith("GPU-hours") for line in summary[1:]) or len(lines[i]) <= 80

@@ -3,13 +3,16 @@
 The terminal goes into cbreak mode (no echo, no line buffering; Ctrl-C still raises SIGINT) for as long as
 the reader is open, and back to how it was on close, whatever happened. Escape sequences are decoded to
 names (``up``, ``down``, ``pgup``, ``pgdn``, ``home``, ``end``); a lone Esc is ``esc`` once no more bytes
-follow within :data:`ESC_WAIT`. Not a terminal: :meth:`KeyReader.wait` only sleeps.
+follow within :data:`ESC_WAIT`. A terminal resize (SIGWINCH) is the key ``resize``, so a screen redraws
+at once. Not a terminal: :meth:`KeyReader.wait` only sleeps.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
+import signal
 import sys
 import time
 from types import TracebackType
@@ -61,6 +64,8 @@ class KeyReader:
         self.fd: int | None = None
         self._saved: Any = None
         self._pending: list[str] = []
+        self._wake: tuple[int, int] | None = None  # a pipe the SIGWINCH handler writes a byte to
+        self._old_winch: Any = None
 
     def __enter__(self) -> KeyReader:
         try:
@@ -75,7 +80,17 @@ class KeyReader:
             self._saved = termios.tcgetattr(fd)
             tty.setcbreak(fd)
             self.fd = fd
+            with contextlib.suppress(ValueError, OSError):  # not the main thread: no resize key
+                r, w = os.pipe()
+                os.set_blocking(w, False)
+                self._wake = (r, w)
+                self._old_winch = signal.signal(signal.SIGWINCH, self._on_winch)
         return self
+
+    def _on_winch(self, _sig: int, _frame: Any) -> None:
+        if self._wake is not None:
+            with contextlib.suppress(OSError):  # a full pipe already says "resized"
+                os.write(self._wake[1], b"w")
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -84,6 +99,12 @@ class KeyReader:
             import termios
 
             termios.tcsetattr(self.fd, termios.TCSADRAIN, self._saved)
+        if self._wake is not None:
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(signal.SIGWINCH, self._old_winch or signal.SIG_DFL)
+            for end in self._wake:
+                os.close(end)
+            self._wake = None
         self.fd = None
 
     @property
@@ -97,9 +118,13 @@ class KeyReader:
         if self.fd is None:
             time.sleep(max(timeout, 0.0))
             return None
-        ready, _, _ = select.select([self.fd], [], [], max(timeout, 0.0))
+        watch = [self.fd] if self._wake is None else [self.fd, self._wake[0]]
+        ready, _, _ = select.select(watch, [], [], max(timeout, 0.0))
         if not ready:
             return None
+        if self._wake is not None and self._wake[0] in ready:
+            os.read(self._wake[0], 1024)
+            return "resize"
         data = os.read(self.fd, 1024)
         if not data:  # the terminal went away
             return "eof"

@@ -263,8 +263,11 @@ def watch_loop(
                     interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
                 )
                 while (left := until - time.monotonic()) > 0:
-                    if keys.wait(left) in ("q", "Q", "esc", "eof"):
+                    key = keys.wait(left)
+                    if key in ("q", "Q", "esc", "eof"):
                         return
+                    if key == "resize":  # redraw for the new size now
+                        break
     except KeyboardInterrupt:
         pass
 

@@ -274,10 +274,9 @@ def detail_screen(view: FleetView, st: TopState, width: int, height: int) -> lis
         if gpu.power is not None:
             limit = f"/{gpu.power_limit:.0f}" if gpu.power_limit else ""
             bits.append(f"power {gpu.power:.0f}{limit} W")
-        line = Line("  ".join(bits))
+        out.append(Line("  ".join(bits)).truncate(width))
         if gpu.flags:
-            line.append("  flags: ", "dim").append(" ".join(gpu.flags), "bold yellow")
-        out.append(line.truncate(width))
+            out.append(Line("flags: ", "dim").append(" ".join(gpu.flags), "bold yellow").truncate(width))
         if gpu.error:
             out.append(Line(f"lost: {gpu.error}", "bold red").truncate(width))
         out.append(Line())
@@ -294,6 +293,7 @@ def detail_screen(view: FleetView, st: TopState, width: int, height: int) -> lis
             until = float(st.history["until"])
             # a short history fills the line instead of a sliver at its right end
             since = max(float(st.history["since"]), min(p.ts for p in s.points))
+            spark_w = min(spark_w, len(s.points))  # no more cells than samples: no aliasing gaps
             util = bucket(s.points, since, until, spark_w, lambda p: p.util_mean)
             mem = bucket(s.points, since, until, spark_w,
                          lambda p: p.mem_used_max if p.mem_used_max is not None else p.mem_used_mean, "max")
@@ -341,9 +341,11 @@ def run_top(console: Console, backend: Backend, interval: float, *, args: dict[s
     if not (sys.stdin.isatty() and console.is_terminal):
         raise CliError("gpufleet top needs a terminal; use `gpufleet status` (or --json) in scripts", 2)
     st = TopState()
-    view: FleetView | None = None
+    # the first answer before the screen: a fallback's one-line notice (stored data) lands on the normal
+    # screen, and a collector that is not there at all fails like `gpufleet status` does
+    view: FleetView | None = fleet_view_from_dict(backend.call("status", form="rows", **args))
     error = ""
-    next_fetch = 0.0
+    next_fetch = time.monotonic() + interval
     try:
         with KeyReader() as keys, Live(console=console, screen=True, auto_refresh=False,
                                        redirect_stderr=False) as live:

@@ -154,7 +154,7 @@ class TopState:
         """Apply one key press; False to quit."""
         if self.prompt is not None:
             if k == "enter":
-                self.filter, self.prompt, self.offset = self.prompt.strip(), None, 0
+                self.filter, self.prompt, self.offset, self.selected = self.prompt.strip(), None, 0, None
             elif k == "esc":
                 self.prompt = None
             elif k == "backspace":
@@ -168,13 +168,15 @@ class TopState:
             if k in ("esc", "enter", "backspace", "left"):
                 self.open = None
             return True
+        # a new order starts at its top (the worst first), not wherever the old selection moved to
         if k in SORTS:
-            self.sort, self.reverse, self.offset = SORTS[k], False, 0
+            self.sort, self.reverse, self.offset, self.selected = SORTS[k], False, 0, None
         elif k == "r":
-            self.reverse = not self.reverse
+            self.reverse, self.offset, self.selected = not self.reverse, 0, None
         elif k == "s":
             names = list(SORTS.values())
             self.sort, self.reverse = names[(names.index(self.sort) + 1) % len(names)], False
+            self.offset, self.selected = 0, None
         elif k == "/":
             self.prompt = ""
         elif k in ("down", "j"):
@@ -318,7 +320,7 @@ def _process_lines(gpu: GpuView, width: int, fmt_duration: Callable[[float | Non
             Col("RUNNING FOR", right=True), Col("JOB / CONTAINER", shrink=True, max=24)]
     rows: list[list[Cell]] = []
     for p in sorted(gpu.processes, key=lambda p: -(p.memory or 0)):
-        where = " ".join(x for x in (p.job, p.container) if x) or "-"
+        where = " ".join(x for x in (p.job and f"job {p.job}", p.container and p.container[:12]) if x) or "-"
         rows.append([
             str(p.pid), (p.user or "?", "bold"), fmt_size_short(p.memory),
             "-" if p.sm_util is None else f"{p.sm_util}%", fmt_duration(p.running_for), where,

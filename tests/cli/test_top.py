@@ -31,8 +31,11 @@ def test_sort_filter_select_and_quit() -> None:
     st = TopState()
     assert rows_of(st, view)[:4] == [("n1", 0), ("n1", 1), ("n1", 2), ("n2", 0)]
     assert ("n3", None) in rows_of(st, view)  # a down host is one row
+    st.selected = ("n1", 1)
     st.key("w", page=10)
     assert rows_of(st, view)[:2] == [("n2", 0), ("n2", 1)]  # dave's wasted GPUs first
+    list_screen(view, st, 80, 24)
+    assert st.selected == ("n2", 0)  # a new sort starts at its top
     st.key("o", page=10)
     users = [r.users()[:1] for r in st.visible_rows(view)]
     assert users[0] == ["alice"] and users[-1] == []

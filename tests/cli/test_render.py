@@ -135,7 +135,7 @@ def test_list_views_stay_readable_when_narrow(width: int) -> None:
         render_alerts(as_dict({"active": alerts, "recent": [], "silences": []}), width, now, now), width
     )
     assert max(cell_width(x) for x in lines) <= width
-    assert lines[1].split()[:7] == ["SEVERITY", "STATE", "RULE", "HOST", "GPU", "USER", "FOR"]
+    assert lines[1].split()[:8] == ["SEVERITY", "STATE", "RULE", "HOST", "GPU", "USER", "ACTIVE", "FOR"]
     text = _words(lines)
     for a in alerts:
         assert a.annotations["summary"] in text

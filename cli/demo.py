@@ -5,7 +5,7 @@ collector (started in-process on the bundled demo.yaml, with short rule duration
 history in a temp directory and serves its query socket there. A pointer file in this user's runtime folder
 (:func:`gpufleet.cli.client.write_pointer`) names that socket while the demo runs, so plain `gpufleet status`,
 `gpufleet alerts`, ... work from another terminal as typed when no collector serves the default socket.
-Ctrl-C (or ``--seconds``) stops everything cleanly.
+Ctrl-C, ``q`` or Esc on the live screen (or ``--seconds``) stops everything cleanly.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -98,7 +99,7 @@ def banner(socket: str, log_path: str, width: int) -> list[Text]:
     )
     lines.append(Text.assemble("    ", ("gpufleet top", "bold"), "   ", ("gpufleet alerts", "bold"),
                                (f"   (socket {socket})", "dim")))
-    lines.append(Text(f"  Collector log: {log_path}   Ctrl-C quits.", style="dim"))
+    lines.append(Text(f"  Collector log: {log_path}   q or Ctrl-C quits.", style="dim"))
     for t in lines:
         t.truncate(width, overflow="ellipsis")
     return lines
@@ -112,7 +113,7 @@ def folded_banner(width: int) -> Text:
         ("gpufleet top", "bold"),
         (", ", "dim"),
         ("gpufleet alerts", "bold"),
-        (" · Ctrl-C quits", "dim"),
+        (" · q quits", "dim"),
     )
     t.truncate(width, overflow="ellipsis")
     return t
@@ -240,7 +241,7 @@ async def _run(
             deadline = None if seconds is None else loop.time() + seconds
             live_ctx = _live(console) if live_screen else contextlib.nullcontext(None)
             started = loop.time()
-            with live_ctx as live:
+            with _quit_keys(loop, stop, live_screen), live_ctx as live:
                 while not stop.is_set() and (deadline is None or loop.time() < deadline):
                     if live is not None:
                         fold = loop.time() - started > FOLD_SECONDS
@@ -265,6 +266,31 @@ async def _run(
     if last is not None:
         console.print(last, no_wrap=True, crop=False)
     console.print(Text("demo stopped; the simulated fleet and its temp data are gone.", style="dim"))
+
+
+@contextlib.contextmanager
+def _quit_keys(loop: asyncio.AbstractEventLoop, stop: asyncio.Event, screen: bool) -> Iterator[None]:
+    """On the live screen, ``q`` or Esc stops the demo like Ctrl-C (as they quit top and status --watch)."""
+    from gpufleet.cli.keys import KeyReader
+
+    if not screen:
+        yield
+        return
+    with KeyReader() as keys:
+        fd = keys.fd
+        if fd is None:
+            yield
+            return
+
+        def on_key() -> None:
+            if keys.wait(0) in ("q", "Q", "esc", "eof"):
+                stop.set()
+
+        loop.add_reader(fd, on_key)
+        try:
+            yield
+        finally:
+            loop.remove_reader(fd)
 
 
 def _live(console: Console) -> Any:

@@ -304,14 +304,14 @@ def detail_screen(view: FleetView, st: TopState, width: int, height: int) -> lis
                        .append(f"  last {fmt_duration(until - since)}", "dim").truncate(width))
             out.append(Line("mem   ", "dim").append(sparkline(mem, 0, hi), "magenta").truncate(width))
         out.append(Line())
-        out.extend(_process_lines(gpu, width, fmt_duration))
+        out.extend(_process_lines(gpu, width))
     out += [Line()] * max(height - len(out) - 1, 0)
     out = out[: height - 1]
     out.append(footer(width, "Esc/⏎ back  q quit"))
     return out
 
 
-def _process_lines(gpu: GpuView, width: int, fmt_duration: Callable[[float | None], str]) -> list[Line]:
+def _process_lines(gpu: GpuView, width: int) -> list[Line]:
     from gpufleet.cli.grid import Cell, Col, grid_lines
 
     if not gpu.processes:

@@ -63,7 +63,7 @@ class Row:
         return [p.user for p in (self.gpu.processes if self.gpu else []) if p.user]
 
     def flags(self) -> list[str]:
-        return list(self.gpu.flags if self.gpu else []) + [f for f in self.host.flags]
+        return list(self.gpu.flags if self.gpu else []) + list(self.host.flags)
 
 
 def sort_key(name: str) -> Callable[[Row], Any]:
@@ -123,7 +123,6 @@ class TopState:
     open: tuple[str, int] | None = None
     history: dict[str, Any] | None = None
     history_at: float = 0.0
-    message: str = ""
     rows: list[Row] = field(default_factory=list)
 
     def visible_rows(self, view: FleetView) -> list[Row]:

@@ -120,10 +120,14 @@ def folded_banner(width: int) -> Text:
 
 
 def firing(collector: Collector) -> list[Any]:
+    """Firing alerts, the worst first (critical, warning, info), then by host and GPU: when the screen has
+    rows for only some, those are the ones it keeps."""
     from gpufleet.collector.query import natural_key
 
+    rank = {"critical": 0, "warning": 1, "info": 2}
     active = [a for a in collector.alerts.active() if a.state == "firing"]
-    active.sort(key=lambda a: (natural_key(a.labels.get("host", "")), a.labels.get("gpu", ""), a.rule))
+    active.sort(key=lambda a: (rank.get(a.severity, 3), natural_key(a.labels.get("host", "")),
+                               a.labels.get("gpu", ""), a.rule))
     return active
 
 

@@ -35,12 +35,18 @@ FLAG_STYLES = {
     "ecc": "bold red",
     "down": "bold red",
     "storage": "bold red",
+    "near_oom": "bold red",
+    "duplicate_gpu": "bold red",
+    "idle_peers": "bold black on yellow",
+    "underused": "yellow",
+    "input_bound": "yellow",
 }
 STATUS_STYLES = {"up": "green", "down": "bold red", "connecting": "yellow", "unknown": "dim"}
-FLAG_CELLS = max(len(f) for f in FLAG_STYLES)
+FLAG_CELLS = 9  # the narrow flags column: "orphaned", "throttled"; wider where a longer flag is on screen
 #: the order flags are listed in on a one-line host summary: the worst first (cut ones become "+N")
 FLAG_ORDER = (
-    "down", "lost", "xid", "ecc", "storage", "hot", "stale", "wasted", "orphaned", "throttled", "idle"
+    "down", "lost", "xid", "ecc", "storage", "duplicate_gpu", "hot", "near_oom", "stale", "wasted",
+    "idle_peers", "orphaned", "underused", "input_bound", "throttled", "idle",
 )
 
 
@@ -118,7 +124,7 @@ class Layout:
     bars and print running times with one unit, so the command keeps some room at 80 columns; wide ones
     add the PID (130+), the GPU model (170+), the fan (180+), and the job / container after the command."""
 
-    def __init__(self, width: int, host_names: Iterable[str]) -> None:
+    def __init__(self, width: int, host_names: Iterable[str], longest_flag: int = 0) -> None:
         self.width = max(width, 40)
         self.host = max(min(max((len(n) for n in host_names), default=4), 16), 4)
         self.wide = wide = self.width >= 110
@@ -139,7 +145,8 @@ class Layout:
         left = [self.host, self.gpu, self.model, self.util, self.mem, self.temp, self.fan, self.power]
         self.left = sum(w + 1 for w in left if w)  # cells before the process columns
         fixed = self.left + sum(w + 1 for w in (self.pid, self.user, self.pmem, self.run) if w)
-        self.flags = 14 if wide else FLAG_CELLS  # one whole flag name always fits ("orphaned", "throttled")
+        # one whole flag name always fits: the longest one on screen (``longest_flag``), at least FLAG_CELLS
+        self.flags = max(14 if wide else FLAG_CELLS, min(longest_flag, 16))
         self.cmd = max(self.width - fixed - self.flags - 1, 6)
         if wide and self.cmd > 48:
             self.flags += self.cmd - 48
@@ -457,7 +464,7 @@ def status_lines(
     lines: a watch screen needs no more, and building fewer is what keeps it cheap). With ``expand``, only
     the hosts it names get a line per GPU; the others get one summary line each."""
     now = view.generated_at
-    lay = Layout(width, (h.name for h in view.hosts))
+    lay = Layout(width, (h.name for h in view.hosts), longest_flag(view))
     lines: list[Line] = [
         title_line(view, lay.width, title),
         *totals_lines(view, lay.width),
@@ -480,6 +487,20 @@ def status_lines(
     if not view.hosts:
         lines.append(Line("no hosts match" if view.filters else "no hosts configured", "dim"))
     return lines[:limit]
+
+
+def longest_flag(view: FleetView) -> int:
+    """Cells the flags column needs so it never cuts a flag: the longest flag name in the view, and room
+    for a " +N" after it where a GPU or host has more than one."""
+    longest, more = 0, False
+    for h in view.hosts:
+        lists = [h.flags, *(g.flags for g in h.gpus)]
+        more = more or len(h.flags) > 0 and any(g.flags for g in h.gpus)
+        for flags in lists:
+            if flags:
+                longest = max(longest, *map(len, flags))
+                more = more or len(flags) > 1
+    return longest + (3 if more else 0)
 
 
 def head_height(view: FleetView, width: int) -> int:

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpufleet.cli.client import EXIT_DENIED, Backend, CliError
 from gpufleet.cli.lines import Line, cells, to_text
-from gpufleet.cli.render_status import Layout, gpu_row, host_row, title_line, totals_lines
+from gpufleet.cli.render_status import Layout, gpu_row, host_row, longest_flag, title_line, totals_lines
 from gpufleet.collector.query import FleetView, GpuView, HostView, fleet_view_from_dict, natural_key
 from gpufleet.collector.units import fmt_duration, fmt_size, fmt_size_short
 
@@ -223,7 +223,7 @@ def _selected(line: Line, width: int) -> Line:
 
 
 def list_screen(view: FleetView, st: TopState, width: int, height: int) -> list[Line]:
-    lay = Layout(width, (h.name for h in view.hosts))
+    lay = Layout(width, (h.name for h in view.hosts), longest_flag(view))
     rows = st.visible_rows(view)
     head = [title_line(view, lay.width, "gpufleet top"), *totals_lines(view, lay.width), lay.header()]
     page = max(height - len(head) - 2, 1)

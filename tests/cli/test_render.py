@@ -274,3 +274,17 @@ def test_history_of_a_few_minutes_fills_the_line_and_the_summary_breaks_between_
     joined = " ".join(line.strip() for line in summary)
     assert "GPU-hours 0.08 held, 0.08 used, 0.00 wasted" in joined  # one phrase, never split
     assert any(line.strip().startswith("GPU-hours") for line in summary[1:]) or len(lines[i]) <= 80
+
+
+def test_longer_flags_widen_the_flags_column_instead_of_being_cut() -> None:
+    from gpufleet.cli.render_status import status_lines
+
+    live = synthetic_live({"n1": "busy", "n2": "busy"}, gpus=2)
+    v = query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=time.time())
+    v.hosts[0].gpus[0].flags = ["input_bound"]
+    v.hosts[1].gpus[1].flags = ["idle_peers", "wasted"]
+    for width in (80, 100, 200):
+        lines = [line.plain for line in status_lines(v, width)]
+        assert all(cell_width(line) <= width for line in lines)
+        text = "\n".join(lines)
+        assert "input_bound" in text and "idle_peers" in text, text

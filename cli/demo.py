@@ -5,7 +5,7 @@ collector (started in-process on the bundled demo.yaml, with short rule duration
 history in a temp directory and serves its query socket there. A pointer file in this user's runtime folder
 (:func:`gpufleet.cli.client.write_pointer`) names that socket while the demo runs, so plain `gpufleet status`,
 `gpufleet alerts`, ... work from another terminal as typed when no collector serves the default socket.
-Ctrl-C (or ``--seconds``) stops everything cleanly.
+Ctrl-C, ``q`` or Esc on the live screen (or ``--seconds``) stops everything cleanly.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -42,7 +43,10 @@ DEMO_HOSTS: dict[str, str] = {
     "gpu-node-17": "near_oom",
     "gpu-node-19": "underused",
 }
-MAX_ALERT_LINES = 8
+#: the full banner folds to one line after this many seconds of a live screen
+FOLD_SECONDS = 12.0
+#: the width piped output (--no-screen) is laid out for: wide enough that nothing is cut
+PIPE_WIDTH = 200
 
 
 def demo_config(workdir: Path) -> Config:
@@ -78,6 +82,7 @@ def _descriptions() -> dict[str, str]:
 
 
 def banner(socket: str, log_path: str, width: int) -> list[Text]:
+    """The full introduction: what each simulated host does, and how to ask the collector."""
     lines = [
         Text.assemble(
             ("gpufleet demo", "bold cyan"),
@@ -90,35 +95,81 @@ def banner(socket: str, log_path: str, width: int) -> list[Text]:
         name = DEMO_HOSTS[host]
         lines.append(Text.assemble("  ", (f"{host:<12}", "bold"), f"{name:<{pad}}", (text, "dim")))
     lines.append(
-        Text("  Alerts appear within 5-90 s. From another terminal, ask the running collector:", "dim")
+        Text("  Alerts appear within 5-90 s. From another terminal, as typed (no --socket needed):", "dim")
     )
-    lines.append(Text.assemble("    ", ("gpufleet alerts", "bold"), (f"   (socket {socket})", "dim")))
-    lines.append(Text(f"  Collector log: {log_path}   Ctrl-C quits.", style="dim"))
+    lines.append(Text.assemble("    ", ("gpufleet top", "bold"), "   ", ("gpufleet alerts", "bold"),
+                               (f"   (socket {socket})", "dim")))
+    lines.append(Text(f"  Collector log: {log_path}   q or Ctrl-C quits.", style="dim"))
     for t in lines:
-        t.truncate(width)
+        t.truncate(width, overflow="ellipsis")
     return lines
 
 
-def alert_lines(collector: Collector, width: int) -> list[Text]:
-    from gpufleet.cli.render_alerts import SEVERITY_STYLES
-    from gpufleet.collector.query import flag_name, natural_key
+def folded_banner(width: int) -> Text:
+    """The banner once the first seconds are over, or when the screen has no room for it: one line."""
+    t = Text.assemble(
+        ("gpufleet demo", "bold cyan"),
+        (f" · {len(DEMO_HOSTS)} simulated hosts · another terminal: ", "dim"),
+        ("gpufleet top", "bold"),
+        (", ", "dim"),
+        ("gpufleet alerts", "bold"),
+        (" · q quits", "dim"),
+    )
+    t.truncate(width, overflow="ellipsis")
+    return t
 
+
+def firing(collector: Collector) -> list[Any]:
+    """Firing alerts, the worst first (critical, warning, info), then by host and GPU: when the screen has
+    rows for only some, those are the ones it keeps."""
+    from gpufleet.collector.query import natural_key
+
+    rank = {"critical": 0, "warning": 1, "info": 2}
     active = [a for a in collector.alerts.active() if a.state == "firing"]
-    active.sort(key=lambda a: (natural_key(a.labels.get("host", "")), a.labels.get("gpu", ""), a.rule))
+    active.sort(key=lambda a: (rank.get(a.severity, 3), natural_key(a.labels.get("host", "")),
+                               a.labels.get("gpu", ""), a.rule))
+    return active
+
+
+def alert_lines(active: list[Any], width: int, rows: int | None = None) -> list[Text]:
+    """The firing alerts, one a line, in at most ``rows`` lines (the last says how many more)."""
+    from gpufleet.cli.render_alerts import SEVERITY_STYLES
+    from gpufleet.collector.query import flag_name
+
     head = Text.assemble(("Firing alerts: ", "bold"), (str(len(active)), "bold red" if active else "green"))
     lines = [head]
-    for a in active[:MAX_ALERT_LINES]:
-        summary = a.annotations.get("summary") or " ".join(f"{k}={v}" for k, v in sorted(a.labels.items()))
-        line = Text.assemble("  ", (f"{flag_name(a.rule):<9} ", SEVERITY_STYLES.get(a.severity, "")), summary)
-        line.truncate(width)
+    room = len(active) if rows is None else max(rows - 1, 0)
+    shown = active if len(active) <= room else active[: max(room - 1, 0)]
+    for a in shown:
+        line = Text.assemble("  ", (f"{flag_name(a.rule):<9} ", SEVERITY_STYLES.get(a.severity, "")))
+        where, summary = _where(a.labels, a.annotations.get("summary") or "")
+        line.append(where, "bold")
+        line.append(summary or " ".join(f"{k}={v}" for k, v in sorted(a.labels.items())))
+        line.truncate(width, overflow="ellipsis")
         lines.append(line)
-    if len(active) > MAX_ALERT_LINES:
-        lines.append(Text(f"  ... {len(active) - MAX_ALERT_LINES} more (gpufleet alerts)", style="dim"))
+    if len(shown) < len(active) and room >= 1:
+        lines.append(Text(f"  ... {len(active) - len(shown)} more (gpufleet alerts)", style="dim"))
     return lines
 
 
-def frame(collector: Collector, head: list[Text], width: int) -> RenderableType:
-    from gpufleet.cli.render_status import render_status
+def _where(labels: dict[str, str], summary: str) -> tuple[str, str]:
+    """``"gpu-node-03 GPU 0: "`` first (so a cut line still says where), and the summary without it."""
+    host, gpu = labels.get("host"), labels.get("gpu")
+    if not host:
+        return "", summary
+    place = f"{host} GPU {gpu}" if gpu is not None else host
+    for said in (f" on {place}", f"{place} ", f"{place}: "):
+        summary = summary.replace(said, "", 1) if said.startswith(" ") else summary.removeprefix(said)
+    return f"{place}: ", summary
+
+
+def frame(
+    collector: Collector, head: list[Text], width: int, height: int | None = None, *, fold: bool = False
+) -> RenderableType:
+    """One screen: the banner (``head``; folded to one line when ``fold`` or when it leaves no room), the
+    status and the firing alerts, in at most ``height`` lines. Room goes first to one line per host and
+    to the alerts, then to a line per GPU (hosts with a problem first), then to the full banner."""
+    from gpufleet.cli.render_status import fitted_lines, head_height, host_height, status_lines
     from gpufleet.collector.classify import thresholds_of
     from gpufleet.collector.query import build_fleet_view, flags_from_alerts
 
@@ -126,9 +177,24 @@ def frame(collector: Collector, head: list[Text], width: int) -> RenderableType:
         collector.live.hosts.values(), flags_from_alerts(collector.alerts.active()), now=time.time(),
         thresholds=thresholds_of(collector.config.rules),
     )
-    return Group(
-        *head, Text(), render_status(view, width, title="status"), Text(), *alert_lines(collector, width)
-    )
+    active = firing(collector)
+    if height is None:  # no screen: everything
+        status = status_lines(view, width, title="status")
+        return Group(*head, Text(), *(t.text() for t in status), Text(), *alert_lines(active, width))
+    status_min = head_height(view, width) + len(view.hosts)
+    alerts_full = 1 + len(active)
+    full_head = len(head) + 1
+    beside = status_min  # what the full banner must leave room for
+    if fold:  # after the first seconds the banner stays only where everything fits beside it
+        beside = head_height(view, width) + sum(host_height(h, True) for h in view.hosts)
+    if full_head + beside + 1 + alerts_full > height:
+        head = [folded_banner(width)] if head else []
+        full_head = len(head)
+    alert_rows = max(min(alerts_full, height - full_head - status_min - 1), 1)
+    status_rows = height - full_head - 1 - alert_rows
+    status = fitted_lines(view, width, status_rows, title="status")
+    blank = [Text()] if full_head > len(head) else []
+    return Group(*head, *blank, *(t.text() for t in status), Text(), *alert_lines(active, width, alert_rows))
 
 
 async def _run(
@@ -154,13 +220,17 @@ async def _run(
     collector: Collector | None = None
     pointed: Path | None = None  # the socket the pointer file names while the demo runs
     last: RenderableType | None = None
+    width = console.width
     live_screen = screen and console.is_terminal
     try:
         cfg = demo_config(workdir)
-        head = banner(str(cfg.api.socket), str(log_path), console.width)
+        if not live_screen:  # a pipe cuts nothing: lay out for a wide terminal (lines carry no padding)
+            console.width = max(console.width, PIPE_WIDTH)
+        width = console.width
+        head = banner(str(cfg.api.socket), str(log_path), width)
         if not live_screen:
             for line in head:
-                console.print(line, no_wrap=True, overflow="crop")
+                console.print(line, no_wrap=True, crop=False)
         async with SimFleet(DEMO_HOSTS, interval=interval, workdir=workdir / "fleet") as fleet:
             cfg.hosts = [h for h in fleet.host_configs()]
             for h in cfg.hosts:
@@ -174,15 +244,17 @@ async def _run(
                 console.print(head[-1], no_wrap=True, overflow="crop")
             deadline = None if seconds is None else loop.time() + seconds
             live_ctx = _live(console) if live_screen else contextlib.nullcontext(None)
-            with live_ctx as live:
+            started = loop.time()
+            with _quit_keys(loop, stop, live_screen), live_ctx as live:
                 while not stop.is_set() and (deadline is None or loop.time() < deadline):
-                    last = frame(collector, head, console.width)
                     if live is not None:
-                        live.update(last, refresh=True)
+                        fold = loop.time() - started > FOLD_SECONDS
+                        live.update(frame(collector, head, console.width, console.height, fold=fold),
+                                    refresh=True)
                     wait = refresh if deadline is None else max(0.0, min(refresh, deadline - loop.time()))
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(stop.wait(), wait)
-            last = frame(collector, [] if not live_screen else head, console.width)
+            last = frame(collector, [], width)  # what stays on the terminal after the screen goes
             await collector.stop()
             collector = None
     finally:
@@ -196,8 +268,33 @@ async def _run(
         handler.close()
         shutil.rmtree(workdir, ignore_errors=True)
     if last is not None:
-        console.print(last, no_wrap=True, overflow="crop")
+        console.print(last, no_wrap=True, crop=False)
     console.print(Text("demo stopped; the simulated fleet and its temp data are gone.", style="dim"))
+
+
+@contextlib.contextmanager
+def _quit_keys(loop: asyncio.AbstractEventLoop, stop: asyncio.Event, screen: bool) -> Iterator[None]:
+    """On the live screen, ``q`` or Esc stops the demo like Ctrl-C (as they quit top and status --watch)."""
+    from gpufleet.cli.keys import KeyReader
+
+    if not screen:
+        yield
+        return
+    with KeyReader() as keys:
+        fd = keys.fd
+        if fd is None:
+            yield
+            return
+
+        def on_key() -> None:
+            if keys.wait(0) in ("q", "Q", "esc", "eof"):
+                stop.set()
+
+        loop.add_reader(fd, on_key)
+        try:
+            yield
+        finally:
+            loop.remove_reader(fd)
 
 
 def _live(console: Console) -> Any:

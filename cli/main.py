@@ -1,4 +1,5 @@
-"""The ``gpufleet`` command: status, history, alerts, hosts, report, jobs, silences, demo, collector, config.
+"""The ``gpufleet`` command: status, top, history, alerts, hosts, report, jobs, silences, demo, collector,
+config.
 
 Only click and the socket client load at import; each command imports rich, the store or the collector when
 it runs, so ``gpufleet status`` starts fast. Every error a user can cause ends as one line
@@ -171,7 +172,7 @@ def cli() -> None:
     flag_value=2.0,
     default=None,
     metavar="[SECONDS]",
-    help="Refresh every SECONDS (default 2) until Ctrl-C.",
+    help="Refresh every SECONDS (default 2) until q, Esc or Ctrl-C.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the view model as JSON.")
 @pass_state
@@ -239,13 +240,17 @@ def status(
 def watch_loop(
     console: Console, frame: Callable[[int], RenderableType], interval: float, *, seconds: float | None = None
 ) -> None:
-    """Redraw ``frame`` every ``interval`` on the alternate screen until Ctrl-C (or ``seconds``)."""
+    """Redraw ``frame`` every ``interval`` on the alternate screen until ``q``, Esc, Ctrl-C (or
+    ``seconds``)."""
+    from gpufleet.cli.keys import KeyReader
     from rich.live import Live
     from rich.text import Text
 
     deadline = None if seconds is None else time.monotonic() + seconds
     try:
-        with Live(console=console, screen=True, auto_refresh=False, redirect_stderr=False) as live:
+        with KeyReader() as keys, Live(
+            console=console, screen=True, auto_refresh=False, redirect_stderr=False
+        ) as live:
             while deadline is None or time.monotonic() < deadline:
                 try:
                     renderable: RenderableType = frame(console.width)
@@ -254,11 +259,38 @@ def watch_loop(
                         raise
                     renderable = Text(f"gpufleet: {exc} (retrying every {interval:g} s)", style="yellow")
                 live.update(renderable, refresh=True)
-                time.sleep(
+                until = time.monotonic() + (
                     interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic()))
                 )
+                while (left := until - time.monotonic()) > 0:
+                    key = keys.wait(left)
+                    if key in ("q", "Q", "esc", "eof"):
+                        return
+                    if key == "resize":  # redraw for the new size now
+                        break
     except KeyboardInterrupt:
         pass
+
+
+@cli.command()
+@where_options
+@click.option("--host", "hosts", multiple=True, metavar="NAME", help="Only these hosts (globs work).")
+@click.option("--tag", "tags", multiple=True, metavar="TAG", help="Only hosts with one of these tags.")
+@click.option("--user", "users", multiple=True, metavar="USER", help="Only GPUs these users hold.")
+@click.option(
+    "--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
+    help="Seconds between refreshes.",
+)
+@pass_state
+def top(
+    state: State, hosts: tuple[str, ...], tags: tuple[str, ...], users: tuple[str, ...], interval: float
+) -> None:
+    """The fleet live and interactive: sort (h u m w o), filter (/), select a GPU (Enter) for its processes
+    and history. q or Esc quits."""
+    from gpufleet.cli.top import run_top
+
+    args = {"host": _split(hosts) or None, "tag": _split(tags) or None, "user": _split(users) or None}
+    run_top(state.console, state.backend(), interval, args={k: v for k, v in args.items() if v})
 
 
 # ------------------------------------------------------------------------------------------- hosts
@@ -636,9 +668,12 @@ def config_check(state: State, shard: str | None) -> None:
                        "to an Alertmanager cluster instead, which deduplicates", err=True)
         click.echo(f"shard {cfg.shard}: {len(cfg.hosts)} of {everyone} hosts: "
                    + (", ".join(h.name for h in cfg.hosts) or "(none)"))
+    from gpufleet.cli.render_status import plural
+
     enabled = sum(1 for r in cfg.rules.values() if r.enabled)
     click.echo(
-        f"{path}: ok: {len(cfg.hosts)} hosts, {enabled} rules enabled, {len(cfg.notifiers)} notifiers; "
+        f"{path}: ok: {plural(len(cfg.hosts), 'host')}, {plural(enabled, 'rule')} enabled, "
+        f"{plural(len(cfg.notifiers), 'notifier')}; "
         f"socket {cfg.api.resolved_socket()}, database {cfg.storage.resolved_path()}"
     )
 

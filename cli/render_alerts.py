@@ -34,8 +34,10 @@ def rule_label(rule: str) -> str:
 
 
 def active_table(alerts: Sequence[AlertRecord], width: int, now: float, muted: Collection[str] = ()) -> Text:
-    """FOR is how long the condition has held (since the alert went pending), the same clock as the
-    summary's own "for 2h"; a firing alert's firing time is in ``--json`` (``fired_at``)."""
+    """ACTIVE FOR is how long the condition has held (since the alert went pending: for a wasted GPU, how
+    long it has been wasting), the same clock as the summary's own "for 2h"; not the process's age (status
+    RUNNING) nor how long it held the GPU (history HELD FOR). A firing alert's firing time is in ``--json``
+    (``fired_at``)."""
     cols = [
         Col("SEVERITY"),
         Col("STATE"),
@@ -43,7 +45,7 @@ def active_table(alerts: Sequence[AlertRecord], width: int, now: float, muted: C
         Col("HOST", shrink=True),
         Col("GPU", right=True),
         Col("USER", shrink=True),
-        Col("FOR", right=True),
+        Col("ACTIVE FOR", right=True),
     ]
     rows: list[list[Cell]] = []
     for a in sorted(alerts, key=_sort_key):

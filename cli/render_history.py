@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gpufleet.cli import convert
 from gpufleet.cli.grid import Cell, Col, grid
+from gpufleet.cli.render_status import plural
 from gpufleet.cli.timeparse import fmt_ts
 from gpufleet.collector.store.records import EventRow, GpuSeries, ProcessSpan, SeriesPoint, UsageRow
 from gpufleet.collector.units import fmt_duration, fmt_pct, fmt_size
@@ -87,7 +89,7 @@ def _series_block(s: GpuSeries, since: float, until: float, width: int) -> list[
     head.append(f"GPU {s.index}", "bold")
     if s.name:
         head.append(f"  {s.name}", "dim")
-    head.append(f"  ({len(s.points)} points, {s.resolution})", "dim")
+    head.append(f"  ({plural(len(s.points), 'point')}, {s.resolution})", "dim")
     lines = [head]
 
     util = bucket(s.points, since, until, spark_w, lambda p: p.util_mean)
@@ -126,6 +128,16 @@ def _series_block(s: GpuSeries, since: float, until: float, width: int) -> list[
     return lines
 
 
+def plot_start(series: Sequence[GpuSeries], since: float, until: float) -> float:
+    """Where the sparklines start: ``since``, or the first sample when the samples cover under a quarter of
+    the range (a collector that started minutes ago would otherwise draw all it has in one column of a
+    24 h window)."""
+    first = min((p.ts for s in series for p in s.points), default=None)
+    if first is None or first <= since or (until - first) >= (until - since) / 4:
+        return since
+    return first
+
+
 def _axis(since: float, until: float, width: int) -> Text:
     spark_w = _spark_width(width)
     left, right = fmt_ts(since)[5:16], fmt_ts(until)[5:16]
@@ -133,41 +145,56 @@ def _axis(since: float, until: float, width: int) -> Text:
     return Text("       " + left + " " * gap + right, "dim")
 
 
-def _hours(h: float) -> str:
-    """GPU-hours: one decimal, two below one hour (a 10-minute window is not "0.0 wasted")."""
-    return f"{h:.1f}" if h >= 1 or h == 0 else f"{h:.2f}"
+def _hours(*hours: float) -> list[str]:
+    """GPU-hours read side by side, with one number of decimals: two when any of them is under one hour
+    (a 10-minute window is not "0.0 wasted"), else one; never "0.08 held, 0.0 wasted"."""
+    digits = 2 if any(0 < abs(h) < 1 for h in hours) else 1
+    return [f"{h:.{digits}f}" for h in hours]
 
 
-def summary_line(series: Sequence[GpuSeries], usage: Sequence[UsageRow]) -> Text:
+def summary_line(series: Sequence[GpuSeries], usage: Sequence[UsageRow], width: int = 1 << 30) -> Text:
+    """``Summary: mean util · peak memory · GPU-hours``; where it is longer than ``width``, it breaks
+    between those phrases (never inside one), the rest indented under the first."""
     utils = [v for s in series for v in _vals(s.points, lambda p: p.util_mean)]
     peak: tuple[float, int] | None = None
     for s in series:
         for v in _vals(s.points, _mem_peak):
             if peak is None or v > peak[0]:
                 peak = (v, s.index)
-    t = Text("Summary: ", "bold")
-    t.append(f"mean util {fmt_pct(sum(utils) / len(utils), compact=True)}" if utils else "no samples")
+    phrases = [Text(f"mean util {fmt_pct(sum(utils) / len(utils), compact=True)}" if utils else "no samples")]
     if peak:
-        t.append(f" · peak memory {fmt_size(peak[0])} (GPU {peak[1]})")
+        phrases.append(Text(f"peak memory {fmt_size(peak[0])} (GPU {peak[1]})"))
     held = sum(u.gpu_hours_held for u in usage)
     used = sum(u.gpu_hours_used for u in usage)
     wasted = sum(u.gpu_hours_wasted for u in usage)
-    t.append(f" · GPU-hours {_hours(held)} held, {_hours(used)} used, ")
-    t.append(f"{_hours(wasted)} wasted", "bold yellow" if wasted >= 0.05 else "")
+    h, u, w = _hours(held, used, wasted)
+    hours = Text(f"GPU-hours {h} held, {u} used, ")
+    hours.append(f"{w} wasted", "bold yellow" if wasted >= 0.05 else "")
+    phrases.append(hours)
+    t = Text("Summary: ", "bold")
+    col = len(t)
+    for i, ph in enumerate(phrases):
+        sep = " · " if i else ""
+        if i and col + len(sep) + len(ph) > width:
+            t.append("\n" + " " * 9)
+            col, sep = 9, ""
+        t.append(sep)
+        t.append_text(ph)
+        col += len(sep) + len(ph)
     return t
 
 
 def process_table(procs: Sequence[ProcessSpan], width: int) -> Text:
-    """The processes seen on the GPUs in the range. FIRST/LAST SEEN and HELD are what the collector
+    """The processes seen on the GPUs in the range. HELD SINCE / LAST SEEN / HELD FOR are what the collector
     observed within the range (a process older than the range shows the range's start), not the
     process's own start time: the store keeps spans, not /proc start times."""
     cols = [
         Col("USER", shrink=True, max=16),
         Col("PID", right=True),
         Col("GPU", right=True),
-        Col("FIRST SEEN"),
+        Col("HELD SINCE"),
         Col("LAST SEEN"),
-        Col("HELD", right=True),
+        Col("HELD FOR", right=True),
         Col("MAX MEM", right=True),
         Col("SM", right=True),
     ]
@@ -209,23 +236,38 @@ def render_history(result: dict[str, Any], width: int) -> RenderableType:
     parts: list[RenderableType] = [title, Text()]
     if not series:
         parts.append(Text("no samples in this range", "dim"))
+    start = plot_start(series, since, until)
+    if start > since:
+        parts.append(Text(f"samples only since {fmt_ts(start)[:16]}: the sparklines start there", "dim"))
     for s in series:
-        parts.extend(_series_block(s, since, until, width))
+        parts.extend(_series_block(s, start, until, width))
     if series:
-        parts.append(_axis(since, until, width))
-    parts += [Text(), summary_line(series, usage)]
+        parts.append(_axis(start, until, width))
+    parts += [Text(), summary_line(series, usage, width)]
     if procs:
         extra = f" (latest {MAX_PROCESS_ROWS} of {len(procs)})" if len(procs) > MAX_PROCESS_ROWS else ""
         parts += [Text(), Text(f"Processes{extra}", "bold"), process_table(procs, width)]
     if events:
         parts += [Text(), Text("Events", "bold")]
         for e in events[-MAX_EVENT_ROWS:]:
-            gpu = f"GPU {e.gpu_index} " if e.gpu_index is not None else ""
-            xid = f"Xid {e.xid} " if e.xid is not None else ""
-            line = Text(f"  {fmt_ts(e.ts)}  {gpu}{e.kind} {xid}{e.message}")
+            line = Text(f"  {fmt_ts(e.ts)}  {event_text(e)}")
             line.truncate(width)
             parts.append(line)
     return Group(*parts)
+
+
+def event_text(e: EventRow) -> str:
+    """``GPU 2 Xid 79 (critical)``: where, what, then the message less what was already said (the agent's
+    message repeats the Xid and the GPU)."""
+    what = f"Xid {e.xid}" if e.kind == "xid" and e.xid is not None else e.kind
+    msg = e.message or ""
+    if e.xid is not None:
+        msg = re.sub(rf"^Xid {e.xid}\b:?\s*", "", msg)
+    if e.gpu_index is not None:
+        msg = re.sub(rf"\s*\bon GPU {e.gpu_index}\b( \([^)]*\))?", "", msg)
+    where = f"GPU {e.gpu_index} " if e.gpu_index is not None else ""
+    sep = " " if not msg or msg.startswith("(") else ": "
+    return f"{where}{what}{sep}{msg}".rstrip()
 
 
 CSV_FIELDS = (

@@ -8,7 +8,7 @@ budget. Every line is cut to the width, so nothing wraps at 80 columns.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from gpufleet.cli.lines import Line, cells, cut, to_text
@@ -35,8 +35,19 @@ FLAG_STYLES = {
     "ecc": "bold red",
     "down": "bold red",
     "storage": "bold red",
+    "near_oom": "bold red",
+    "duplicate_gpu": "bold red",
+    "idle_peers": "bold black on yellow",
+    "underused": "yellow",
+    "input_bound": "yellow",
 }
 STATUS_STYLES = {"up": "green", "down": "bold red", "connecting": "yellow", "unknown": "dim"}
+FLAG_CELLS = 9  # the narrow flags column: "orphaned", "throttled"; wider where a longer flag is on screen
+#: the order flags are listed in on a one-line host summary: the worst first (cut ones become "+N")
+FLAG_ORDER = (
+    "down", "lost", "xid", "ecc", "storage", "duplicate_gpu", "hot", "near_oom", "stale", "wasted",
+    "idle_peers", "orphaned", "underused", "input_bound", "throttled", "idle",
+)
 
 
 # ------------------------------------------------------------------------------------------ formatting
@@ -53,8 +64,10 @@ def bar(fraction: float | None, width: int) -> str:
 
 
 def plural(n: int, word: str) -> str:
-    """``1 host``, ``2 hosts``."""
-    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+    """``1 host``, ``2 hosts``, ``2 processes``."""
+    if n == 1:
+        return f"{n} {word}"
+    return f"{n} {word}es" if word.endswith(("s", "x", "sh", "ch")) else f"{n} {word}s"
 
 
 def fmt_mem_pair(used: int | None, total: int | None) -> str:
@@ -107,32 +120,39 @@ def _fit(text: str, width: int, align: str = "left") -> str:
 
 
 class Layout:
-    """Column widths for one console width. Narrow consoles drop the power column, shrink the bars and
-    print running times with one unit, so the command keeps some room at 80 columns."""
+    """Column widths for one console width. Narrow consoles drop the power column (under 96), shrink the
+    bars and print running times with one unit, so the command keeps some room at 80 columns; wide ones
+    add the PID (130+), the GPU model (170+), the fan (180+), and the job / container after the command."""
 
-    def __init__(self, width: int, host_names: Iterable[str]) -> None:
+    def __init__(self, width: int, host_names: Iterable[str], longest_flag: int = 0) -> None:
         self.width = max(width, 40)
         self.host = max(min(max((len(n) for n in host_names), default=4), 16), 4)
         self.wide = wide = self.width >= 110
         self.bar = (10 if self.width >= 140 else 6) if wide else 4  # util bar
         self.mbar = (10 if self.width >= 140 else 6) if wide else 3  # memory bar
         self.gpu = 3 if wide else 2
+        self.model = 14 if self.width >= 170 else 0  # "A100-SXM4-80GB"
         self.util = self.bar + 5  # bar + " 100%"
         self.mtext = 8  # "141/141G"
         self.mem = self.mbar + 1 + self.mtext
         self.temp = 4 if wide else 3
-        self.power = 9 if wide else 0  # "210/400W"
+        self.power = 9 if self.width >= 96 else 0  # "210/400W"
+        self.fan = 4 if self.width >= 180 else 0  # " 45%"
+        self.pid = 7 if self.width >= 130 else 0
         self.user = 10 if wide else 7
         self.pmem = 5 if wide else 4
-        self.run = 5 if wide else 3
-        left = [self.host, self.gpu, self.util, self.mem, self.temp] + ([self.power] if self.power else [])
-        self.left = sum(w + 1 for w in left)  # cells before the user column
-        fixed = self.left + sum(w + 1 for w in (self.user, self.pmem, self.run))
-        self.flags = 14 if wide else 7
+        self.run = 7 if wide else 3  # how long the process has been running
+        left = [self.host, self.gpu, self.model, self.util, self.mem, self.temp, self.fan, self.power]
+        self.left = sum(w + 1 for w in left if w)  # cells before the process columns
+        fixed = self.left + sum(w + 1 for w in (self.pid, self.user, self.pmem, self.run) if w)
+        # one whole flag name always fits: the longest one on screen (``longest_flag``), at least FLAG_CELLS
+        self.flags = max(14 if wide else FLAG_CELLS, min(longest_flag, 16))
         self.cmd = max(self.width - fixed - self.flags - 1, 6)
-        if wide and self.cmd > 40:
-            self.flags += self.cmd - 40
-            self.cmd = 40
+        if wide and self.cmd > 48:
+            self.flags += self.cmd - 48
+            self.cmd = 48
+        #: cells of the process columns (PID, user, command, memory, running for) with their gaps
+        self.procs = fixed - self.left + self.cmd + 1
         #: every column fits: GPU lines need no truncation (their cells are padded or cut to the columns)
         self.fits = fixed + self.cmd + 1 + self.flags <= self.width
         self.gauges: _Gauges | None = None  # the memoized cells of this layout, made on first use
@@ -146,17 +166,22 @@ class Layout:
         parts = [
             _fit("HOST", self.host),
             _fit("GPU" if self.gpu >= 3 else "#", self.gpu, "right"),
+            *([_fit("MODEL", self.model)] if self.model else []),
             _fit("UTIL", self.util),
             _fit("MEMORY GiB", self.mem),
             _fit("TEMP" if self.temp >= 4 else "T°", self.temp),
         ]
+        if self.fan:
+            parts.append(_fit("FAN", self.fan, "right"))
         if self.power:
             parts.append(_fit("POWER", self.power))
+        if self.pid:
+            parts.append(_fit("PID", self.pid, "right"))
         parts += [
             _fit("USER", self.user),
             _fit("COMMAND", self.cmd),
             _fit("GMEM" if self.pmem >= 4 else "MEM", self.pmem, "right"),
-            _fit("FOR" if self.run >= 3 else "", self.run, "right"),
+            _fit("RUNNING" if self.run >= 7 else "RUN", self.run, "right"),
             "FLAGS",
         ]
         return Line(" ".join(parts), "bold dim").truncate(self.width)
@@ -165,7 +190,7 @@ class Layout:
 def _proc_cells(line: Line, lay: Layout, p: ProcView | None, extra: str | None = None) -> None:
     sp = line.spans
     if p is None:
-        sp.append((_fit(extra or "", lay.user + 1 + lay.cmd + 1 + lay.pmem + 1 + lay.run + 1), "dim"))
+        sp.append((_fit(extra or "", lay.procs), "dim"))
         return
     sp.extend(_Gauges.of(lay).proc_cells(p))
 
@@ -193,7 +218,9 @@ class _Gauges:
         lay.gauges = self
         self.index: dict[int, str] = {}
         self.user: dict[str | None, tuple[str, str]] = {}
-        self.cmd: dict[tuple[str | None, int | None, bool], tuple[str, str]] = {}
+        self.cmd: dict[tuple[str | None, int | None, bool, str | None], tuple[str, str]] = {}
+        self.pid: dict[int, tuple[str, str]] = {}
+        self.model: dict[str | None, tuple[str, str]] = {}
         self.tail: dict[tuple[int | None, str], tuple[str, str]] = {}
         self.util: dict[int | None, list[tuple[str, str]]] = {}
         self.temp: dict[int | None, tuple[str, str]] = {}
@@ -210,17 +237,34 @@ class _Gauges:
             c = self.index[index] = _fit(str(index), self.lay.gpu, "right") + " "
         return c
 
-    def proc_cells(self, p: ProcView) -> tuple[tuple[str, str], tuple[str, str], tuple[str, str]]:
-        """User, command, and memory + running time of one process (the last keyed by its shown text)."""
+    def model_cell(self, name: str | None) -> tuple[str, str]:
+        c = self.model.get(name)
+        if c is None:
+            short = (name or "-").removeprefix("NVIDIA ").removeprefix("GeForce ")
+            c = self.model[name] = (_fit(short, self.lay.model) + " ", "dim")
+        return c
+
+    def proc_cells(self, p: ProcView) -> list[tuple[str, str]]:
+        """PID (wide layouts), user, command (and job / container where wide), and memory + running time of
+        one process (the last keyed by its shown text)."""
         lay = self.lay
+        out = []
+        if lay.pid:
+            pid = self.pid.get(p.pid)
+            if pid is None:
+                pid = self.pid[p.pid] = (_fit(str(p.pid), lay.pid, "right") + " ", "dim")
+            out.append(pid)
         user = self.user.get(p.user)
         if user is None:
             user = self.user[p.user] = (_fit(p.user or "?", lay.user) + " ", "bold" if p.user else "dim")
         zombie = p.state == "Z"
-        ckey = (p.command, None if p.command else p.pid, zombie)
+        where = (f"job {p.job}" if p.job else p.container) if lay.wide else None
+        ckey = (p.command, None if p.command else p.pid, zombie, where)
         cmd = self.cmd.get(ckey)
         if cmd is None:
             text = ("<zombie> " if zombie else "") + (p.command or f"pid {p.pid}")
+            if where:
+                text += f" [{where}]"
             cmd = self.cmd[ckey] = (_fit(text, lay.cmd) + " ", "red" if zombie else "")
         tkey = (p.memory, lay.duration(p.running_for))
         tail = self.tail.get(tkey)
@@ -230,7 +274,8 @@ class _Gauges:
                 + _fit(tkey[1], lay.run, "right") + " ",
                 "",
             )
-        return user, cmd, tail
+        out += [user, cmd, tail]
+        return out
 
     def util_cells(self, util: int | None) -> list[tuple[str, str]]:
         c = self.util.get(util)
@@ -286,11 +331,11 @@ def _gpu_lines(
     else:
         sp.append((" " * (lay.host + 1), ""))
     sp.append((gauges.index_cell(g.index), ""))
+    if lay.model:
+        sp.append(gauges.model_cell(g.name))
     flags = g.flags + [f for f in host.flags if f not in g.flags] if first and host.flags else g.flags
     if g.error:
-        span = (
-            lay.left - (lay.host + 1 + lay.gpu + 1) + lay.user + 1 + lay.cmd + 1 + lay.pmem + 1 + lay.run + 1
-        )
+        span = lay.left - (lay.host + 1 + lay.gpu + 1) - (lay.model + 1 if lay.model else 0) + lay.procs
         sp.append((_fit(f"lost: {g.error}", span), "bold red"))
         _flags(line, flags, lay.flags)
         out.append(line.rstrip().truncate(lay.width))
@@ -298,6 +343,8 @@ def _gpu_lines(
     sp.extend(gauges.util_cells(g.util))
     sp.extend(gauges.mem_cells(g.mem_used, g.mem_total))
     sp.append(gauges.temp_cell(g.temp))
+    if lay.fan:
+        sp.append((_fit("-" if g.fan is None else f"{g.fan}%", lay.fan, "right") + " ", "dim"))
     if lay.power:
         sp.append(gauges.power_cell(g.power, g.power_limit))
     procs = g.processes
@@ -322,6 +369,19 @@ def _gpu_lines(
         out.append(Line(" " * lay.left + f"+{hidden} more processes", "dim"))
 
 
+def gpu_row(lay: Layout, host: HostView, g: GpuView) -> Line:
+    """One GPU on one line, named by its host (``gpufleet top``'s rows, sorted away from their host):
+    the first process only; the others are in top's GPU view."""
+    out: list[Line] = []
+    _gpu_lines(out, lay, _Gauges.of(lay), host, g, True)
+    return out[0]
+
+
+def host_row(lay: Layout, h: HostView, now: float) -> Line:
+    """A host without GPU lines (down, or none reported) on one line."""
+    return _host_line(lay, h, now)
+
+
 def _host_line(lay: Layout, h: HostView, now: float) -> Line:
     line = Line()
     line.append(_fit(h.name, lay.host) + " ", "bold")
@@ -331,7 +391,7 @@ def _host_line(lay: Layout, h: HostView, now: float) -> Line:
         bits.append(h.reason)
     bits.append(f"last seen {fmt_ago(h.last_seen, now)}")
     if h.gpus:
-        bits.append(f"{len(h.gpus)} GPUs")
+        bits.append(plural(len(h.gpus), "GPU"))
     line.append("  " + " · ".join(bits), "dim")
     extra = [f for f in h.flags if f != "down"]
     if extra:
@@ -393,12 +453,18 @@ def title_line(view: FleetView, width: int, label: str = "gpufleet status") -> L
 
 
 def status_lines(
-    view: FleetView, width: int, *, title: str = "gpufleet status", height: int | None = None
+    view: FleetView,
+    width: int,
+    *,
+    title: str = "gpufleet status",
+    height: int | None = None,
+    expand: Container[str] | None = None,
 ) -> list[Line]:
     """The whole screen as lines: title, totals, column header, then every host's GPUs (at most ``height``
-    lines: a watch screen needs no more, and building fewer is what keeps it cheap)."""
+    lines: a watch screen needs no more, and building fewer is what keeps it cheap). With ``expand``, only
+    the hosts it names get a line per GPU; the others get one summary line each."""
     now = view.generated_at
-    lay = Layout(width, (h.name for h in view.hosts))
+    lay = Layout(width, (h.name for h in view.hosts), longest_flag(view))
     lines: list[Line] = [
         title_line(view, lay.width, title),
         *totals_lines(view, lay.width),
@@ -413,6 +479,9 @@ def status_lines(
         if h.status != "up" and view.source == "live" or not h.gpus:
             lines.append(_host_line(lay, h, now))
             continue
+        if expand is not None and h.name not in expand:
+            lines.append(_summary_line(lay, gauges, h))
+            continue
         for i, g in enumerate(h.gpus):
             _gpu_lines(lines, lay, gauges, h, g, i == 0)
     if not view.hosts:
@@ -420,11 +489,125 @@ def status_lines(
     return lines[:limit]
 
 
+def longest_flag(view: FleetView) -> int:
+    """Cells the flags column needs so it never cuts a flag: the longest flag name in the view, and room
+    for a " +N" after it where a GPU or host has more than one."""
+    longest, more = 0, False
+    for h in view.hosts:
+        lists = [h.flags, *(g.flags for g in h.gpus)]
+        more = more or len(h.flags) > 0 and any(g.flags for g in h.gpus)
+        for flags in lists:
+            if flags:
+                longest = max(longest, *map(len, flags))
+                more = more or len(flags) > 1
+    return longest + (3 if more else 0)
+
+
+def head_height(view: FleetView, width: int) -> int:
+    """Lines :func:`status_lines` writes before the first host: title, totals (one or two), blank, header."""
+    return 3 + len(totals_lines(view, max(width, 40)))
+
+
+def host_height(h: HostView, live: bool) -> int:
+    """Lines :func:`status_lines` gives host ``h`` with a line per GPU (processes beyond the first
+    included), counted without rendering."""
+    if h.status != "up" and live or not h.gpus:
+        return 1
+    n = 0
+    for g in h.gpus:
+        n += 1
+        k = len(g.processes)
+        if k >= 2 and not g.error:
+            shown = min(k - 1, MAX_PROCS_SHOWN - 1)
+            n += shown + (1 if k - 1 > shown else 0)
+    return n
+
+
+def hosts_to_expand(view: FleetView, rows: int) -> set[str] | None:
+    """Which hosts get a line per GPU when ``rows`` lines are left for hosts: None when all of them fit
+    (or not even one summary line per host does: then the list is cut, as before). Otherwise every host
+    gets a summary line and hosts with a problem flag are opened first, then the rest in order, while the
+    room lasts: what matters stays visible at 80x24."""
+    live = view.source == "live"
+    counts = [host_height(h, live) for h in view.hosts]
+    if sum(counts) <= rows or len(counts) > rows:
+        return None
+    left = rows - len(counts)
+    flagged = [bool(h.flags) or any(g.flags for g in h.gpus) for h in view.hosts]
+    order = sorted(range(len(counts)), key=lambda i: (not flagged[i], i))
+    expand: set[str] = set()
+    for i in order:
+        if counts[i] - 1 <= left:
+            expand.add(view.hosts[i].name)
+            left -= counts[i] - 1
+    return expand
+
+
+def fitted_lines(view: FleetView, width: int, height: int, *, title: str = "gpufleet status") -> list[Line]:
+    """:func:`status_lines` in at most ``height`` lines, hosts summarised one a line when their GPUs do
+    not all fit (see :func:`hosts_to_expand`)."""
+    expand = hosts_to_expand(view, height - head_height(view, width))
+    return status_lines(view, width, title=title, height=height, expand=expand)
+
+
+def _summary_line(lay: Layout, gauges: _Gauges, h: HostView) -> Line:
+    """One host on one line: mean util, summed memory, hottest GPU, total power, its users and every flag
+    of the host and its GPUs (the worst first)."""
+    ok = [g for g in h.gpus if not g.error]
+    utils = [g.util for g in ok if g.util is not None]
+    used = [g.mem_used for g in ok if g.mem_used is not None]
+    totals = [g.mem_total for g in ok if g.mem_total is not None]
+    temps = [g.temp for g in ok if g.temp is not None]
+    powers = [g.power for g in ok if g.power is not None]
+    limits = [g.power_limit for g in ok if g.power_limit is not None]
+    procs = [p for g in h.gpus for p in g.processes]
+    held: dict[str, int] = {}
+    for p in procs:
+        held[p.user or "?"] = held.get(p.user or "?", 0) + (p.memory or 0)
+    line = Line()
+    sp = line.spans
+    sp.append((_fit(h.name, lay.host) + " ", "bold"))
+    sp.append((_fit("*", lay.gpu, "right") + " ", "dim"))
+    if lay.model:
+        models = {g.name for g in h.gpus if g.name}
+        sp.append(gauges.model_cell(models.pop() if len(models) == 1 else "mixed" if models else None))
+    sp.extend(gauges.util_cells(round(sum(utils) / len(utils)) if utils else None))
+    sp.extend(gauges.mem_cells(sum(used) if used else None, sum(totals) if totals else None))
+    sp.append(gauges.temp_cell(max(temps) if temps else None))
+    if lay.fan:
+        fans = [g.fan for g in ok if g.fan is not None]
+        sp.append((_fit(f"{max(fans)}%" if fans else "-", lay.fan, "right") + " ", "dim"))
+    if lay.power:
+        sp.append(gauges.power_cell(sum(powers) if powers else None, sum(limits) if limits else None))
+    if lay.pid:
+        sp.append((" " * (lay.pid + 1), ""))
+    users = ",".join(sorted(held, key=lambda u: -held[u])) or "-"
+    sp.append((_fit(users, lay.user) + " ", "bold" if held else "dim"))
+    what = f"{plural(len(h.gpus), 'GPU')}, {plural(len(procs), 'process')}"
+    if cells(what) > lay.cmd:
+        what = plural(len(h.gpus), "GPU")
+    sp.append((_fit(what, lay.cmd) + " ", "dim"))
+    longest = max((p.running_for for p in procs if p.running_for is not None), default=None)
+    mem = sum(p.memory or 0 for p in procs) if procs else None
+    tail = _fit(fmt_size_short(mem), lay.pmem, "right") + " " + _fit(lay.duration(longest), lay.run, "right")
+    sp.append((tail + " ", ""))
+    names = set(h.flags).union(*(g.flags for g in h.gpus))
+    rank = {f: i for i, f in enumerate(FLAG_ORDER)}
+    flags = sorted(names, key=lambda f: (rank.get(f, len(rank)), f))
+    if flags:
+        _flags(line, flags, lay.flags)
+    line.rstrip()
+    return line if lay.fits else line.truncate(lay.width)
+
+
 def render_status(
     view: FleetView, width: int, *, title: str = "gpufleet status", height: int | None = None
 ) -> Text:
-    """:func:`status_lines` as one rich Text (the watch screen, the demo, tests)."""
-    return to_text(status_lines(view, width, title=title, height=height))
+    """:func:`status_lines` as one rich Text (the watch screen, the demo, tests); with ``height``, fitted
+    to it (:func:`fitted_lines`)."""
+    if height is None:
+        return to_text(status_lines(view, width, title=title))
+    return to_text(fitted_lines(view, width, height, title=title))
 
 
 # ---------------------------------------------------------------------------------------- other views

@@ -67,6 +67,7 @@ class GpuView:
     power: float | None
     power_limit: float | None
     error: str | None = None
+    fan: int | None = None  # percent; None where the card has no fan (or the source has no fan reading)
     flags: list[str] = field(default_factory=list)
     processes: list[ProcView] = field(default_factory=list)
 
@@ -279,6 +280,7 @@ def _gpu_view(g: _GpuLike, flags: Iterable[str], host_up: bool, now: float, t: T
         g.power_draw,
         g.power_limit,
         error,
+        getattr(g, "fan_speed", None),  # live samples have it; stored rows do not
         names,
         procs,
     )

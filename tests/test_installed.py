@@ -39,7 +39,7 @@ def test_console_scripts_run() -> None:
     assert frame["type"] == "snapshot" and frame["gpus"], frame
     help_text = subprocess.run([str(BIN / "gpufleet"), "--help"], capture_output=True, text=True,
                                timeout=60, check=True).stdout
-    for command in ("status", "history", "alerts", "demo"):
+    for command in ("status", "top", "history", "alerts", "demo"):
         assert command in help_text
 
 

@@ -478,3 +478,49 @@ def as_dict(obj: Any) -> Any:
     from gpufleet.collector.query import jsonable
 
     return json.loads(json.dumps(obj, default=jsonable))
+
+
+# ------------------------------------------------------------------------------------------ tmux screens
+
+
+async def tmux(sock: str, *args: str, env: dict[str, str] | None = None) -> str:
+    """Run ``tmux -L sock ARGS`` (a private server per test) and return its stdout."""
+    proc = await asyncio.create_subprocess_exec(
+        "tmux", "-L", sock, *args, env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 10)
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
+
+
+async def pane(sock: str) -> str:
+    return await tmux(sock, "capture-pane", "-p", "-t", "gf")
+
+
+async def pane_until(sock: str, *wants: str, timeout: float = 20.0) -> str:
+    """Poll the pane until every one of ``wants`` shows on it (the loop keeps serving meanwhile)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    text = ""
+    while loop.time() < deadline:
+        text = await pane(sock)
+        if all(w in text for w in wants):
+            return text
+        await asyncio.sleep(0.2)
+    missing = [w for w in wants if w not in text]
+    raise AssertionError(f"{missing!r} never appeared on screen; last screen:\n{text}")
+
+
+def tmux_env(home: Path, **extra: str) -> dict[str, str]:
+    """:func:`cli_env` for a program on a real terminal: tmux sets the size, so no COLUMNS/LINES."""
+    env = cli_env(home, TERM="xterm-256color", **extra)
+    env = {k: v for k, v in env.items() if not k.startswith("TMUX")}
+    env.pop("COLUMNS", None)
+    env.pop("LINES", None)
+    return env
+
+
+async def tmux_start(sock: str, cmd: str, width: int, height: int, env: dict[str, str]) -> None:
+    """A detached session ``gf`` of ``width`` x ``height`` running the shell command ``cmd``."""
+    await tmux(sock, "-f", "/dev/null", "new-session", "-d", "-s", "gf", "-x", str(width), "-y", str(height),
+               cmd, env=env)

@@ -264,3 +264,14 @@ async def test_one_host_one_gpu_reads_right(env: dict[str, str]) -> None:
     r = await run_cli("status", "--host", "n3", "--user", "bob", env=env)
     assert r.rc == 0, r.err
     assert r.out.splitlines()[1].startswith("1 host: 1 up   1 GPU: 1 busy"), r.out
+
+
+async def test_silence_by_names_the_real_user_when_user_is_unset(env: dict[str, str]) -> None:
+    """$USER and $LOGNAME unset (cron, some containers): BY still says who, from the socket's peer."""
+    env = {k: v for k, v in env.items() if k not in ("USER", "LOGNAME")}
+    r = await run_cli("silence", "add", "--host", "n1", "--rule", "wasted", "--for", "1h", env=env)
+    assert r.rc == 0, r.err
+    r = await run_cli("silence", "list", env=env)
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    row = r.out.splitlines()[1]
+    assert r.rc == 0 and f" {me}" in row and " - " not in row, r.out

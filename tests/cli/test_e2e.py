@@ -162,6 +162,8 @@ async def test_demo_runs_and_exits_cleanly(home: Path) -> None:
         assert host in r.out
     assert "carol" in r.out and "alice" in r.out
     assert "stale" in r.out  # the zombie shows within seconds
+    # piped: nothing cut at the 100 columns the environment claims (the banner's longest line is ~120)
+    assert "dave's job exits leaving 12 GiB orphaned (GPU 1)" in r.out
     assert r.out.rstrip().endswith("demo stopped; the simulated fleet and its temp data are gone.")
     assert "Traceback" not in r.err
     assert not list(home.glob("gpufleet-demo-*"))  # temp data removed
@@ -261,7 +263,11 @@ async def test_readme_commands_work_against_a_running_demo(home: Path) -> None:
         hosts = await until(demo_hosts_up, timeout=60)
         assert [h["name"] for h in hosts][0] == "gpu-node-01"
         assert json.loads(pointer.read_text())["pid"] == proc.pid
-        for args in (("status",), ("alerts",), ("hosts",), ("history", "--host", "gpu-node-03")):
+        readme = (
+            ("status",), ("status", "--by", "user"), ("status", "--tag", "demo"), ("alerts",), ("hosts",),
+            ("history", "--host", "gpu-node-03"), ("report", "--since", "1h"), ("silence", "list"),
+        )
+        for args in readme:
             r = await run_cli(*args, env=env)
             assert r.rc == 0 and "collector not running" not in r.err, (args, r.err)
         assert "gpu-node-03" in (await run_cli("hosts", env=env)).out

@@ -15,6 +15,8 @@ from gpufleet.collector.store.records import SeriesPoint
 from gpufleet.collector.units import fmt_size_short
 from rich.console import Console, RenderableType
 
+GIB = 1 << 30
+
 
 def show(r: RenderableType, width: int) -> list[str]:
     buf = io.StringIO()
@@ -133,7 +135,7 @@ def test_list_views_stay_readable_when_narrow(width: int) -> None:
         render_alerts(as_dict({"active": alerts, "recent": [], "silences": []}), width, now, now), width
     )
     assert max(cell_width(x) for x in lines) <= width
-    assert lines[1].split()[:7] == ["SEVERITY", "STATE", "RULE", "HOST", "GPU", "USER", "FOR"]
+    assert lines[1].split()[:8] == ["SEVERITY", "STATE", "RULE", "HOST", "GPU", "USER", "ACTIVE", "FOR"]
     text = _words(lines)
     for a in alerts:
         assert a.annotations["summary"] in text
@@ -174,6 +176,115 @@ def test_list_views_stay_readable_when_narrow(width: int) -> None:
     )
     lines = show(process_table([span], width), width)
     assert max(cell_width(x) for x in lines) <= width
-    assert lines[0].split()[:5] == ["USER", "PID", "GPU", "FIRST", "SEEN"]
+    assert lines[0].split()[:5] == ["USER", "PID", "GPU", "HELD", "SINCE"]
     assert lines[1].split()[:3] == ["alice", "424242", "3"] and "1h59m" in lines[1] and "70 GiB" in lines[1]
     assert cmd in _words(lines)
+
+
+def test_status_fitted_to_a_short_screen_summarises_hosts_problem_hosts_first() -> None:
+    """Six hosts of four GPUs at 80x24: one line per host, and the room left opens the flagged hosts."""
+    from gpufleet.cli.render_status import fitted_lines, head_height
+
+    live = synthetic_live({f"n{i}": s for i, s in enumerate(
+        ["busy", "busy", "wasting", "busy", "idle", "busy"], 1)}, gpus=4)
+    v = query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=time.time())
+    rows = 14
+    lines = [line.plain for line in fitted_lines(v, 80, rows)]
+    assert len(lines) <= rows and all(cell_width(line) <= 80 for line in lines)
+    starts = [line.split()[0] for line in lines[head_height(v, 80):] if line[:1] != " "]
+    assert starts == ["n1", "n2", "n3", "n4", "n5", "n6"]  # every host on screen, in order
+    n3 = [line for line in lines if line.startswith("n3 ")]
+    assert " 0 " in n3[0] and "wasted" in n3[0]  # the wasted host is opened to a line per GPU
+    n1 = [line for line in lines if line.startswith("n1 ")][0]
+    assert "4 GPUs" in n1 and " * " in n1  # the rest are summarised
+    everything = [line.plain for line in fitted_lines(v, 80, 100)]
+    assert not any(" * " in line for line in everything)  # room for all: no summaries
+
+
+def test_event_line_says_each_thing_once() -> None:
+    """The agent's xid message repeats the Xid and the GPU: the line says each once."""
+    from gpufleet.cli.render_history import event_text
+    from gpufleet.collector.store.records import EventRow
+
+    def ev(message: str, gpu: int | None = 2, xid: int | None = 79, kind: str = "xid") -> EventRow:
+        return EventRow(host="n1", ts=0.0, kind=kind, message=message, gpu_index=gpu, uuid=None, xid=xid)
+
+    assert event_text(ev("Xid 79 (critical) on GPU 2")) == "GPU 2 Xid 79 (critical)"
+    assert event_text(ev("Xid 79 (critical) on GPU 2 (GPU-abc-123)")) == "GPU 2 Xid 79 (critical)"
+    said = event_text(ev("Xid 79: GPU has fallen off the bus", gpu=1))
+    assert said == "GPU 1 Xid 79: GPU has fallen off the bus"
+    assert event_text(ev("Xid 13 (info) on unknown GPU", gpu=None, xid=13)) == "Xid 13 (info) on unknown GPU"
+    assert event_text(ev("GPU is lost", xid=None, kind="gpu_lost")) == "GPU 2 gpu_lost: GPU is lost"
+
+
+def test_counts_agree_with_their_nouns() -> None:
+    from gpufleet.cli.render_status import plural
+
+    assert [plural(1, "host"), plural(2, "host"), plural(0, "GPU"), plural(3, "process")] == [
+        "1 host", "2 hosts", "0 GPUs", "3 processes"
+    ]
+
+
+def test_status_shows_what_it_has_where_there_is_room() -> None:
+    """PID from 130 columns, the GPU model from 170, the fan from 180, job / container after the command
+    when wide, power from 96; the process clock is named RUNNING (how long it has run), not FOR."""
+    from gpufleet.cli.render_status import status_lines
+
+    live = synthetic_live({"n1": "busy"}, gpus=3)  # the last GPU of a busy host is idle
+    snap = live.hosts["n1"].snapshot
+    assert snap is not None
+    snap.gpus[0].processes[0].job = "slurm-4242"
+    snap.gpus[1].processes[0].container = "c0ffee12"
+    snap.gpus[0].fan_speed = 45
+    v = query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=time.time())
+
+    def screen(width: int) -> str:
+        return "\n".join(line.plain for line in status_lines(v, width))
+
+    wide = screen(200)
+    assert all(w in wide for w in ("MODEL", "A100-SXM4-80GB", "PID", " 1000 ", "[job slurm-4242]",
+                                   "[c0ffee12]", "RUNNING", "POWER", "310/400W"))
+    assert "FAN" in wide and " 45% " in wide and "FAN" not in screen(170)
+    assert "PID" in screen(130) and "MODEL" not in screen(160)
+    assert "POWER" in screen(100) and "POWER" not in screen(80) and "PID" not in screen(100)
+    assert " RUN " in screen(80) and " FOR " not in screen(80)
+
+
+def test_history_of_a_few_minutes_fills_the_line_and_the_summary_breaks_between_phrases() -> None:
+    from gpufleet.cli.render_history import render_history
+    from gpufleet.collector.store.records import GpuSeries, UsageRow
+
+    now = time.time()
+    pts = [SeriesPoint(ts=now - 300 + 10 * i, util_mean=50.0 + i, util_max=60.0, mem_used_mean=GIB * 4.0,
+                       mem_used_max=GIB * 5.0, temp_max=60.0, power_mean=200.0) for i in range(30)]
+    series = GpuSeries(host="n1", index=0, uuid="GPU-0", name="NVIDIA A100-SXM4-80GB", resolution="raw",
+                       memory_total=80 * GIB, points=pts)
+    usage = [UsageRow(user="alice", host="n1", gpu_hours_held=0.08, gpu_hours_used=0.08,
+                      gpu_hours_wasted=0.0)]
+    result = as_dict({"host": "n1", "gpu": None, "user": None, "since": now - 86400, "until": now,
+                      "series": [series], "processes": [], "usage": usage, "events": []})
+    lines = show(render_history(result, 80), 80)
+    util = next(line for line in lines if line.startswith("  util "))
+    spark = util[len("  util "):].split("  ")[0]
+    assert spark.strip() == spark and len(spark) >= 40, util  # the 5 minutes span the line, no blank 24 h
+    assert any("samples only since" in line for line in lines)
+    i = next(i for i, line in enumerate(lines) if line.startswith("Summary: "))
+    summary = lines[i : i + 3]
+    assert all(cell_width(line) <= 80 for line in summary)
+    joined = " ".join(line.strip() for line in summary)
+    assert "GPU-hours 0.08 held, 0.08 used, 0.00 wasted" in joined  # one phrase, never split
+    assert any(line.strip().startswith("GPU-hours") for line in summary[1:]) or len(lines[i]) <= 80
+
+
+def test_longer_flags_widen_the_flags_column_instead_of_being_cut() -> None:
+    from gpufleet.cli.render_status import status_lines
+
+    live = synthetic_live({"n1": "busy", "n2": "busy"}, gpus=2)
+    v = query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=time.time())
+    v.hosts[0].gpus[0].flags = ["input_bound"]
+    v.hosts[1].gpus[1].flags = ["idle_peers", "wasted"]
+    for width in (80, 100, 200):
+        lines = [line.plain for line in status_lines(v, width)]
+        assert all(cell_width(line) <= width for line in lines)
+        text = "\n".join(lines)
+        assert "input_bound" in text and "idle_peers" in text, text

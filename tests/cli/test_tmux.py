@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import shlex
 import shutil
 import uuid
@@ -63,5 +64,25 @@ async def test_status_watch_in_tmux(server: QueryServer, home: Path) -> None:
         text = await screen_until(sock, "EXIT=")
         assert "EXIT=0" in text, text
         assert "Traceback" not in text and "KeyboardInterrupt" not in text
+    finally:
+        await tmux(sock, "kill-server")
+
+
+async def test_status_watch_quits_on_q(server: QueryServer, home: Path) -> None:
+    """`q` ends the watch screen (exit 0), no Ctrl-C needed; the terminal is left in its normal mode."""
+    from cli_testkit import pane_until, tmux_env, tmux_start
+
+    sock = f"gf-{uuid.uuid4().hex[:8]}"
+    cmd = (
+        " ".join(shlex.quote(a) for a in gpufleet_argv())
+        + f" --socket {shlex.quote(str(server.path))} status --watch 0.5; echo EXIT=$?; stty -a; sleep 60"
+    )
+    await tmux_start(sock, cmd, 100, 30, tmux_env(home))
+    try:
+        await pane_until(sock, "gpufleet status  live", "n5")
+        await tmux(sock, "send-keys", "-t", "gf", "q")
+        text = await pane_until(sock, "EXIT=")
+        assert "EXIT=0" in text and "Traceback" not in text, text
+        assert re.search(r"(?<![-\w])icanon", text) and re.search(r"(?<![-\w])echo\b", text), text  # cooked
     finally:
         await tmux(sock, "kill-server")

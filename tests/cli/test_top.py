@@ -1,0 +1,73 @@
+"""`gpufleet top`'s pieces without a terminal: key decoding, filtering, sorting, the screens' sizes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from cli_testkit import StandinAlerts, synthetic_live
+from gpufleet.cli.keys import decode
+from gpufleet.cli.top import TopState, detail_screen, list_screen
+from gpufleet.collector import query
+
+
+def fleet() -> query.FleetView:
+    live = synthetic_live({"n1": "busy", "n2": "wasting", "n3": "down", "n4": "idle"}, gpus=3)
+    return query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=time.time())
+
+
+def test_keys_decode_sequences_and_a_lone_esc() -> None:
+    assert decode("\x1b[A\x1b[Bj\r") == ["up", "down", "j", "enter"]
+    assert decode("\x1b") == ["esc"] and decode("\x1b[5~\x1b[6~") == ["pgup", "pgdn"]
+    assert decode("/ab\x7f") == ["/", "a", "b", "backspace"] and decode("\x1b[99Zq") == ["q"]
+
+
+def rows_of(st: TopState, view: query.FleetView) -> list[tuple[str, int | None]]:
+    return [r.key for r in st.visible_rows(view)]
+
+
+def test_sort_filter_select_and_quit() -> None:
+    view = fleet()
+    st = TopState()
+    assert rows_of(st, view)[:4] == [("n1", 0), ("n1", 1), ("n1", 2), ("n2", 0)]
+    assert ("n3", None) in rows_of(st, view)  # a down host is one row
+    st.selected = ("n1", 1)
+    st.key("w", page=10)
+    assert rows_of(st, view)[:2] == [("n2", 0), ("n2", 1)]  # dave's wasted GPUs first
+    list_screen(view, st, 80, 24)
+    assert st.selected == ("n2", 0)  # a new sort starts at its top
+    st.key("o", page=10)
+    users = [r.users()[:1] for r in st.visible_rows(view)]
+    assert users[0] == ["alice"] and users[-1] == []
+    for k in ["/", "u", "s", "e", "r", ":", "d", "a", "v", "e", "enter"]:
+        assert st.key(k, page=10)
+    assert st.filter == "user:dave" and rows_of(st, view) == [("n2", 0), ("n2", 1)]
+    for k in ["/", "f", "l", "a", "g", ":", "w", "a", "s", "t", "e", "d", "esc"]:  # Esc cancels the edit
+        st.key(k, page=10)
+    assert st.filter == "user:dave" and st.prompt is None
+    st.key("/", page=10)
+    st.key("enter", page=10)
+    assert st.filter == ""
+    assert st.key("q", page=10) is False and TopState().key("esc", page=10) is False
+
+
+@pytest.mark.parametrize("width,height", [(80, 24), (200, 50)])
+def test_screens_fit(width: int, height: int) -> None:
+    view = fleet()
+    st = TopState()
+    lines = list_screen(view, st, width, height)
+    assert len(lines) == height and all(line.cell_len() <= width for line in lines)
+    assert lines[-1].plain.startswith("q quit")
+    for _ in range(30):  # scroll past the end: the selection stays on screen
+        st.key("down", page=5)
+        lines = list_screen(view, st, width, 12)
+        assert len(lines) == 12
+    st.key("end", page=5)
+    assert st.visible_rows(view)[st.index()].key == ("n4", 2)
+    st.selected = ("n2", 0)
+    st.key("enter", page=5)
+    assert st.open == ("n2", 0)
+    st.history = {"series": [], "since": time.time() - 900, "until": time.time()}
+    text = "\n".join(line.plain for line in detail_screen(view, st, width, height))
+    assert "dave" in text and "PID" in text and "1000" in text and "jupyter" in text
+    assert st.key("esc", page=5) and st.open is None  # Esc from a GPU goes back, not out

@@ -9,7 +9,6 @@ no stored data, 4 permission denied (the socket's mode, or the collector's api.g
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -22,122 +21,24 @@ from gpufleet.cli.client import (
     EXIT_RUNTIME,
     EXIT_USAGE,
     ApiClient,
-    Backend,
     CliError,
-    Endpoints,
-    connect,
 )
+from gpufleet.cli.options import (
+    State,
+    pass_state,
+    print_json,
+    split_list,
+    stderr_line,
+    time_range,
+    where_options,
+)
+from gpufleet.cli.silences import silence
 from gpufleet.collector.errors import CollectorError
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class State:
-    """Per-invocation settings shared by the group and its commands."""
-
-    def __init__(self) -> None:
-        self.ends = Endpoints(
-            socket=os.environ.get("GPUFLEET_SOCKET") or None, db=os.environ.get("GPUFLEET_DB") or None,
-            collectors=[c for c in os.environ.get("GPUFLEET_COLLECTORS", "").split(",") if c.strip()],
-        )
-        self._console: Console | None = None
-
-    @property
-    def console(self) -> Console:
-        if self._console is None:
-            from rich.console import Console
-
-            self._console = Console(highlight=False)
-        return self._console
-
-    def backend(self, *, fallback: bool = True) -> Backend:
-        return connect(self.ends, fallback=fallback)
-
-
-pass_state = click.make_pass_decorator(State, ensure=True)
-
-
-def _set_endpoint(attr: str) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
-    """The callback of ``--config`` / ``--socket`` / ``--db``: store the value on the shared Endpoints."""
-
-    def callback(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-        if value is not None:
-            setattr(ctx.ensure_object(State).ends, attr, value)
-        return value
-
-    return callback
-
-
-def _add_collectors(ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
-    if value:
-        ctx.ensure_object(State).ends.collectors = list(value)
-    return value
-
-
-def where_options(f: F) -> F:
-    """``-c/--config``, ``--socket``, ``--db``, ``--collector`` on the group *and* every command."""
-    f = click.option(
-        "--collector",
-        metavar="WHERE",
-        multiple=True,
-        expose_value=False,
-        callback=_add_collectors,
-        is_eager=True,
-        help="Ask this collector too (repeatable: shards, replicas), merged: a socket path or "
-        "[user@]host[:port][/socket] over SSH [env GPUFLEET_COLLECTORS, comma-separated].",
-    )(f)
-    f = click.option(
-        "--db",
-        metavar="PATH",
-        expose_value=False,
-        callback=_set_endpoint("db"),
-        is_eager=True,
-        help="SQLite history to read when the collector is down [env GPUFLEET_DB].",
-    )(f)
-    f = click.option(
-        "--socket",
-        metavar="PATH",
-        expose_value=False,
-        callback=_set_endpoint("socket"),
-        is_eager=True,
-        help="The collector's query socket [env GPUFLEET_SOCKET].",
-    )(f)
-    f = click.option(
-        "-c",
-        "--config",
-        metavar="FILE",
-        expose_value=False,
-        callback=_set_endpoint("config_path"),
-        is_eager=True,
-        help="gpufleet.yaml (default: $GPUFLEET_CONFIG, ./gpufleet.yaml, ~/.config/gpufleet/, "
-        "/etc/gpufleet/).",
-    )(f)
-    return f
-
-
-def _split(values: Sequence[str]) -> list[str]:
-    """``--host n1,n2 --host n3`` -> [n1, n2, n3]."""
-    return [v for item in values for v in item.split(",") if v]
-
-
-def _print_json(obj: Any) -> None:
-    """Indented for a person at a terminal; compact into a pipe (indenting forces json's slow encoder)."""
-    if sys.stdout.isatty():
-        click.echo(json.dumps(obj, indent=2))
-    else:
-        click.echo(json.dumps(obj, separators=(",", ":")))
-
-
-def _range(since: str | None, until: str | None, default: str) -> tuple[float, float]:
-    from gpufleet.cli.timeparse import parse_range
-
-    try:
-        return parse_range(since, until, default_since=default)
-    except ValueError as exc:  # TimeParseError, or since not before until
-        raise CliError(str(exc), EXIT_USAGE) from None
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -188,19 +89,19 @@ def status(
     """One screen for the fleet: every GPU's util, memory, temperature, holders and flags."""
     backend = state.backend()
     args: dict[str, Any] = {
-        "host": _split(hosts) or None,
-        "tag": _split(tags) or None,
-        "user": _split(users) or None,
+        "host": split_list(hosts) or None,
+        "tag": split_list(tags) or None,
+        "user": split_list(users) or None,
     }
     if as_json:
         raw = getattr(sys.stdout, "buffer", None)
         if isinstance(backend, ApiClient) and raw is not None and not sys.stdout.isatty():
-            # into a pipe: the compact JSON _print_json would write is the collector's own bytes
+            # into a pipe: the compact JSON print_json would write is the collector's own bytes
             data = backend.call_compact("status", **args)
             sys.stdout.flush()
             raw.write(data + b"\n")
             return
-        _print_json(backend.call("status", **args))
+        print_json(backend.call("status", **args))
         return
 
     # The screen asks for the compact rows form (an older collector ignores the argument and answers
@@ -289,7 +190,8 @@ def top(
     and history. q or Esc quits."""
     from gpufleet.cli.top import run_top
 
-    args = {"host": _split(hosts) or None, "tag": _split(tags) or None, "user": _split(users) or None}
+    args = {"host": split_list(hosts) or None, "tag": split_list(tags) or None,
+            "user": split_list(users) or None}
     run_top(state.console, state.backend(), interval, args={k: v for k, v in args.items() if v})
 
 
@@ -304,7 +206,7 @@ def hosts(state: State, as_json: bool) -> None:
     """Every host: connection status, since when, agent and driver versions, tags."""
     rows = state.backend().call("hosts")
     if as_json:
-        _print_json(rows)
+        print_json(rows)
         return
     from gpufleet.cli.render_status import render_hosts
     from gpufleet.collector.query import host_info_from_dict
@@ -342,12 +244,12 @@ def history(
     as_json: bool,
 ) -> None:
     """Usage over time per GPU: util and memory sparklines, summary, the processes that ran."""
-    start, end = _range(since, until, "24h")
+    start, end = time_range(since, until, "24h")
     result = state.backend().call(
         "history", host=host, gpu=gpu, since=start, until=end, user=user, max_points=max_points
     )
     if as_json:
-        _print_json(result)
+        print_json(result)
         return
     if as_csv:
         from gpufleet.cli.render_history import history_csv
@@ -369,10 +271,10 @@ def history(
 @pass_state
 def alerts(state: State, since: str | None, as_json: bool) -> None:
     """Active alerts, recently resolved ones, and silences."""
-    start, _end = _range(since, None, "24h")
+    start, _end = time_range(since, None, "24h")
     result = state.backend().call("alerts", since=start)
     if as_json:
-        _print_json(result)
+        print_json(result)
         return
     from gpufleet.cli.render_alerts import render_alerts
 
@@ -396,7 +298,7 @@ def report(
     state: State, since: str | None, until: str | None, host: str | None, fmt: str, send: bool
 ) -> None:
     """Usage report: GPU-hours held, used and wasted per user, alerts, faults."""
-    start, end = _range(since, until, "7d")
+    start, end = time_range(since, until, "7d")
     backend = state.backend(fallback=not send)
     result = backend.call("report", since=start, until=end, host=host, format=fmt, send=send or None)
     click.echo(str(result.get("text", "")).rstrip("\n"))
@@ -421,103 +323,17 @@ def report(
 @pass_state
 def jobs(state: State, user: str | None, since: str | None, as_json: bool) -> None:
     """Finished jobs: GPUs held, GPU-hours, mean and peak util, peak memory, waste, diagnoses."""
-    start, end = _range(since, None, "7d")
+    start, end = time_range(since, None, "7d")
     result = state.backend().call("jobs", since=start, until=end, user=user)
     if as_json:
-        _print_json(result)
+        print_json(result)
         return
     from gpufleet.cli.render_jobs import render_jobs
 
     state.console.print(render_jobs(result, state.console.width))
 
 
-# ------------------------------------------------------------------------------------------- silences
-
-
-@cli.group()
-def silence() -> None:
-    """Mute alerts that match labels for a while (`silence add --host n3 --rule wasted --for 2h`)."""
-
-
-@silence.command("add")
-@where_options
-@click.option("--host", default=None, metavar="NAME", help="Host (glob ok).")
-@click.option("--gpu", default=None, metavar="INDEX", help="GPU index.")
-@click.option("--user", default=None, help="User whose alerts to mute.")
-@click.option("--rule", default=None, help="Rule name (wasted, idle, stale, hot/overheating, ...).")
-@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE", help="Any other label matcher.")
-@click.option("--for", "duration", required=True, metavar="DURATION", help="How long: 2h, 30m, 1d.")
-@click.option("--comment", default="", help="Why (shown in `silence list`).")
-@click.option("--by", "created_by", default=None, hidden=True, help="Ignored: the collector records who.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@pass_state
-def silence_add(
-    state: State,
-    host: str | None,
-    gpu: str | None,
-    user: str | None,
-    rule: str | None,
-    labels: tuple[str, ...],
-    duration: str,
-    comment: str,
-    created_by: str | None,
-    as_json: bool,
-) -> None:
-    """Add a silence."""
-    from gpufleet.cli.timeparse import fmt_ts, parse_duration
-    from gpufleet.collector.units import DurationError, fmt_duration
-
-    try:
-        seconds = parse_duration(duration)
-    except DurationError as exc:  # checked before anything is sent: an absurd --for creates nothing
-        raise CliError(f"bad --for {duration!r}: {exc.reason}", EXIT_USAGE) from None
-    if seconds is None or seconds <= 0:
-        raise CliError(f"bad --for {duration!r}: expected a duration like 2h, 30m, 1d", EXIT_USAGE)
-    matchers = {k: v for k, v in (("host", host), ("gpu", gpu), ("user", user), ("rule", rule)) if v}
-    for item in labels:
-        key, sep, value = item.partition("=")
-        if not sep or not key or not value:
-            raise CliError(f"bad --label {item!r}: expected KEY=VALUE", EXIT_USAGE)
-        matchers[key] = value
-    if not matchers:
-        raise CliError("a silence needs at least one of --host, --gpu, --user, --rule, --label", EXIT_USAGE)
-    who = created_by or os.environ.get("USER") or os.environ.get("LOGNAME") or ""
-    rec = state.backend(fallback=False).call(
-        "silence_add", matchers=matchers, duration=seconds, comment=comment, created_by=who
-    )
-    if created_by and rec.get("created_by") != created_by:  # an older collector believes --by
-        _stderr_line(f"gpufleet: --by is ignored: the collector records who asked ({rec.get('created_by')})")
-    if as_json:
-        _print_json(rec)
-        return
-    what = " ".join(f"{k}={v}" for k, v in sorted(rec["matchers"].items()))
-    click.echo(f"silence {rec['id']}: {what} for {fmt_duration(seconds)} (until {fmt_ts(rec['ends_at'])})")
-
-
-@silence.command("list")
-@where_options
-@click.option("--all", "include_expired", is_flag=True, help="Include expired silences.")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@pass_state
-def silence_list(state: State, include_expired: bool, as_json: bool) -> None:
-    """List silences."""
-    rows = state.backend().call("silence_list", include_expired=include_expired or None)
-    if as_json:
-        _print_json(rows)
-        return
-    from gpufleet.cli.render_alerts import render_silences
-
-    state.console.print(render_silences(rows, state.console.width, time.time()))
-
-
-@silence.command("expire")
-@where_options
-@click.argument("silence_id", metavar="ID", type=int)
-@pass_state
-def silence_expire(state: State, silence_id: int) -> None:
-    """End a silence now."""
-    state.backend(fallback=False).call("silence_expire", id=silence_id)
-    click.echo(f"silence {silence_id} expired")
+cli.add_command(silence)
 
 
 # ------------------------------------------------------------------------------------------- demo
@@ -696,10 +512,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     except KeyboardInterrupt:
         code = 130
     except CliError as exc:
-        _stderr_line(f"gpufleet: {exc}")
+        stderr_line(f"gpufleet: {exc}")
         code = exc.code
     except CollectorError as exc:  # e.g. a malformed answer from a broken collector: one line, no traceback
-        _stderr_line(f"gpufleet: {exc}")
+        stderr_line(f"gpufleet: {exc}")
         code = EXIT_RUNTIME
     except BrokenPipeError:
         _quiet_stdout()
@@ -709,13 +525,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     except BrokenPipeError:
         _quiet_stdout()
     sys.exit(code)
-
-
-def _stderr_line(text: str) -> None:
-    try:
-        print(text, file=sys.stderr)
-    except OSError:
-        pass
 
 
 def _quiet_stdout() -> None:

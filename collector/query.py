@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Protocol
 
-from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds, gpu_state
+from gpufleet.collector.classify import DEFAULT_THRESHOLDS, GpuLike, ProcLike, Thresholds, gpu_state
 from gpufleet.collector.errors import QueryError
 from gpufleet.collector.procname import short_command
 
@@ -160,28 +160,26 @@ class HostInfo:
 # ------------------------------------------------------------- inputs (live samples and stored rows alike)
 
 
-class _ProcLike(Protocol):
+class _ProcLike(ProcLike, Protocol):
+    """What the status view reads of a process, beyond what classification does."""
+
     @property
     def pid(self) -> int: ...
     @property
-    def user(self) -> str | None: ...
-    @property
     def command(self) -> str | None: ...
-    @property
-    def gpu_memory(self) -> int | None: ...
     @property
     def sm_util(self) -> int | None: ...
     @property
     def start_time(self) -> float | None: ...
-    @property
-    def state(self) -> str | None: ...
     @property
     def container(self) -> str | None: ...
     @property
     def job(self) -> str | None: ...
 
 
-class _GpuLike(Protocol):
+class _GpuLike(GpuLike, Protocol):
+    """What the status view reads of a GPU sample (live or stored), beyond what classification does."""
+
     @property
     def index(self) -> int: ...
     @property
@@ -189,19 +187,9 @@ class _GpuLike(Protocol):
     @property
     def name(self) -> str | None: ...
     @property
-    def util_gpu(self) -> int | None: ...
-    @property
-    def memory_used(self) -> int | None: ...
-    @property
     def memory_total(self) -> int | None: ...
     @property
     def temperature(self) -> int | None: ...
-    @property
-    def power_draw(self) -> float | None: ...
-    @property
-    def power_limit(self) -> float | None: ...
-    @property
-    def error(self) -> str | None: ...
     @property
     def processes(self) -> Sequence[_ProcLike]: ...
 

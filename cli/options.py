@@ -1,0 +1,132 @@
+"""What every ``gpufleet`` command shares: the per-invocation State (where the collector is), the options that
+say where (``-c``, ``--socket``, ``--db``, ``--collector``) on the group and on each command, and the small
+output and argument helpers (one place, so every command prints JSON and parses ranges the same way)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+from gpufleet.cli.client import EXIT_USAGE, Backend, CliError, Endpoints, connect
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class State:
+    """Per-invocation settings shared by the group and its commands."""
+
+    def __init__(self) -> None:
+        self.ends = Endpoints(
+            socket=os.environ.get("GPUFLEET_SOCKET") or None, db=os.environ.get("GPUFLEET_DB") or None,
+            collectors=[c for c in os.environ.get("GPUFLEET_COLLECTORS", "").split(",") if c.strip()],
+        )
+        self._console: Console | None = None
+
+    @property
+    def console(self) -> Console:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(highlight=False)
+        return self._console
+
+    def backend(self, *, fallback: bool = True) -> Backend:
+        return connect(self.ends, fallback=fallback)
+
+
+pass_state = click.make_pass_decorator(State, ensure=True)
+
+
+def _set_endpoint(attr: str) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
+    """The callback of ``--config`` / ``--socket`` / ``--db``: store the value on the shared Endpoints."""
+
+    def callback(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+        if value is not None:
+            setattr(ctx.ensure_object(State).ends, attr, value)
+        return value
+
+    return callback
+
+
+def _add_collectors(ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    if value:
+        ctx.ensure_object(State).ends.collectors = list(value)
+    return value
+
+
+def where_options(f: F) -> F:
+    """``-c/--config``, ``--socket``, ``--db``, ``--collector`` on the group *and* every command."""
+    f = click.option(
+        "--collector",
+        metavar="WHERE",
+        multiple=True,
+        expose_value=False,
+        callback=_add_collectors,
+        is_eager=True,
+        help="Ask this collector too (repeatable: shards, replicas), merged: a socket path or "
+        "[user@]host[:port][/socket] over SSH [env GPUFLEET_COLLECTORS, comma-separated].",
+    )(f)
+    f = click.option(
+        "--db",
+        metavar="PATH",
+        expose_value=False,
+        callback=_set_endpoint("db"),
+        is_eager=True,
+        help="SQLite history to read when the collector is down [env GPUFLEET_DB].",
+    )(f)
+    f = click.option(
+        "--socket",
+        metavar="PATH",
+        expose_value=False,
+        callback=_set_endpoint("socket"),
+        is_eager=True,
+        help="The collector's query socket [env GPUFLEET_SOCKET].",
+    )(f)
+    f = click.option(
+        "-c",
+        "--config",
+        metavar="FILE",
+        expose_value=False,
+        callback=_set_endpoint("config_path"),
+        is_eager=True,
+        help="gpufleet.yaml (default: $GPUFLEET_CONFIG, ./gpufleet.yaml, ~/.config/gpufleet/, "
+        "/etc/gpufleet/).",
+    )(f)
+    return f
+
+
+def split_list(values: Sequence[str]) -> list[str]:
+    """``--host n1,n2 --host n3`` -> [n1, n2, n3]."""
+    return [v for item in values for v in item.split(",") if v]
+
+
+def print_json(obj: Any) -> None:
+    """Indented for a person at a terminal; compact into a pipe (indenting forces json's slow encoder)."""
+    if sys.stdout.isatty():
+        click.echo(json.dumps(obj, indent=2))
+    else:
+        click.echo(json.dumps(obj, separators=(",", ":")))
+
+
+def time_range(since: str | None, until: str | None, default: str) -> tuple[float, float]:
+    from gpufleet.cli.timeparse import parse_range
+
+    try:
+        return parse_range(since, until, default_since=default)
+    except ValueError as exc:  # TimeParseError, or since not before until
+        raise CliError(str(exc), EXIT_USAGE) from None
+
+
+
+def stderr_line(text: str) -> None:
+    try:
+        print(text, file=sys.stderr)
+    except OSError:
+        pass

@@ -31,9 +31,8 @@ from typing import Any, Literal, Protocol
 
 from gpufleet.agent import wire
 from gpufleet.collector import metrics_dcgm
-from gpufleet.collector.aioserver import close_server, close_writer
+from gpufleet.collector.aioserver import bind_tcp, close_server, close_writer, http_url
 from gpufleet.collector.config import parse_listen
-from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.live import HostState, LiveView
 from gpufleet.collector.wirestate import budget_counts, wire_counts
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -531,17 +530,12 @@ class MetricsServer:
 
     @property
     def url(self) -> str:
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        return f"http://{host}:{self.port}/metrics"
+        return http_url(self._host, self.port, "/metrics")
 
     async def start(self) -> None:
-        try:
-            self._server = await asyncio.start_server(self._handle, self._host, self._want_port,
-                                                      limit=self.max_header_bytes)
-        except OSError as exc:
-            raise ConfigError(f"cannot listen on {self.listen}: {exc.strerror or exc}",
-                              key="metrics.listen") from exc
-        self._port = self._server.sockets[0].getsockname()[1]
+        self._server, self._port = await bind_tcp(self._handle, self._host, self._want_port,
+                                                  limit=self.max_header_bytes, listen=self.listen,
+                                                  key="metrics.listen")
         log.info("metrics on %s", self.url)
 
     async def stop(self) -> None:

@@ -36,10 +36,9 @@ from importlib import resources
 from typing import Any, Protocol
 
 from gpufleet.collector import query
-from gpufleet.collector.aioserver import close_server, close_writer
+from gpufleet.collector.aioserver import bind_tcp, close_server, close_writer, http_url
 from gpufleet.collector.classify import thresholds_of
 from gpufleet.collector.config import parse_listen
-from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.live import LiveView
 from gpufleet.collector.settings import Config, WebConfig
 from gpufleet.collector.web import model
@@ -249,17 +248,12 @@ class WebServer:
 
     @property
     def url(self) -> str:
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        return f"http://{host}:{self.port}/"
+        return http_url(self._host, self.port, "/")
 
     async def start(self) -> None:
-        try:
-            self._server = await asyncio.start_server(self._handle, self._host, self._want_port,
-                                                      limit=self.max_header_bytes)
-        except OSError as exc:
-            raise ConfigError(f"cannot listen on {self.web.listen}: {exc.strerror or exc}",
-                              key="web.listen") from exc
-        self._port = self._server.sockets[0].getsockname()[1]
+        self._server, self._port = await bind_tcp(self._handle, self._host, self._want_port,
+                                                  limit=self.max_header_bytes, listen=self.web.listen,
+                                                  key="web.listen")
         log.info("web page on %s%s", self.url, " (token required)" if self.web.token else "")
 
     async def stop(self) -> None:

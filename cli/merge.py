@@ -1,9 +1,10 @@
 """One answer from several collectors' answers: shards (disjoint hosts) and replicas (the same hosts).
 
-Replicas of a shard report the same host; the freshest report wins (up before connecting/down, then the
-newest ``last_seen``). Alerts are the same alert on two replicas when their fingerprints (rule + labels)
-are equal; the one updated last is kept. Totals are counted again from the merged hosts, by the same
-function the collector counts them with.
+Replicas of a shard report the same host; the freshest report wins (up before connecting/down, then a
+report with a sample before one without, a replica that has just reconnected and not sampled yet must not
+hide the GPUs another replica sees, then the newest ``last_seen``). Alerts are the same alert on two
+replicas when their fingerprints (rule + labels) are equal; the one updated last is kept. Totals are
+counted again from the merged hosts, by the same function the collector counts them with.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from gpufleet.collector.query import (
 HOST_OPS = frozenset({"history"})
 
 
-def _rank(status: str | None, last_seen: float | None) -> tuple[int, float]:
-    return (1 if status == "up" else 0, last_seen or 0.0)
+def _rank(status: str | None, last_seen: float | None, sampled: bool = True) -> tuple[int, int, float]:
+    return (1 if status == "up" else 0, 1 if sampled else 0, last_seen or 0.0)
 
 
 def _freshest(items: Sequence[dict[str, Any]], key: Callable[[dict[str, Any]], str],
@@ -46,7 +47,8 @@ def merge_status(answers: Sequence[dict[str, Any]], form: str | None = None) -> 
     for view in views:
         for h in view.hosts:
             old = hosts.get(h.name)
-            if old is None or _rank(h.status, h.last_seen) > _rank(old.status, old.last_seen):
+            if old is None or (_rank(h.status, h.last_seen, h.sample_ts is not None)
+                               > _rank(old.status, old.last_seen, old.sample_ts is not None)):
                 hosts[h.name] = h
     merged = sorted(hosts.values(), key=lambda h: natural_key(h.name))
     samples = [v.last_sample for v in views if v.last_sample is not None]

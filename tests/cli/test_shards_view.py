@@ -50,7 +50,8 @@ async def test_two_shards_two_replicas_one_view(home: Path, tmp_path: Path) -> N
             async def all_up() -> Any:
                 r = await run_cli("status", "--json", *every, env=env)
                 view = json.loads(r.out) if r.rc == 0 else None
-                ok = view and view["totals"]["hosts_up"] == HOSTS and r.err == ""
+                ok = (view and view["totals"]["hosts_up"] == HOSTS and r.err == ""
+                      and all(h["gpus"] for h in view["hosts"]))  # every host sampled, not just greeted
                 return view if ok else None
 
             view = await until(all_up, timeout=120)

@@ -10,22 +10,10 @@ from typing import Any
 
 import pytest
 import yaml
+from builders import FakeClock
 from gpufleet.agent.fake import FakeNvml, FakeProcs, Scenario, parse_scenario
 from gpufleet.agent.nvml import Gateway
 from gpufleet.agent.sampler import Sampler
-
-
-class FakeClock:
-    """A clock tests move by hand, so timelines are deterministic."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 @dataclass
@@ -42,7 +30,7 @@ def scenario_from(text: str, source: str = "test.yaml") -> Scenario:
 
 @pytest.fixture
 def clock() -> FakeClock:
-    return FakeClock()
+    return FakeClock(1000.0)  # the agent tests' timelines start at t=1000
 
 
 @pytest.fixture

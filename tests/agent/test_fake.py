@@ -5,13 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from builders import FakeClock
 from gpufleet.agent import scenarios, wire
 from gpufleet.agent.errors import ScenarioError
 from gpufleet.agent.fake import Curve, FakeNvml, FakeProcs, load_scenario
 from gpufleet.agent.nvml import Gateway
 from gpufleet.agent.sampler import Sampler
 
-from .conftest import FakeClock, scenario_from
+from .conftest import scenario_from
 
 BUNDLED = ["busy", "ddp_idle_peers", "hot", "idle", "input_bound", "lost", "mig", "near_oom", "underused",
            "wasting", "zombie"]
@@ -27,7 +28,7 @@ def test_bundled_names_and_paths() -> None:
 
 @pytest.mark.parametrize("name", BUNDLED)
 def test_bundled_scenario_produces_valid_frames(name: str) -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     sc = load_scenario(name)
     lib = FakeNvml(sc, clock=clock, sleep=lambda s: None)
     sampler = Sampler(Gateway(lib, backend="fake"), FakeProcs(lib), clock=clock)
@@ -50,7 +51,7 @@ def test_bundled_scenario_produces_valid_frames(name: str) -> None:
 
 
 def test_wasting_shows_the_waste() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     lib = FakeNvml(load_scenario("wasting"), clock=clock)
     sampler = Sampler(Gateway(lib), FakeProcs(lib), clock=clock)
     sampler.open()
@@ -65,7 +66,7 @@ def test_wasting_shows_the_waste() -> None:
 
 
 def test_hot_gpu_reaches_90() -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     lib = FakeNvml(load_scenario("hot"), clock=clock)
     sampler = Sampler(Gateway(lib), FakeProcs(lib), clock=clock)
     sampler.open()

@@ -8,7 +8,9 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+import builders
 import pytest
+from builders import FakeClock
 from gpufleet.agent import wire
 from gpufleet.collector.alerts.engine import AlertEngine
 from gpufleet.collector.errors import StorageError
@@ -25,15 +27,8 @@ from gpufleet.collector.settings import (
 )
 from gpufleet.collector.store.records import AlertRecord, SilenceRecord
 
-GIB = 1 << 30
-
-
-class FakeClock:
-    def __init__(self, t: float = 1_000_000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
+GIB = builders.GIB
+proc, gpu, snap = builders.proc, builders.gpu, builders.snap
 
 
 class FakeStore:
@@ -151,24 +146,6 @@ class Harness:
         self.engine.frame(host, event, self.clock.t)
 
 
-def gpu(index: int = 0, *, util: int | None = 2, procs: list[wire.ProcessSample] | None = None,
-        **kw: Any) -> wire.GpuSample:
-    procs = procs or []
-    used = sum((p.gpu_memory or 0) for p in procs) + (1 << 26)
-    uuid = kw.pop("uuid", f"GPU-{index:04d}")
-    return wire.GpuSample(index=index, uuid=uuid, util_gpu=util, memory_total=80 * GIB,
-                          memory_used=used, processes=procs, **kw)
-
-
-def proc(pid: int = 4242, user: str = "alice", mem_gib: float = 40.0, **kw: Any) -> wire.ProcessSample:
-    return wire.ProcessSample(pid=pid, user=user, gpu_memory=int(mem_gib * GIB),
-                              command=kw.pop("command", "jupyter-lab"), **kw)
-
-
-def snap(*gpus: wire.GpuSample) -> wire.Snapshot:
-    return wire.Snapshot(ts=0.0, seq=0, gpus=list(gpus))
-
-
 class Builders:
     gpu = staticmethod(gpu)
     proc = staticmethod(proc)
@@ -180,11 +157,6 @@ class Builders:
 @pytest.fixture
 def w() -> type[Builders]:
     return Builders
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
 
 
 @pytest.fixture

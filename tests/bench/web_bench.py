@@ -16,68 +16,47 @@ import argparse
 import asyncio
 import random
 import sys
-import threading
 import time
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
 
-from gpufleet.agent import wire
-from gpufleet.collector.classify import thresholds_of
-from gpufleet.collector.live import HostState, LiveView
-from gpufleet.collector.settings import Config, WebConfig, default_rules
-from gpufleet.collector.store.records import AlertRecord
-from gpufleet.collector.web import WebServer, model
+TESTS = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(TESTS), str(TESTS / "web")]
 
-GIB = 1 << 30
+from builders import GIB, LoopThread, gpu, proc, snap  # noqa: E402
+from gpufleet.agent.wire import Snapshot  # noqa: E402
+from gpufleet.collector.classify import thresholds_of  # noqa: E402
+from gpufleet.collector.live import HostState  # noqa: E402
+from gpufleet.collector.settings import WebConfig  # noqa: E402
+from gpufleet.collector.store.records import AlertRecord  # noqa: E402
+from gpufleet.collector.web import WebServer, model  # noqa: E402
+from web_testkit import Source  # noqa: E402
+
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 RENDER_TARGET_MS = 1000.0
 STREAM_TARGET_KBS = 50.0
 
 
-class Alerts:
-    def __init__(self) -> None:
-        self.records: list[AlertRecord] = []
-
-    def active(self) -> list[AlertRecord]:
-        return self.records
-
-
-class Store:
-    async def usage_by_user(self, **_: Any) -> list[Any]:
-        return []
-
-    async def gpu_history(self, *_: Any, **__: Any) -> list[Any]:
-        return []
-
-
-class Fleet:
-    """A WebSource: a live view of ``hosts`` x ``gpus`` with 4 processes per GPU."""
+class Fleet(Source):
+    """The web tests' WebSource: ``hosts`` x ``gpus``, 4 processes per GPU, readings drawn at random."""
 
     def __init__(self, hosts: int, gpus: int) -> None:
-        self.config = Config(rules=default_rules())
-        self.live = LiveView()
-        self.alerts = Alerts()
-        self.store = Store()
-        self.gpus = gpus
+        super().__init__(hosts=0, gpus=gpus)
         self.rng = random.Random(16)
         for h in range(hosts):
             name = f"gpu-node-{h:04d}"
             self.live.hosts[name] = HostState(name=name, status="up", last_seen=time.time(), tags=["bench"],
                                               snapshot=self.snapshot(h))
 
-    def snapshot(self, h: int) -> wire.Snapshot:
+    def snapshot(self, h: int) -> Snapshot:
         r = self.rng
-        samples = [wire.GpuSample(
-            index=i, uuid=f"GPU-{h}-{i}", name="NVIDIA H100 80GB HBM3", util_gpu=r.randint(0, 100),
-            memory_total=80 * GIB, memory_used=(40 + r.randint(0, 3)) * GIB,
-            temperature=50 + r.randint(0, 30),
-            power_draw=300.0, power_limit=700.0,
-            processes=[wire.ProcessSample(pid=1000 + p, user=f"user{(h + p) % 40}", gpu_memory=10 * GIB,
-                                          command=f"/usr/bin/python3 train_{p}.py --config exp{h}.yaml")
-                       for p in range(4)])
-            for i in range(self.gpus)]
-        return wire.Snapshot(ts=time.time(), seq=1, gpus=samples)
+        samples = [gpu(i, uuid=f"GPU-{h}-{i}", name="NVIDIA H100 80GB HBM3", util=r.randint(0, 100),
+                       mem=(40 + r.randint(0, 3)) * GIB, temp=50 + r.randint(0, 30), power=300.0,
+                       power_limit=700.0,
+                       procs=[proc(1000 + p, f"user{(h + p) % 40}", mem_gib=10,
+                                   command=f"/usr/bin/python3 train_{p}.py --config exp{h}.yaml")
+                              for p in range(4)])
+                   for i in range(self.gpus)]
+        return snap(*samples, ts=time.time(), seq=1)
 
     def churn(self, tick: int) -> None:
         now = time.time()
@@ -93,20 +72,6 @@ class Fleet:
             self.alerts.records = [AlertRecord(fingerprint=f"fp{tick}", rule="wasted", severity="warning",
                                                state="firing", labels=labels, started_at=now, fired_at=now,
                                                annotations={"summary": f"user1 wastes {name} GPU 0"})]
-
-
-class LoopThread:
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 120.0) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
 
 
 def build_cost(fleet: Fleet) -> tuple[float, float, float, int]:
@@ -215,7 +180,8 @@ def main() -> None:
     watcher = asyncio.run_coroutine_threadsafe(churn_and_watch(fleet, stop), lt.loop)
     failed = []
     try:
-        first, total, events, elapsed = lt.run(read_stream(server.port, args.seconds))
+        first, total, events, elapsed = lt.run(read_stream(server.port, args.seconds),
+                                               timeout=args.seconds + 60)
         kbs = total / elapsed / 1e3
         print(f"stream: first event {first / 1e3:.0f} KB, then {events} deltas in {elapsed:.1f} s = "
               f"{kbs:.1f} KB/s (target < {STREAM_TARGET_KBS:.0f}); readings deferred by the budget at the "

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import FakeClock
 from cli_testkit import StandinCollector, cli_env, run_cli
 from gpufleet.collector import query
 from gpufleet.collector.api import QueryServer
@@ -17,21 +18,13 @@ from test_api import ask
 TTL = 0.5
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(1_800_000_000.0)
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-async def cached(standin: StandinCollector, home: Path, clock: Clock) -> AsyncIterator[QueryServer]:
+async def cached(standin: StandinCollector, home: Path, clock: FakeClock) -> AsyncIterator[QueryServer]:
     srv = QueryServer(standin, home / "cached.sock", 0o600, clock=clock, status_cache_ttl=TTL)
     await srv.start()
     yield srv
@@ -50,7 +43,7 @@ async def status(srv: QueryServer, **args: Any) -> dict[str, Any]:
 
 
 async def test_unfiltered_answer_is_reused_for_at_most_the_ttl(
-    cached: QueryServer, standin: StandinCollector, clock: Clock
+    cached: QueryServer, standin: StandinCollector, clock: FakeClock
 ) -> None:
     first = await status(cached)
     assert first["generated_at"] == clock.now and "n6" in names(first)
@@ -66,7 +59,7 @@ async def test_unfiltered_answer_is_reused_for_at_most_the_ttl(
 
 
 async def test_filtered_requests_are_never_served_from_the_cache(
-    cached: QueryServer, standin: StandinCollector, clock: Clock
+    cached: QueryServer, standin: StandinCollector, clock: FakeClock
 ) -> None:
     await status(cached)  # primes the unfiltered cache
     await status(cached, host=["n*"])
@@ -81,7 +74,7 @@ async def test_filtered_requests_are_never_served_from_the_cache(
     assert not bad["ok"] and "unknown host ''" in bad["error"]
 
 
-async def test_each_form_has_its_own_entry(cached: QueryServer, clock: Clock) -> None:
+async def test_each_form_has_its_own_entry(cached: QueryServer, clock: FakeClock) -> None:
     objects = await status(cached)
     rows = await status(cached, form="rows")
     assert "form" not in objects and rows["form"] == "rows"
@@ -89,7 +82,7 @@ async def test_each_form_has_its_own_entry(cached: QueryServer, clock: Clock) ->
     assert await status(cached) == objects and await status(cached, form="rows") == rows
 
 
-async def test_ttl_zero_turns_the_cache_off(standin: StandinCollector, home: Path, clock: Clock) -> None:
+async def test_ttl_zero_turns_the_cache_off(standin: StandinCollector, home: Path, clock: FakeClock) -> None:
     srv = QueryServer(standin, home / "nocache.sock", 0o600, clock=clock, status_cache_ttl=0)
     await srv.start()
     try:

@@ -3,7 +3,6 @@ running promtool. (A plain module, not conftest: tests import it by name.)"""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from pathlib import Path
 
@@ -88,9 +87,3 @@ def exposition(source: MetricsSource, *, openmetrics: bool = False) -> str:
 def run_promtool(promtool: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([promtool, *args], input=stdin, capture_output=True, text=True, timeout=60,
                           cwd=REPO)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])

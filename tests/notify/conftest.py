@@ -5,46 +5,27 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import free_port
 from gpufleet.collector.notify.base import Notification
 from gpufleet.collector.settings import NotifierConfig
 from gpufleet.collector.store.records import AlertRecord
 
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: notify_servers for tests and the bench
 
+from notify_servers import AM_BIN, Received, Receiver  # noqa: E402
+
 T0 = 1_700_000_000.0
-
-
-@dataclass
-class Received:
-    path: str
-    headers: dict[str, str]
-    body: Any
-
-
-@dataclass
-class Receiver:
-    url: str
-    requests: list[Received] = field(default_factory=list)
-    statuses: list[int] = field(default_factory=list)  # answered in order; 200 once exhausted
-    delay: float = 0.0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def next_status(self) -> int:
-        with self.lock:
-            return self.statuses.pop(0) if self.statuses else 200
 
 
 @pytest.fixture
@@ -127,13 +108,6 @@ def w() -> type[Builders]:
 
 # ---------------------------------------------------------------------------------------- alertmanager
 
-AM_BIN = "/usr/bin/prometheus-alertmanager"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -163,7 +137,7 @@ def _run_alertmanager(tmp_path: Path, config_text: str) -> Iterator[str]:
     amtool = shutil.which("amtool")
     if amtool:
         subprocess.run([amtool, "check-config", str(config)], check=True, capture_output=True, timeout=30)
-    port = _free_port()
+    port = free_port()
     log = (tmp_path / "am.log").open("wb")
     proc = subprocess.Popen(
         [AM_BIN, f"--config.file={config}", f"--storage.path={tmp_path / 'data'}",

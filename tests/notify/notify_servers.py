@@ -7,8 +7,31 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+AM_BIN = "/usr/bin/prometheus-alertmanager"
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class Receiver:
+    url: str
+    requests: list[Received] = field(default_factory=list)
+    statuses: list[int] = field(default_factory=list)  # answered in order; 200 once exhausted
+    delay: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def next_status(self) -> int:
+        with self.lock:
+            return self.statuses.pop(0) if self.statuses else 200
 
 
 class Server:

@@ -10,6 +10,7 @@ import urllib.request
 from typing import Any
 
 import pytest
+from builders import FakeClock
 from gpufleet.agent import wire
 from gpufleet.collector.alerts.engine import AlertEngine
 from gpufleet.collector.notify.build import build_notifiers
@@ -74,21 +75,11 @@ async def test_bad_alert_is_a_final_4xx(alertmanager, w):
     assert "HTTP 400" in disp.last_error["am"]
 
 
-class Clock:
-    """Wall time a test moves by hand (Alertmanager compares our timestamps with its own clock)."""
-
-    def __init__(self) -> None:
-        self.t = time.time()
-
-    def __call__(self) -> float:
-        return self.t
-
-
 async def overheating_engine(
     url: str, w: Any, **alerting: float
-) -> tuple[Clock, AlertEngine, NotificationDispatcher]:
+) -> tuple[FakeClock, AlertEngine, NotificationDispatcher]:
     """A started engine whose overheating rule fires at once, posting to the Alertmanager at ``url``."""
-    clock = Clock()
+    clock = FakeClock(time.time())  # Alertmanager compares our timestamps with its own clock
     rules = default_rules()
     rules["overheating"].params["for"] = 0.0
     cfg = Config(hosts=[HostConfig(name="n3")], rules=rules,

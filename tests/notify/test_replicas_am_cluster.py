@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import AM_BIN, Receiver, _free_port
+from builders import free_port
 from gpufleet.collector.simfleet import SimFleet
+from notify_servers import AM_BIN, Receiver
 
 pytestmark = pytest.mark.slow
 
@@ -43,10 +44,10 @@ def _start_cluster(tmp: Path, hook: str) -> tuple[list[subprocess.Popen[bytes]],
         "route:\n  receiver: hook\n  group_by: [alertname, host]\n  group_wait: 1s\n"
         "  group_interval: 2s\n  repeat_interval: 1h\n"
         f"receivers:\n  - name: hook\n    webhook_configs:\n      - url: {hook}/am\n")
-    gossip = [_free_port(), _free_port()]
+    gossip = [free_port(), free_port()]
     procs, bases = [], []
     for i in range(2):
-        web = _free_port()
+        web = free_port()
         peer = f"--cluster.peer=127.0.0.1:{gossip[0]}" if i else f"--cluster.peer=127.0.0.1:{gossip[1]}"
         procs.append(subprocess.Popen(
             [AM_BIN, f"--config.file={config}", f"--storage.path={tmp / f'am{i}'}",

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import builders
 import pytest
 from gpufleet.agent import wire
 from gpufleet.collector.rules.base import Condition, HostContext, Rule
@@ -15,24 +16,8 @@ from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig, Selector
 
 sys.path.insert(0, str(Path(__file__).parent))  # rules_corpus.py (the suite runs --import-mode=importlib)
 
-GIB = 1 << 30
-
-
-def proc(pid: int = 4242, *, user: str = "alice", mem_gib: float = 40.0, command: str = "jupyter-lab",
-         **kw: Any) -> wire.ProcessSample:
-    return wire.ProcessSample(pid=pid, user=user, gpu_memory=int(mem_gib * GIB), command=command, **kw)
-
-
-def gpu(index: int = 0, *, util: int | None = 2, procs: list[wire.ProcessSample] | None = None,
-        mem_used_gib: float | None = None, **kw: Any) -> wire.GpuSample:
-    procs = procs or []
-    used = mem_used_gib if mem_used_gib is not None else sum((p.gpu_memory or 0) for p in procs) / GIB + 0.1
-    return wire.GpuSample(index=index, uuid=f"GPU-{index:04d}", name="A100", util_gpu=util,
-                          memory_total=80 * GIB, memory_used=int(used * GIB), processes=procs, **kw)
-
-
-def snap(*gpus: wire.GpuSample, ts: float = 0.0) -> wire.Snapshot:
-    return wire.Snapshot(ts=ts, seq=int(ts), gpus=list(gpus))
+GIB = builders.GIB
+proc, gpu, snap = builders.proc, builders.gpu, builders.snap
 
 
 def make_rule(name: str, select: Selector | None = None, **params: Any) -> Rule:

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))  # for store_testlib (helpers shared by these tests)
-
-from gpufleet.collector.settings import StorageConfig  # noqa: E402
-from gpufleet.collector.store import Store, Tuning  # noqa: E402
+from gpufleet.collector.settings import StorageConfig
+from gpufleet.collector.store import Store, Tuning
 
 FAST = Tuning(retry_interval=0.05, close_timeout=10.0)
 

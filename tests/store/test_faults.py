@@ -14,12 +14,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from builders import snap
+from builders import store_gpu as gpu
+from builders import store_proc as proc
 from gpufleet.agent import wire
 from gpufleet.collector.errors import StorageError, StorageFull
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import Store, Tuning
 from gpufleet.collector.store.records import AlertRecord
-from store_testlib import gpu, proc, snap
 
 FAST = Tuning(retry_interval=0.05, close_timeout=5.0)
 CHILD = Path(__file__).with_name("ingest_child.py")
@@ -66,7 +68,7 @@ async def test_kill_9_loses_no_committed_sample(config: StorageConfig) -> None:
         assert set(range(committed[-1] + 1)) <= events
         first = committed[-1] + 1
     s = await Store.open(config)  # the file opens and takes writes after the crashes
-    s.submit_snapshot("h1", snap(999.0, [gpu(0, uuid="GPU-0")]), 0.0)
+    s.submit_snapshot("h1", snap(gpu(0, uuid="GPU-0"), ts=999.0), 0.0)
     await s.flush()
     await s.close()
     assert _integrity(path) == "ok"
@@ -93,7 +95,7 @@ def _alert() -> AlertRecord:
 
 
 def _busy_snapshot(t: float) -> wire.Snapshot:
-    return snap(t, [gpu(i, procs=[proc(100 + i, command="x" * 200)]) for i in range(8)])
+    return snap(*[gpu(i, procs=[proc(100 + i, command="x" * 200)]) for i in range(8)], ts=t)
 
 
 async def _disk_full_round_trip(store: Store, fill: Callable[[], object], free: Callable[[], object]) -> None:
@@ -191,14 +193,14 @@ async def test_disk_full_real_filesystem(small_fs: Path) -> None:
 async def test_long_reader_does_not_stop_writes_or_starve_checkpoints(store: Store,
                                                                       config: StorageConfig) -> None:
     for i in range(20):
-        store.submit_snapshot("h1", snap(100.0 + i, [gpu(0), gpu(1)]), 0.0)
+        store.submit_snapshot("h1", snap(gpu(0), gpu(1), ts=100.0 + i), 0.0)
     await store.flush()
     await store.checkpoint()
     reader = sqlite3.connect(config.resolved_path(), isolation_level=None)
     reader.execute("BEGIN")
     assert reader.execute("SELECT count(*) FROM samples").fetchone()[0] == 40  # holds this snapshot
     for i in range(20, 60):  # the writer keeps committing while the read transaction is open
-        store.submit_snapshot("h1", snap(100.0 + i, [gpu(0), gpu(1)]), 0.0)
+        store.submit_snapshot("h1", snap(gpu(0), gpu(1), ts=100.0 + i), 0.0)
         await store.flush()
     assert max(g.ts for g in await store.latest()) == 159.0
     busy, frames, done = await store.checkpoint()
@@ -208,7 +210,7 @@ async def test_long_reader_does_not_stop_writes_or_starve_checkpoints(store: Sto
     reader.close()
     busy, frames_after, done_after = await store.checkpoint()
     assert done_after == frames_after == frames  # the reader gone, the whole WAL is copied back
-    store.submit_snapshot("h1", snap(500.0, [gpu(0)]), 0.0)
+    store.submit_snapshot("h1", snap(gpu(0), ts=500.0), 0.0)
     await store.flush()
     _, restarted, _ = await store.checkpoint()
     assert restarted < frames  # the WAL was reset: new frames start from the beginning again
@@ -218,22 +220,22 @@ async def test_long_reader_does_not_stop_writes_or_starve_checkpoints(store: Sto
 
 
 async def test_readonly_open_while_the_writer_is_active(store: Store, config: StorageConfig) -> None:
-    store.submit_snapshot("h1", snap(100.0, [gpu(0)]), 0.0)
+    store.submit_snapshot("h1", snap(gpu(0), ts=100.0), 0.0)
     await store.flush()
     ro = await Store.open(config, readonly=True)
     try:
         assert ro.readonly and ro.healthy and ro.queue_depth == 0
         assert [g.ts for g in await ro.latest()] == [100.0]
-        store.submit_snapshot("h1", snap(101.0, [gpu(0)]), 0.0)
+        store.submit_snapshot("h1", snap(gpu(0), ts=101.0), 0.0)
         await store.flush()
         assert [g.ts for g in await ro.latest()] == [101.0]  # sees each new commit
         with pytest.raises(StorageError, match="read-only"):
-            ro.submit_snapshot("h1", snap(102.0, [gpu(0)]), 0.0)
+            ro.submit_snapshot("h1", snap(gpu(0), ts=102.0), 0.0)
         with pytest.raises(StorageError, match="read-only"):
             await ro.save_alerts([_alert()])
         with pytest.raises(StorageError, match="read-only"):
             await ro.run_maintenance(1000.0)
-        ro.frame("h1", snap(103.0, [gpu(0)]), 0.0)  # the FleetSink face only logs
+        ro.frame("h1", snap(gpu(0), ts=103.0), 0.0)  # the FleetSink face only logs
     finally:
         await ro.close()
     await store.run_maintenance(1000.0)  # the writer is unaffected
@@ -242,11 +244,11 @@ async def test_readonly_open_while_the_writer_is_active(store: Store, config: St
 async def test_close_commits_what_is_queued(config: StorageConfig) -> None:
     s = await Store.open(config)
     for i in range(50):
-        s.submit_snapshot("h1", snap(100.0 + i, [gpu(0)]), 0.0)
+        s.submit_snapshot("h1", snap(gpu(0), ts=100.0 + i), 0.0)
     await s.close()
     await s.close()  # idempotent
     with pytest.raises(StorageError, match="closed"):
-        s.submit_snapshot("h1", snap(200.0, [gpu(0)]), 0.0)
+        s.submit_snapshot("h1", snap(gpu(0), ts=200.0), 0.0)
     ro = await Store.open(config, readonly=True)
     pts = (await ro.gpu_history("h1", since=0, until=1e9))[0].points
     await ro.close()

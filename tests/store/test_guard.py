@@ -13,11 +13,12 @@ import time
 from pathlib import Path
 
 import pytest
+from builders import snap
+from builders import store_gpu as gpu
 from gpufleet.collector.daemon import Collector
 from gpufleet.collector.errors import StorageError
 from gpufleet.collector.settings import ApiConfig, Config, StorageConfig
 from gpufleet.collector.store import Store
-from store_testlib import gpu, snap
 
 
 async def test_second_writer_on_one_file_is_refused(config: StorageConfig) -> None:
@@ -70,7 +71,7 @@ async def test_deleted_database_file_fires_storage(tmp_path: Path) -> None:
             Path(str(tmp_path / "h.db") + suffix).unlink(missing_ok=True)
         await collector.store.run_maintenance(1e9)  # what the daemon runs every minute
         assert not collector.store.healthy and "deleted" in (collector.store.last_error or "")
-        collector.store.submit_snapshot("h", snap(1000.0, [gpu(0)]), 1000.0)
+        collector.store.submit_snapshot("h", snap(gpu(0), ts=1000.0), 1000.0)
         await collector.store.flush()  # a commit that succeeds (into the unlinked file) does not hide it
         assert not collector.store.healthy
         await collector.alerts.evaluate()
@@ -83,7 +84,7 @@ async def test_deleted_database_file_fires_storage(tmp_path: Path) -> None:
 async def test_damaged_file_is_reported_as_storage(config: StorageConfig) -> None:
     s = await Store.open(config)
     for i in range(300):
-        s.submit_snapshot("h1", snap(1000.0 + i, [gpu(0), gpu(1)]), 1000.0 + i)
+        s.submit_snapshot("h1", snap(gpu(0), gpu(1), ts=1000.0 + i), 1000.0 + i)
     await s.flush()
     await s.close()
     path = config.resolved_path()

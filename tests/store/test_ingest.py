@@ -5,13 +5,15 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
+from builders import GIB, MIB, hello, snap
+from builders import store_gpu as gpu
+from builders import store_proc as proc
 from gpufleet.agent import wire
 from gpufleet.collector.classify import Thresholds
 from gpufleet.collector.live import HostState
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import Store, Tuning
 from gpufleet.collector.store.usage import GAP_FACTOR
-from store_testlib import GIB, MIB, gpu, hello, proc, snap
 
 
 def _count(config: StorageConfig, sql: str) -> int:
@@ -36,11 +38,11 @@ async def test_host_state_and_hello(store: Store) -> None:
 
 
 async def test_latest_is_newest_sample_with_its_processes(store: Store) -> None:
-    store.submit_snapshot("h1", snap(1000.0, [gpu(0, util=10, procs=[proc(1), proc(2, user="bob")]),
-                                              gpu(1, util=20)]), 1000.1)
-    store.submit_snapshot("h1", snap(1001.0, [gpu(0, util=30, procs=[proc(2, user="bob", mem=3 * GIB)]),
-                                              gpu(1, util=40, temp=71)]), 1001.1)
-    store.submit_snapshot("h2", snap(1001.0, [gpu(0, uuid="GPU-other", util=99)]), 1001.1)
+    store.submit_snapshot("h1", snap(gpu(0, util=10, procs=[proc(1), proc(2, user="bob")]), gpu(1, util=20),
+                                     ts=1000.0), 1000.1)
+    store.submit_snapshot("h1", snap(gpu(0, util=30, procs=[proc(2, user="bob", mem=3 * GIB)]),
+                                     gpu(1, util=40, temp=71), ts=1001.0), 1001.1)
+    store.submit_snapshot("h2", snap(gpu(0, uuid="GPU-other", util=99), ts=1001.0), 1001.1)
     await store.flush()
     got = await store.latest("h1")
     assert [(g.index, g.ts, g.util_gpu) for g in got] == [(0, 1001.0, 30), (1, 1001.0, 40)]
@@ -56,7 +58,7 @@ async def test_raw_history_values_and_gpu_filter(store: Store) -> None:
     utils = [5, 50, 95, 0, 100]
     for i, u in enumerate(utils):
         first = gpu(0, util=u, mem=i * GIB, temp=40 + i, power=100.0 + i)
-        store.submit_snapshot("h1", snap(2000.0 + i, [first, gpu(1, util=1)]), 2000.0 + i)
+        store.submit_snapshot("h1", snap(first, gpu(1, util=1), ts=2000.0 + i), 2000.0 + i)
     await store.flush()
     series = await store.gpu_history("h1", since=2000.0, until=2004.0)
     assert [s.index for s in series] == [0, 1] and {s.resolution for s in series} == {"raw"}
@@ -78,9 +80,9 @@ async def test_process_spans(store: Store) -> None:
                  proc(8, user=None, attributed=False, start=None, sm=None)]
         if i < 2:
             procs.append(proc(9, user="bob", start=None))
-        store.submit_snapshot("h1", snap(3000.0 + i, [gpu(0, procs=procs)]), 3000.0 + i)
+        store.submit_snapshot("h1", snap(gpu(0, procs=procs), ts=3000.0 + i), 3000.0 + i)
     # pid 9 returns after a long absence: a new span (no start time to tell it is the same process)
-    store.submit_snapshot("h1", snap(3200.0, [gpu(0, procs=[proc(9, user="bob", start=None)])]), 3200.0)
+    store.submit_snapshot("h1", snap(gpu(0, procs=[proc(9, user="bob", start=None)]), ts=3200.0), 3200.0)
     await store.flush()
     spans = await store.process_history(since=0, until=1e10)
     by_pid: dict[int, list[tuple[float, float]]] = {}
@@ -100,10 +102,10 @@ async def test_process_spans(store: Store) -> None:
 
 async def test_span_without_start_time_continues_after_reopen(config: StorageConfig) -> None:
     s = await Store.open(config)
-    s.submit_snapshot("h1", snap(4000.0, [gpu(0, procs=[proc(5, start=None)])]), 4000.0)
+    s.submit_snapshot("h1", snap(gpu(0, procs=[proc(5, start=None)]), ts=4000.0), 4000.0)
     await s.close()
     s = await Store.open(config)
-    s.submit_snapshot("h1", snap(4001.0, [gpu(0, procs=[proc(5, start=None)])]), 4001.0)
+    s.submit_snapshot("h1", snap(gpu(0, procs=[proc(5, start=None)]), ts=4001.0), 4001.0)
     await s.flush()
     spans = await s.process_history(since=0, until=1e10)
     await s.close()
@@ -126,11 +128,11 @@ async def test_usage_by_user(store: Store) -> None:
     ts = [t0 + i for i in range(100)] + [t0 + 160 + i for i in range(100)]  # a 60 s outage in the middle
     utils = [(0 if i % 3 == 0 else 60) for i in range(len(ts))]
     for t, u in zip(ts, utils, strict=True):
-        store.submit_snapshot("h1", snap(t, [
-            gpu(0, util=u, procs=[proc(1, mem=GIB), proc(2, mem=GIB)]),  # alice, twice: credited once
-            gpu(1, util=2, procs=[proc(3, user="bob", mem=100 * MIB), proc(4, user=None, attributed=False)]),
-        ]), t)
-        store.submit_snapshot("h2", snap(t, [gpu(0, uuid="GPU-h2", util=u, procs=[proc(5)])]), t)
+        store.submit_snapshot("h1", snap(gpu(0, util=u, procs=[proc(1, mem=GIB), proc(2, mem=GIB)]),
+                                         gpu(1, util=2, procs=[proc(3, user="bob", mem=100 * MIB),
+                                                               proc(4, user=None, attributed=False)]),
+                                         ts=t), t)
+        store.submit_snapshot("h2", snap(gpu(0, uuid="GPU-h2", util=u, procs=[proc(5)]), ts=t), t)
     await store.flush()
     alice = _expected_usage(ts, utils, GIB)
     bob = _expected_usage(ts, [2] * len(ts), 100 * MIB)  # idle but under min_memory_mib: not wasted
@@ -164,7 +166,7 @@ async def test_every_waste_condition_counts_and_capacity(store: Store) -> None:
         held = [proc(8, user="dave", mem=4 * GIB)] if i <= 10 else []
         left = gpu(1, util=0, mem=4 * GIB, procs=held)
         free = gpu(2, util=0, mem=0)
-        store.submit_snapshot("h1", snap(t, [zombie, left, free]), t)
+        store.submit_snapshot("h1", snap(zombie, left, free, ts=t), t)
     await store.flush()
     rows = {r.user: r for r in await store.usage_by_user(since=t0, until=t0 + 3600)}
     assert rows["carol"].gpu_hours_wasted == pytest.approx(20 / 3600)  # 90 % util, but a zombie
@@ -180,7 +182,7 @@ async def test_usage_params_from_the_wasted_rule(config: StorageConfig) -> None:
     s = await Store.open(config, thresholds=Thresholds.from_rules({"wasted": {"util_below": 50,
                                                                             "min_memory_mib": 1}}))
     for i in range(11):
-        s.submit_snapshot("h1", snap(100.0 + i, [gpu(0, util=30, procs=[proc(1, mem=10 * MIB)])]), 0.0)
+        s.submit_snapshot("h1", snap(gpu(0, util=30, procs=[proc(1, mem=10 * MIB)]), ts=100.0 + i), 0.0)
     await s.flush()
     rows = await s.usage_by_user(since=0, until=3600)
     await s.close()
@@ -205,7 +207,7 @@ async def test_events_stored_filtered_and_deduplicated(store: Store) -> None:
 
 
 async def test_replay_adds_no_duplicates(config: StorageConfig) -> None:
-    frames = [snap(6000.0 + i, [gpu(0, util=40, procs=[proc(1, sm=40)])], seq=i) for i in range(20)]
+    frames = [snap(gpu(0, util=40, procs=[proc(1, sm=40)]), ts=6000.0 + i, seq=i) for i in range(20)]
     s = await Store.open(config)
     for f in frames:
         s.submit_snapshot("h1", f, 0.0)
@@ -229,10 +231,10 @@ async def test_replay_adds_no_duplicates(config: StorageConfig) -> None:
 
 async def test_gpu_moved_to_another_slot_keeps_its_history(store: Store) -> None:
     for i in range(10):
-        store.submit_snapshot("h1", snap(7000.0 + i, [gpu(0, uuid="GPU-X", util=10), gpu(1, util=1)]), 0.0)
+        store.submit_snapshot("h1", snap(gpu(0, uuid="GPU-X", util=10), gpu(1, util=1), ts=7000.0 + i), 0.0)
     for i in range(10, 20):  # re-seated in slot 2 of the same host; a new GPU took slot 0
-        store.submit_snapshot("h1", snap(7000.0 + i, [gpu(0, uuid="GPU-NEW", util=30), gpu(1, util=1),
-                                                      gpu(2, uuid="GPU-X", util=20)]), 0.0)
+        store.submit_snapshot("h1", snap(gpu(0, uuid="GPU-NEW", util=30), gpu(1, util=1),
+                                         gpu(2, uuid="GPU-X", util=20), ts=7000.0 + i), 0.0)
     await store.flush()
     now_in_2 = await store.gpu_history("h1", gpu=2, since=7000.0, until=7019.0)
     assert [(s.host, s.index, s.uuid) for s in now_in_2] == [("h1", 2, "GPU-X")]
@@ -247,8 +249,8 @@ async def test_same_uuid_on_two_hosts_is_two_gpus(store: Store, config: StorageC
     """Identity is (host, uuid): a cloned VM image or one machine listed twice never mixes histories."""
     for i in range(20):
         procs = [proc(100, user="alice", mem=4 << 30)]
-        store.submit_snapshot("a", snap(7000.0 + i, [gpu(0, uuid="GPU-SAME", util=0, procs=procs)]), 0.0)
-        store.submit_snapshot("b", snap(7000.0 + i, [gpu(0, uuid="GPU-SAME", util=0, procs=procs)]), 0.0)
+        store.submit_snapshot("a", snap(gpu(0, uuid="GPU-SAME", util=0, procs=procs), ts=7000.0 + i), 0.0)
+        store.submit_snapshot("b", snap(gpu(0, uuid="GPU-SAME", util=0, procs=procs), ts=7000.0 + i), 0.0)
     await store.flush()
     assert _count(config, "SELECT count(*) FROM gpus WHERE uuid = 'GPU-SAME'") == 2
     assert _count(config, "SELECT count(*) FROM gpu_placements") == 2  # no move recorded per frame
@@ -262,7 +264,7 @@ async def test_same_uuid_on_two_hosts_is_two_gpus(store: Store, config: StorageC
 
 async def test_unreadable_gpu_still_gets_a_sample(store: Store) -> None:
     bad = wire.GpuSample(index=1, uuid="GPU-0001", error="GPU is lost")
-    store.submit_snapshot("h1", snap(8000.0, [gpu(0), bad]), 0.0)
+    store.submit_snapshot("h1", snap(gpu(0), bad, ts=8000.0), 0.0)
     await store.flush()
     latest = {g.index: g for g in await store.latest("h1")}
     assert latest[1].error == "GPU is lost" and latest[1].util_gpu is None and latest[0].error is None
@@ -272,8 +274,8 @@ async def test_unreadable_gpu_still_gets_a_sample(store: Store) -> None:
 
 async def test_absurd_values_do_not_sink_a_batch(store: Store, config: StorageConfig) -> None:
     huge = gpu(0, mem=1 << 70, procs=[proc(1, mem=1 << 80)])
-    store.submit_snapshot("h1", snap(9000.0, [huge]), 0.0)
-    store.submit_snapshot("h1", snap(9001.0, [gpu(0)]), 0.0)
+    store.submit_snapshot("h1", snap(huge, ts=9000.0), 0.0)
+    store.submit_snapshot("h1", snap(gpu(0), ts=9001.0), 0.0)
     await store.flush()
     assert _count(config, "SELECT count(*) FROM samples") == 2
     assert _count(config, "SELECT count(*) FROM samples WHERE mem_used IS NULL") == 1
@@ -283,7 +285,7 @@ async def test_absurd_values_do_not_sink_a_batch(store: Store, config: StorageCo
 async def test_fleet_sink_interface(store: Store) -> None:
     store.host_state(HostState(name="h1", status="up"))
     store.frame("h1", hello(), 10.0)
-    store.frame("h1", snap(11.0, [gpu(0)]), 11.0)
+    store.frame("h1", snap(gpu(0), ts=11.0), 11.0)
     store.frame("h1", wire.Event(ts=12.0, kind="xid", xid=94), 12.0)
     store.frame("h1", wire.Heartbeat(ts=13.0), 13.5)
     await store.flush()
@@ -295,7 +297,7 @@ async def test_fleet_sink_interface(store: Store) -> None:
 async def test_full_queue_sheds_and_drops_snapshots_only(config: StorageConfig) -> None:
     s = await Store.open(config, tuning=Tuning(queue_max=3))
     for i in range(10):  # no await in between: the writer cannot run, the queue fills
-        s.submit_snapshot("h1", snap(100.0 + i, [gpu(0)]), 0.0)
+        s.submit_snapshot("h1", snap(gpu(0), ts=100.0 + i), 0.0)
         s.submit_event("h1", wire.Event(ts=100.0 + i, kind="xid", xid=i), 0.0)
     assert s.shed > 0 and s.dropped > 0, "shed evenly first; the bound still holds as the last resort"
     assert s.shed + s.dropped == 7 and s.queue_depth == 13
@@ -312,7 +314,7 @@ async def test_queue_is_bounded_in_bytes_not_only_in_snapshots(config: StorageCo
     s = await Store.open(config, tuning=Tuning(queue_max=5000, queue_max_bytes=8 << 20))
     wide = [gpu(i, uuid=f"GPU-{i}") for i in range(1000)]
     for i in range(50):  # no await in between: the writer cannot run, the queue fills
-        s.submit_snapshot("h1", snap(100.0 + i, wide), 0.0)
+        s.submit_snapshot("h1", snap(*wide, ts=100.0 + i), 0.0)
         s.submit_event("h1", wire.Event(ts=100.0 + i, kind="xid", xid=i), 0.0)
     held, dropped, shed = s.queue_bytes, s.dropped, s.shed
     await s.flush()
@@ -339,9 +341,10 @@ async def test_usage_by_hand_shared_gpu_and_a_gap(store: Store) -> None:
     """
     h = 3600.0 * 100
     for dt, util in ((0, 80), (1, 80), (2, 0), (3, 0), (63, 0), (64, 100)):
-        store.submit_snapshot("h1", snap(h + dt, [
-            gpu(0, util=util, procs=[proc(1, user="alice", mem=GIB), proc(2, user="bob", mem=2 * GIB)]),
-            gpu(1, util=0, procs=[proc(3, user="carol", mem=100 * MIB)])]), h + dt)
+        store.submit_snapshot("h1", snap(gpu(0, util=util, procs=[proc(1, user="alice", mem=GIB),
+                                                                proc(2, user="bob", mem=2 * GIB)]),
+                                         gpu(1, util=0, procs=[proc(3, user="carol", mem=100 * MIB)]),
+                                         ts=h + dt), h + dt)
     await store.flush()
     rows = {r.user: r for r in await store.usage_by_user(since=h, until=h + 3600)}
     assert set(rows) == {"alice", "bob", "carol"}

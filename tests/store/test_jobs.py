@@ -3,42 +3,35 @@ v4) and read back."""
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 
+import builders
 import pytest
+from builders import GIB, snap
 from gpufleet.agent import wire
 from gpufleet.collector.jobs import GONE_INTERVALS, QUIET_AFTER, JobTracker
 from gpufleet.collector.store import Store, schema
 
-GIB = 1 << 30
+#: a Slurm-like job's process: 10 GiB, started at t=100, a child of its launcher
+JOB_PROC = {"mem_gib": 10.0, "start": 100.0, "command": "python train.py", "ppid": 50, "state": "S"}
 
 
-def gpu(index: int, util: int, procs: list[wire.ProcessSample], host: str = "n1") -> wire.GpuSample:
-    used = sum(p.gpu_memory or 0 for p in procs)
-    return wire.GpuSample(index=index, uuid=f"GPU-{host}-{index}", util_gpu=util, memory_total=80 * GIB,
-                          memory_used=used, processes=procs)
-
-
-def proc(pid: int, *, job: str | None = None, mem_gib: float = 10.0, user: str = "alice",
-         start: float = 100.0) -> wire.ProcessSample:
-    return wire.ProcessSample(pid=pid, user=user, gpu_memory=int(mem_gib * GIB), command="python train.py",
-                              start_time=start, ppid=50, state="S", job=job)
-
-
-def snap(t: float, *gpus: wire.GpuSample) -> wire.Snapshot:
-    return wire.Snapshot(ts=t, seq=int(t), gpus=list(gpus))
+gpu = functools.partial(builders.gpu, host="n1")
+proc = functools.partial(builders.proc, **JOB_PROC)
 
 
 async def test_a_job_across_two_hosts_is_recorded_once_when_it_releases_its_gpus(store: Store) -> None:
     flags = {("n2", 0): {"idle_peers", "wasted"}}
     tracker = JobTracker(store.save_jobs, flags=lambda: flags)
     for t in range(1000, 1601):  # 10 minutes: n1 computes (90 %, peak 99), n2's GPU idles (0 %)
-        tracker.frame("n1", snap(t, gpu(0, 99 if t == 1300 else 90, [proc(1, job="77", mem_gib=30)])), t)
-        tracker.frame("n2", snap(t, gpu(0, 0, [proc(2, job="77", mem_gib=2)], host="n2")), t)
+        tracker.frame("n1", snap(gpu(0, util=99 if t == 1300 else 90, procs=[proc(1, job="77", mem_gib=30)]),
+                                 ts=t), t)
+        tracker.frame("n2", snap(gpu(0, util=0, procs=[proc(2, job="77", mem_gib=2)], host="n2"), ts=t), t)
     assert not tracker.finished
     for t in range(1601, 1601 + GONE_INTERVALS + 2):  # released: both hosts report the GPUs empty
-        tracker.frame("n1", snap(t, gpu(0, 0, [])), t)
-        tracker.frame("n2", snap(t, gpu(0, 0, [], host="n2")), t)
+        tracker.frame("n1", snap(gpu(0, util=0, procs=[]), ts=t), t)
+        tracker.frame("n2", snap(gpu(0, util=0, procs=[], host="n2"), ts=t), t)
     await tracker.drain()
     [rec] = await store.jobs(since=0, until=10_000)
     assert rec.key == "slurm:77" and rec.user == "alice" and rec.hosts == ["n1", "n2"]
@@ -54,10 +47,11 @@ async def test_a_job_across_two_hosts_is_recorded_once_when_it_releases_its_gpus
 async def test_jobs_are_told_apart_and_filtered(store: Store) -> None:
     tracker = JobTracker(store.save_jobs)
     for t in range(0, 60):
-        tracker.frame("n1", snap(t, gpu(0, 50, [proc(10, user="bob", start=5.0)]),
-                                 gpu(1, 0, [proc(11, start=6.0)])), t)
+        tracker.frame("n1", snap(gpu(0, util=50, procs=[proc(10, user="bob", start=5.0)]),
+                                 gpu(1, util=0, procs=[proc(11, start=6.0)]), ts=t), t)
     for t in range(60, 70):  # pid 10 ends; pid 11 keeps its GPU
-        tracker.frame("n1", snap(t, gpu(0, 0, []), gpu(1, 0, [proc(11, start=6.0)])), t)
+        tracker.frame("n1", snap(gpu(0, util=0, procs=[]), gpu(1, util=0, procs=[proc(11, start=6.0)]), ts=t),
+                      t)
     await tracker.drain()
     rows = await store.jobs(since=0, until=1000)
     assert [(r.key, r.user) for r in rows] == [("pid:10.5@n1", "bob")]

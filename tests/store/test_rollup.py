@@ -7,10 +7,12 @@ import sqlite3
 from statistics import mean
 
 import pytest
+from builders import GIB, snap
+from builders import store_gpu as gpu
+from builders import store_proc as proc
 from gpufleet.agent import wire
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import Store, Tuning, rollup, schema
-from store_testlib import GIB, gpu, proc, snap
 
 T0 = 36000.0  # an hour boundary
 STEP = 10.0
@@ -24,8 +26,8 @@ def _values(k: int) -> tuple[int, int, int, float]:
 async def _feed(s: Store, n: int = N, t0: float = T0, step: float = STEP) -> None:
     for k in range(n):
         util, mem, temp, power = _values(k)
-        s.submit_snapshot("h1", snap(t0 + k * step, [gpu(0, util=util, mem=mem, temp=temp, power=power),
-                                                     gpu(1, util=3, mem=GIB, temp=40, power=60.0)]), 0.0)
+        s.submit_snapshot("h1", snap(gpu(0, util=util, mem=mem, temp=temp, power=power),
+                                     gpu(1, util=3, mem=GIB, temp=40, power=60.0), ts=t0 + k * step), 0.0)
         if k % 1000 == 999:
             await s.flush()  # history fed at a pace the writer keeps up with: nothing is shed
     await s.flush()
@@ -172,7 +174,7 @@ async def test_late_samples_are_rolled_up_again(store: Store, config: StorageCon
     behind = 7200.0
     for k in range(N):  # h2's samples carry timestamps 2 h older than the collector's clock
         util = _values(k)[0]
-        store.submit_snapshot("h2", snap(T0 - behind + k * STEP, [gpu(0, uuid="GPU-late", util=util)]), 0.0)
+        store.submit_snapshot("h2", snap(gpu(0, uuid="GPU-late", util=util), ts=T0 - behind + k * STEP), 0.0)
         if k % 100 == 0:
             await store.flush()
             await store.run_maintenance(now + k * STEP)
@@ -209,8 +211,8 @@ async def test_file_size_stays_bounded_in_steady_state(config: StorageConfig) ->
         for _ in range(18 * 6):
             for k in range(120):
                 pid = 100 + int(t // 900)  # a new process every 15 minutes: spans come and go too
-                s.submit_snapshot("h1", snap(t, [gpu(i, util=int(t) % 100, power=100.5 + i, procs=[
-                    proc(pid, start=t - t % 900, user=f"u{pid % 3}")]) for i in range(4)]), t)
+                s.submit_snapshot("h1", snap(*[gpu(i, util=int(t) % 100, power=100.5 + i, procs=[
+                    proc(pid, start=t - t % 900, user=f"u{pid % 3}")]) for i in range(4)], ts=t), t)
                 if k % 60 == 0:
                     s.submit_event("h1", wire.Event(ts=t, kind="xid", xid=13, message="Xid 13"), t)
                 t += step
@@ -241,9 +243,9 @@ async def test_unused_gpu_rows_are_pruned_and_may_come_back(config: StorageConfi
                               hour_retention=86400.0)
     s = await Store.open(cfg, tuning=Tuning(delete_batch=7))
     for i in range(20):  # twenty GPUs seen once each, long ago (UUID churn)
-        s.submit_snapshot("h1", snap(T0 + i, [gpu(0, uuid=f"GPU-churn-{i}", procs=[proc(100 + i)])]), T0 + i)
+        s.submit_snapshot("h1", snap(gpu(0, uuid=f"GPU-churn-{i}", procs=[proc(100 + i)]), ts=T0 + i), T0 + i)
     far = T0 + 10 * 86400
-    s.submit_snapshot("h1", snap(far - 5, [gpu(0, uuid="GPU-live")]), far - 5)
+    s.submit_snapshot("h1", snap(gpu(0, uuid="GPU-live"), ts=far - 5), far - 5)
     await s.flush()
     await s.run_maintenance(far)
     path = cfg.resolved_path()
@@ -251,7 +253,7 @@ async def test_unused_gpu_rows_are_pruned_and_may_come_back(config: StorageConfi
         left = sorted(r[0] for r in conn.execute("SELECT uuid FROM gpus"))
         placements = conn.execute("SELECT count(*) FROM gpu_placements").fetchone()[0]
     assert left == ["GPU-live"] and placements <= 1
-    s.submit_snapshot("h1", snap(far + 1, [gpu(0, uuid="GPU-churn-3", procs=[proc(7)])]), far + 1)
+    s.submit_snapshot("h1", snap(gpu(0, uuid="GPU-churn-3", procs=[proc(7)]), ts=far + 1), far + 1)
     await s.flush()  # the writer's id cache forgot the pruned row: no foreign-key error, no dropped frame
     latest = {g.uuid for g in await s.latest()}
     rejected = s.rejected

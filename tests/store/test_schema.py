@@ -8,10 +8,12 @@ import stat
 from pathlib import Path
 
 import pytest
+from builders import snap
+from builders import store_gpu as gpu
+from builders import store_proc as proc
 from gpufleet.collector.errors import StorageError
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import Store, schema
-from store_testlib import gpu, proc, snap
 
 TABLES = {"meta", "hosts", "gpus", "gpu_placements", "samples", "samples_1m", "samples_1h", "processes",
           "usage", "events", "alerts", "silences"}
@@ -37,7 +39,7 @@ async def test_migrates_empty_file_and_creates_directories(config: StorageConfig
 
 async def test_reopen_is_idempotent_and_keeps_data(config: StorageConfig) -> None:
     s = await Store.open(config)
-    s.submit_snapshot("h1", snap(1000.0, [gpu(0)]), 1000.5)
+    s.submit_snapshot("h1", snap(gpu(0), ts=1000.0), 1000.5)
     await s.flush()
     await s.close()
     for _ in range(2):
@@ -80,7 +82,7 @@ async def test_upgrade_path_from_an_older_version(config: StorageConfig,
     kept; a migration that fails half-way leaves the file at the old version, unchanged."""
     old = schema.LATEST
     s = await Store.open(config)
-    s.submit_snapshot("h1", snap(1000.0, [gpu(0, util=42)]), 1000.0)
+    s.submit_snapshot("h1", snap(gpu(0, util=42), ts=1000.0), 1000.0)
     await s.close()
     path = config.resolved_path()
 
@@ -101,7 +103,7 @@ async def test_upgrade_path_from_an_older_version(config: StorageConfig,
     s = await Store.open(config)
     try:
         assert [(g.ts, g.util_gpu) for g in await s.latest("h1")] == [(1000.0, 42)]
-        s.submit_snapshot("h1", snap(1001.0, [gpu(0, util=7)]), 1001.0)  # the old INSERT still fits
+        s.submit_snapshot("h1", snap(gpu(0, util=7), ts=1001.0), 1001.0)  # the old INSERT still fits
         await s.flush()
     finally:
         await s.close()
@@ -155,12 +157,12 @@ async def test_v2_file_migrates_to_per_host_gpu_identity(config: StorageConfig,
     monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:2])
     monkeypatch.setattr(schema, "LATEST", 2)
     s = await Store.open(config)
-    s.submit_snapshot("h1", snap(1000.0, [gpu(0, uuid="GPU-A", util=42, procs=[proc(7)])]), 1000.0)
+    s.submit_snapshot("h1", snap(gpu(0, uuid="GPU-A", util=42, procs=[proc(7)]), ts=1000.0), 1000.0)
     await s.close()
     monkeypatch.undo()
 
     s = await Store.open(config)
-    s.submit_snapshot("h2", snap(1001.0, [gpu(0, uuid="GPU-A", util=7)]), 1001.0)
+    s.submit_snapshot("h2", snap(gpu(0, uuid="GPU-A", util=7), ts=1001.0), 1001.0)
     await s.flush()
     h1 = await s.gpu_history("h1", gpu=0, since=999.0, until=1002.0)
     h2 = await s.gpu_history("h2", gpu=0, since=999.0, until=1002.0)

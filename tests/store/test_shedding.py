@@ -6,10 +6,11 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from builders import snap
+from builders import store_gpu as gpu
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import Store, Tuning, shedding
 from gpufleet.collector.store.shedding import Shedder, keep_one_in
-from store_testlib import gpu, snap
 
 
 def test_ladder_and_even_shedding_per_host() -> None:
@@ -33,14 +34,14 @@ async def test_burst_sheds_evenly_marks_gaps_and_recovers(tmp_path, monkeypatch:
         hosts = [f"h{i}" for i in range(8)]
         for k in range(40):  # 320 snapshots in one go: the writer gets no turn, the queue fills
             for h in hosts:
-                store.submit_snapshot(h, snap(1000.0 + k, [gpu(0)]), 1000.0 + k)
+                store.submit_snapshot(h, snap(gpu(0), ts=1000.0 + k), 1000.0 + k)
         assert store.shed > 0 and store.keep_one_in > 1 and changes == [True]
         per_host = store.shed_by_host
         assert set(per_host) == set(hosts) and max(per_host.values()) - min(per_host.values()) <= 1
         assert store.dropped == 0  # shedding kept the queue under its bound
         await store.flush()
         await asyncio.sleep(1.1)  # quiet for longer than QUIET, and past the writer's once-a-second look
-        store.submit_snapshot("h0", snap(2000.0, [gpu(0)]), 2000.0)  # caught up: stored, episode ends
+        store.submit_snapshot("h0", snap(gpu(0), ts=2000.0), 2000.0)  # caught up: stored, episode ends
         await store.flush()
         assert changes == [True, False] and store.keep_one_in == 1
         events = await store.events(since=0.0, until=3000.0)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import asyncssh
 import pytest
+from builders import free_port
 from gpufleet.agent import wire
 from gpufleet.collector.settings import HostConfig
 from sshtestlib import STANDIN, CollectingSink, MakeTransport, real_agent_works
@@ -55,12 +56,6 @@ def _user() -> str:
     return pwd.getpwuid(os.getuid()).pw_name
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def sshd(tmp_path: Path) -> Iterator[Sshd]:
     if os.geteuid() == 0:
@@ -77,7 +72,7 @@ def sshd(tmp_path: Path) -> Iterator[Sshd]:
     client_pub = client.export_public_key().decode().strip()
     authorized = tmp_path / "authorized_keys"
     authorized.write_text(client_pub + "\n")
-    port = _free_port()
+    port = free_port()
     config = tmp_path / "sshd_config"
     config.write_text("\n".join([
         f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {hostkey}", f"AuthorizedKeysFile {authorized}",

@@ -3,14 +3,11 @@ an event loop in a thread. A module name of its own: the suite runs with --impor
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
-from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
-from gpufleet.agent import wire
+from builders import GIB, LoopThread, gpu, proc, snap
 from gpufleet.collector.daemon import Collector
 from gpufleet.collector.live import HostState, LiveView
 from gpufleet.collector.settings import ApiConfig, Config, StorageConfig, WebConfig, default_rules
@@ -21,23 +18,6 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 HOSTS = {"n1": "wasting", "n2": "busy", "n3": "idle"}
 TOKEN = "s3cret-t0ken"
-GIB = 1 << 30
-
-
-class LoopThread:
-    """An event loop in a thread: the collector keeps serving while a test blocks on the browser."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, Any], timeout: float = 60.0) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
 
 
 class Site:
@@ -111,9 +91,6 @@ class Source:
             self.set_util(f"h{h}", 50)
 
     def set_util(self, host: str, util: int, user: str = "alice", command: str = "python train.py") -> None:
-        gpus = [wire.GpuSample(index=i, uuid=f"GPU-{host}-{i}", util_gpu=util, memory_total=80 * GIB,
-                               memory_used=40 * GIB, temperature=60,
-                               processes=[wire.ProcessSample(pid=1, user=user, gpu_memory=40 * GIB,
-                                                             command=command)])
-                for i in range(self.gpus)]
-        self.live.hosts[host].snapshot = wire.Snapshot(ts=time.time(), seq=1, gpus=gpus)
+        gpus = [gpu(i, host=host, util=util, mem=40 * GIB, temp=60,
+                    procs=[proc(1, user, mem_gib=40, command=command)]) for i in range(self.gpus)]
+        self.live.hosts[host].snapshot = snap(*gpus, ts=time.time(), seq=1)

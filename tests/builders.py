@@ -1,0 +1,119 @@
+"""The one test kit: wire builders (GPU, process, snapshot, hello), the hand-moved clock, free_port and an
+event loop in a thread. Every test directory builds its frames here, so a default (how much memory a GPU
+with no process uses, which model it is) has one owner. The root conftest puts this directory on sys.path
+(the suite runs with --import-mode=importlib); benches import it the same way.
+
+Directory presets are declared as data (``STORE_GPU``, ``STORE_PROC``) over the same builders, not as
+builders of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import socket
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+from gpufleet.agent import wire
+
+GIB = 1 << 30
+MIB = 1 << 20
+#: what the driver keeps on a GPU with no process on it (the memory an idle card shows in nvidia-smi)
+DRIVER_RESERVED = 64 * MIB
+
+
+def proc(pid: int = 4242, user: str | None = "alice", *, mem_gib: float | None = 40.0, mem: int | None = None,
+         sm: int | None = None, start: float | None = None, command: str | None = "jupyter-lab",
+         **kw: Any) -> wire.ProcessSample:
+    """A GPU process; ``mem`` (bytes) wins over ``mem_gib``; ``mem_gib=None`` is a process whose memory
+    NVML could not read."""
+    memory = mem if mem is not None else (None if mem_gib is None else int(mem_gib * GIB))
+    kw.setdefault("gpu_memory", memory)  # the field's own name wins over the short one
+    kw.setdefault("sm_util", sm)
+    kw.setdefault("start_time", start)
+    return wire.ProcessSample(pid=pid, user=user, command=command, **kw)
+
+
+def gpu(index: int = 0, *, util: int | None = 2, procs: list[wire.ProcessSample] | None = None,
+        mem: int | None = None, mem_used_gib: float | None = None, uuid: str | None = None,
+        host: str | None = None, name: str | None = "A100", memory_total: int = 80 * GIB,
+        temp: int | None = None, power: float | None = None, **kw: Any) -> wire.GpuSample:
+    """One GPU sample. Memory used is ``mem`` bytes, else ``mem_used_gib``, else its processes' memory
+    plus what the driver reserves. The UUID names the host when one is given (two hosts, two GPUs)."""
+    procs = procs or []
+    if mem is not None:
+        used: int = mem
+    elif mem_used_gib is not None:
+        used = int(mem_used_gib * GIB)
+    else:
+        used = sum(p.gpu_memory or 0 for p in procs) + DRIVER_RESERVED
+    ident = uuid or (f"GPU-{host}-{index}" if host else f"GPU-{index:04d}")
+    kw.setdefault("temperature", temp)  # the field's own name wins over the short one
+    kw.setdefault("power_draw", power)
+    return wire.GpuSample(index=index, uuid=ident, name=name, util_gpu=util, memory_used=used,
+                          memory_total=memory_total, processes=procs, **kw)
+
+
+def snap(*gpus: wire.GpuSample, ts: float = 0.0, seq: int | None = None) -> wire.Snapshot:
+    return wire.Snapshot(ts=ts, seq=int(ts) if seq is None else seq, gpus=list(gpus))
+
+
+def hello(gpus: list[wire.GpuInfo] | None = None, ts: float = 1000.0) -> wire.Hello:
+    return wire.Hello(agent_version="0.1.0", hostname="reported-name", ts=ts, driver_version="550.54",
+                      nvml_version="12.550", cuda_version=12040, backend="fake", gpus=gpus or [])
+
+
+#: the store tests' GPU: an H100 at work, every reading present (rollups average them)
+STORE_GPU: dict[str, Any] = {"util": 50, "mem": 2 * GIB, "temp": 60, "power": 150.0, "name": "NVIDIA H100",
+                             "power_limit": 700.0}
+#: the store tests' process: 1 GiB at 50 % SM, started at t=1000
+STORE_PROC: dict[str, Any] = {"mem": GIB, "sm": 50, "start": 1000.0, "command": "python train.py"}
+store_gpu = functools.partial(gpu, **STORE_GPU)
+store_proc = functools.partial(proc, **STORE_PROC)
+
+
+class FakeClock:
+    """A clock tests move by hand, so timelines are deterministic. ``t`` and ``now`` are the same time."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.t = start
+
+    def __call__(self) -> float:
+        return self.t
+
+    @property
+    def now(self) -> float:
+        return self.t
+
+    @now.setter
+    def now(self, value: float) -> None:
+        self.t = value
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (the caller binds it soon after)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class LoopThread:
+    """An event loop in a thread: a server keeps serving while the test or bench blocks (a browser, a
+    subprocess)."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, Any], timeout: float | None = 60.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)

@@ -32,7 +32,7 @@ from gpufleet.collector.alerts.silences import Silences, SilenceStore, inhibited
 from gpufleet.collector.live import HostState
 from gpufleet.collector.notify.base import Notification
 from gpufleet.collector.rules.base import HostContext
-from gpufleet.collector.rules.hosts import COLLECTOR, CollectorOverloadedRule, NotifierDownRule, StorageRule
+from gpufleet.collector.rules.hosts import COLLECTOR, CollectorFaultRule, NotifierDownRule
 from gpufleet.collector.rules.registry import build_rules
 from gpufleet.collector.settings import Config
 from gpufleet.collector.store.records import AlertRecord, SilenceRecord
@@ -205,17 +205,16 @@ class AlertEngine:
                 ctx.uuids[info.index] = info.uuid
 
     def storage_health(self, ok: bool, message: str | None) -> None:
-        rule = self.rules.get("storage")
-        if isinstance(rule, StorageRule):
-            rule.set_health(ok, message)
-            now = self.clock()
-            self.lifecycle.reconcile(rule, self._collector, rule.conditions(self._collector, now), now)
+        self._collector_fault("storage", not ok, message)
 
     def collector_overload(self, shedding: bool, message: str | None) -> None:
         """The store started or stopped shedding snapshots (Store.on_overload_change)."""
-        rule = self.rules.get("collector_overloaded")
-        if isinstance(rule, CollectorOverloadedRule):
-            rule.set_shedding(shedding, message)
+        self._collector_fault("collector_overloaded", shedding, message)
+
+    def _collector_fault(self, rule_name: str, faulty: bool, detail: str | None) -> None:
+        rule = self.rules.get(rule_name)
+        if isinstance(rule, CollectorFaultRule):
+            rule.report(faulty, detail)
             now = self.clock()
             self.lifecycle.reconcile(rule, self._collector, rule.conditions(self._collector, now), now)
 

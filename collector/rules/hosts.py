@@ -13,7 +13,9 @@ that is the host-key alert.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
+from gpufleet.collector.live import HostState
 from gpufleet.collector.rules.base import Condition, HostContext, Rule, safe
 from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.store.records import AlertRecord
@@ -103,58 +105,91 @@ class HostDownRule(Rule):
         self._down.pop(host, None)
 
 
-class StorageRule(Rule):
-    """Fed by Store.on_health_change through AlertEngine.storage_health."""
+class CollectorFaultRule(Rule):
+    """A fault of the collector itself (the pseudo-host ``COLLECTOR``), reported by the part that sees it
+    through :meth:`report`: unknown (None) until the first report, then firing while ``faulty``."""
 
-    name = "storage"
     on_snapshot = False
+    #: what the operator should know and do while it fires
+    description: ClassVar[str] = ""
+    #: the annotation that carries the detail (receivers read it by this name)
+    detail_key: ClassVar[str] = "detail"
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
-        self.ok: bool | None = None
-        self.message: str | None = None
+        self.faulty: bool | None = None
+        self.detail: str | None = None
 
-    def set_health(self, ok: bool, message: str | None) -> None:
-        self.ok, self.message = ok, message
+    def report(self, faulty: bool, detail: str | None) -> None:
+        self.faulty = faulty
+        if detail or not faulty:
+            self.detail = detail or self.detail
+
+    def summary(self, detail: str) -> str:
+        raise NotImplementedError
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
-        if self.ok is None:
+        if self.faulty is None:
             return None
-        if self.ok:
+        if not self.faulty:
             return []
-        return [Condition(self.name, {}, f"storage is failing: {safe(self.message, 200)}",
-                          "History is not being written (disk full, permissions, corruption). Live views and "
-                          "alerts keep working; free space or fix the database file.",
-                          annotations={"error": safe(self.message, 300)})]
+        detail = safe(self.detail, 300)
+        return [Condition(self.name, {}, self.summary(safe(self.detail, 200)), self.description,
+                          annotations={self.detail_key: detail})]
+
+
+class StorageRule(CollectorFaultRule):
+    """Fed by Store.on_health_change through AlertEngine.storage_health."""
+
+    name = "storage"
+    detail_key = "error"
+    description = ("History is not being written (disk full, permissions, corruption). Live views and alerts "
+                   "keep working; free space or fix the database file.")
+
+    def summary(self, detail: str) -> str:
+        return f"storage is failing: {detail}"
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         return f"storage is healthy again after {fmt_duration(now - alert.started_at)}"
 
 
-YEAR = 365.25 * 86400
+class HostFlagRule(Rule):
+    """A condition the agent stream flags on the host's state (one owner of each bound: the stream);
+    true only while the host is up. Unknown until the engine has the host's state."""
 
-
-class ClockSkewRule(Rule):
-    """Reads the flag the agent stream sets (collector/transport/stream.py): one owner of the bound."""
-
-    name = "clock_skew"
     time_based = True
     on_snapshot = False
+
+    def condition(self, ctx: HostContext, state: HostState) -> Condition | None:
+        raise NotImplementedError
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         state = ctx.state
         if state is None:
             return None
-        skew = state.clock_skew if state.status == "up" else None
+        found = self.condition(ctx, state) if state.status == "up" else None
+        return [found] if found else []
+
+
+YEAR = 365.25 * 86400
+
+
+class ClockSkewRule(HostFlagRule):
+    """Reads the flag the agent stream sets (collector/transport/stream.py)."""
+
+    name = "clock_skew"
+
+    def condition(self, ctx: HostContext, state: HostState) -> Condition | None:
+        skew = state.clock_skew
         if skew is None:
-            return []
+            return None
         side = "behind" if skew > 0 else "ahead of"
         size = fmt_duration(abs(skew)) if abs(skew) < 100 * YEAR else "more than 100 years"
-        return [Condition(
+        return Condition(
             self.name, {"host": ctx.name}, f"{ctx.name}: agent clock is {size} {side} the collector's",
             "The collector stamps this host's samples with its own clock meanwhile. Check NTP/chrony on "
             "the host.", value=skew, annotations={"offset_seconds": f"{skew:.6g}"},
-        )]
+        )
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         return f"{alert.labels.get('host')}: clocks agree again"
@@ -199,61 +234,41 @@ class NotifierDownRule(Rule):
         return f"notifier {name} accepts notifications again{took}"
 
 
-class CollectorOverloadedRule(Rule):
+class CollectorOverloadedRule(CollectorFaultRule):
     """Fed by Store.on_overload_change through AlertEngine.collector_overload: true while the store sheds
-    snapshots (collector/store/shedding.py), so lost history is never silent."""
+    snapshots (collector/store/shedding.py), so lost history is never silent. The last detail is kept when
+    a report has none (the shedding goes on)."""
 
     name = "collector_overloaded"
-    on_snapshot = False
+    description = ("Writes to the history database fall behind the fleet's samples. Each host's history "
+                   "keeps every k-th sample (rollups stay right, the gaps are marked as collector_shed "
+                   "events); live views and alerts are unaffected. Give the collector faster storage or more "
+                   "CPU, raise intervals, or split the fleet into shards.")
 
-    def __init__(self, config: RuleConfig) -> None:
-        super().__init__(config)
-        self.shedding: bool | None = None
-        self.message: str | None = None
-
-    def set_shedding(self, shedding: bool, message: str | None) -> None:
-        self.shedding = shedding
-        if message:
-            self.message = message
-
-    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
-        if self.shedding is None:
-            return None
-        if not self.shedding:
-            return []
-        return [Condition(self.name, {}, f"collector overloaded: {safe(self.message, 200)}",
-                          "Writes to the history database fall behind the fleet's samples. Each host's "
-                          "history keeps every k-th sample (rollups stay right, the gaps are marked as "
-                          "collector_shed events); live views and alerts are unaffected. Give the collector "
-                          "faster storage or more CPU, raise intervals, or split the fleet into shards.",
-                          annotations={"detail": safe(self.message, 300)})]
+    def summary(self, detail: str) -> str:
+        return f"collector overloaded: {detail}"
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         took = fmt_duration(now - alert.started_at)
         return f"collector caught up: every sample is stored again after {took}"
 
 
-class OverBudgetRule(Rule):
+class OverBudgetRule(HostFlagRule):
     """Reads the flag the agent stream sets when it drops a host's excess (collector/transport/budget.py)."""
 
     name = "over_budget"
-    time_based = True
-    on_snapshot = False
 
-    def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
-        state = ctx.state
-        if state is None:
+    def condition(self, ctx: HostContext, state: HostState) -> Condition | None:
+        if not state.over_budget:
             return None
-        if not (state.over_budget and state.status == "up"):
-            return []
-        return [Condition(
+        return Condition(
             self.name, {"host": ctx.name},
             f"{ctx.name} sends more than its budget: the collector drops the excess",
             "A runaway or hostile agent (events or frames far above normal). What was dropped is summarised "
             "in the host's events (kind rate_limited).",
             annotations={"dropped_frames": str(state.dropped_frames),
                          "dropped_events": str(state.dropped_events)},
-        )]
+        )
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         return f"{alert.labels.get('host')} is within its budget again"

@@ -167,10 +167,11 @@ def test_host_key_reason_is_the_host_key_alert(runner):
 def test_storage_rule(runner):
     r = runner("storage", host="")
     assert r.rule.conditions(r.ctx, 0.0) is None
-    r.rule.set_health(False, "database or disk is full")  # type: ignore[attr-defined]
+    r.rule.report(True, "database or disk is full")  # type: ignore[attr-defined]
     conds = r.rule.conditions(r.ctx, 0.0)
     assert conds and "storage is failing: database or disk is full" in conds[0].summary
-    r.rule.set_health(True, None)  # type: ignore[attr-defined]
+    assert conds[0].annotations["error"] == "database or disk is full"  # the name receivers read
+    r.rule.report(False, None)  # type: ignore[attr-defined]
     assert r.rule.conditions(r.ctx, 1.0) == []
 
 

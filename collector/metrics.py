@@ -31,7 +31,15 @@ from typing import Any, Literal, Protocol
 
 from gpufleet.agent import wire
 from gpufleet.collector import metrics_dcgm
-from gpufleet.collector.aioserver import bind_tcp, close_server, close_writer, http_url
+from gpufleet.collector.aioserver import (
+    HttpError,
+    bind_tcp,
+    close_server,
+    close_writer,
+    http_url,
+    read_request,
+    respond,
+)
 from gpufleet.collector.config import parse_listen
 from gpufleet.collector.live import HostState, LiveView
 from gpufleet.collector.wirestate import budget_counts, wire_counts
@@ -472,9 +480,6 @@ class FleetCollector:
 
 # ---------------------------------------------------------------------------------------- HTTP server
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            408: "Request Timeout", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
-            503: "Service Unavailable"}
 _INDEX = (b"<!doctype html><html><head><title>gpufleet collector</title></head><body>"
           b"<h1>gpufleet collector</h1><p><a href=\"/metrics\">Metrics</a></p></body></html>\n")
 
@@ -572,30 +577,13 @@ class MetricsServer:
 
     async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.read_timeout)
-        except asyncio.LimitOverrunError:
-            await self._respond(writer, 431, b"request head too large\n")
+            req = await read_request(reader, self.read_timeout)
+        except HttpError as exc:
+            await self._respond(writer, exc.status, f"{exc}\n".encode())
             return
-        except asyncio.TimeoutError:
-            await self._respond(writer, 408, b"request timeout\n")
-            return
-        except asyncio.IncompleteReadError:
+        if req is None:
             return  # client went away before finishing its request
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ")
-        if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-            await self._respond(writer, 400, b"bad request line\n")
-            return
-        method, target, _version = parts
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            if line:
-                name, sep, value = line.partition(":")
-                if not sep:
-                    await self._respond(writer, 400, b"bad header line\n")
-                    return
-                headers[name.strip().lower()] = value.strip()
-        path = target.split("?", 1)[0]
+        method, path, headers = req.method, req.path, req.headers
         if path not in ("/", "/metrics"):
             await self._respond(writer, 404, b"not found; try /metrics\n", head_only=method == "HEAD")
             return
@@ -622,10 +610,5 @@ class MetricsServer:
     async def _respond(self, writer: asyncio.StreamWriter, status: int, body: bytes,
                        content_type: str = "text/plain; charset=utf-8", *,
                        extra: Sequence[tuple[str, str]] = (), head_only: bool = False) -> None:
-        head = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}", f"Content-Type: {content_type}",
-                f"Content-Length: {len(body)}", "Connection: close", "Cache-Control: no-store"]
-        head += [f"{k}: {v}" for k, v in extra]
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode("latin-1"))
-        if not head_only:
-            writer.write(body)
-        await asyncio.wait_for(writer.drain(), self.write_timeout)
+        await respond(writer, status, body, content_type, timeout=self.write_timeout, extra=extra,
+                      head_only=head_only)

@@ -106,15 +106,19 @@ def banner(socket: str, log_path: str, width: int) -> list[Text]:
 
 
 def folded_banner(width: int) -> Text:
-    """The banner once the first seconds are over, or when the screen has no room for it: one line."""
-    t = Text.assemble(
-        ("gpufleet demo", "bold cyan"),
-        (f" · {len(DEMO_HOSTS)} simulated hosts · another terminal: ", "dim"),
-        ("gpufleet top", "bold"),
-        (", ", "dim"),
-        ("gpufleet alerts", "bold"),
-        (" · q quits", "dim"),
-    )
+    """The banner once the first seconds are over, or when the screen has no room for it: one line, the
+    longest form that fits (at 80 columns the hint names one command rather than being cut)."""
+    hosts = f" · {len(DEMO_HOSTS)} simulated hosts"
+    forms = [
+        [(hosts + " · another terminal: ", "dim"), ("gpufleet top", "bold"), (", ", "dim"),
+         ("gpufleet alerts", "bold"), (" · q quits", "dim")],
+        [(hosts + " · in another terminal: ", "dim"), ("gpufleet top", "bold"), (" · q quits", "dim")],
+        [(hosts + " · try ", "dim"), ("gpufleet top", "bold"), (" · q quits", "dim")],
+    ]
+    for parts in forms:
+        t = Text.assemble(("gpufleet demo", "bold cyan"), *parts)
+        if t.cell_len <= width:
+            return t
     t.truncate(width, overflow="ellipsis")
     return t
 

@@ -38,6 +38,8 @@ async def test_demo_screen_fits_the_terminal(home: Path, width: int, height: int
         for host in DEMO_HOSTS:
             assert re.search(rf"^{host} ", text, re.M), f"{host} not on screen:\n{text}"
         assert "Firing alerts:" in text
+        banner = lines[0].rstrip()  # folded by now: one line that says what to run next, not cut
+        assert "gpufleet top" in banner and not banner.endswith("…"), banner
         ends = [line.split()[-1].rstrip("…") for line in lines if line.strip()]
         flags = set(FLAG_STYLES)
         clipped = [w for w in ends if w not in flags and len(w) >= 3 and any(f.startswith(w) for f in flags)]

@@ -262,7 +262,11 @@ class _Gauges:
         ckey = (p.command, None if p.command else p.pid, zombie, where)
         cmd = self.cmd.get(ckey)
         if cmd is None:
-            text = ("<zombie> " if zombie else "") + (p.command or f"pid {p.pid}")
+            name = p.command or f"pid {p.pid}"
+            prefix = "<zombie> " if zombie else ""
+            if p.command and " " in p.command and cells(prefix + name) > lay.cmd:
+                name = p.command.split(" ", 1)[1]  # "python3 train.py": the script says more than python
+            text = prefix + name
             if where:
                 text += f" [{where}]"
             cmd = self.cmd[ckey] = (_fit(text, lay.cmd) + " ", "red" if zombie else "")
@@ -336,7 +340,7 @@ def _gpu_lines(
     flags = g.flags + [f for f in host.flags if f not in g.flags] if first and host.flags else g.flags
     if g.error:
         span = lay.left - (lay.host + 1 + lay.gpu + 1) - (lay.model + 1 if lay.model else 0) + lay.procs
-        sp.append((_fit(f"lost: {g.error}", span), "bold red"))
+        sp.append((_fit(f"lost: {g.error}", span - 1) + " ", "bold red"))
         _flags(line, flags, lay.flags)
         out.append(line.rstrip().truncate(lay.width))
         return

@@ -288,3 +288,22 @@ def test_longer_flags_widen_the_flags_column_instead_of_being_cut() -> None:
         assert all(cell_width(line) <= width for line in lines)
         text = "\n".join(lines)
         assert "input_bound" in text and "idle_peers" in text, text
+
+
+def test_at_80_columns_the_script_is_shown_not_the_interpreter_and_a_lost_gpu_keeps_its_flags_apart() -> None:
+    live = synthetic_live({"n1": "busy", "n4": "lost"}, gpus=3)
+    for g in live.hosts["n1"].snapshot.gpus:  # type: ignore[union-attr]
+        for p in g.processes:
+            p.command = "/usr/bin/python3 -u /home/alice/llama_finetune_from_checkpoint.py --lr 3e-4"
+    lost_gpu = live.hosts["n4"].snapshot.gpus[1]  # type: ignore[union-attr]
+    lost_gpu.error = "GPU lost: NVML_ERROR_GPU_IS_LOST (GPU is lost) and then some more words"
+    v = query.build_fleet_view(live.hosts.values(), lambda h, g: {"lost"} if (h, g) == ("n4", 1) else set(),
+                               now=time.time())
+    lines = show(render_status(v, 80), 80)
+    held = [line for line in lines if "llama" in line]  # n1's GPUs 0 and 1
+    assert len(held) == 2 and all("llama_fine" in line and "python" not in line for line in held), \
+        "\n".join(lines)
+    wide = "\n".join(show(render_status(v, 200), 200))
+    assert "python3 llama_finetune_from" in wide  # with room the interpreter is named too
+    [lost] = [line for line in lines if "lost:" in line]
+    assert lost.endswith("… lost"), lost  # the cut error, a space, then its flag

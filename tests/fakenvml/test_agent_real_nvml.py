@@ -131,6 +131,7 @@ def test_once_json_reports_the_state(agent_cmd: list[str], fake_nvml_dir: Path, 
     assert g0.name == "NVIDIA A100-SXM4-80GB" and g0.serial == "1321021000000"
     assert g0.pci_bus_id == "00000000:07:00.0" and g0.error is None
     assert (g0.util_gpu, g0.util_mem) == (37, 12)
+    assert g0.sm_active is None  # the library has no nvmlGpm* symbols (a pre-GPM driver): null, no error
     assert (g0.memory_total, g0.memory_used, g0.memory_reserved) == (80 * GIB, 30 * GIB, 512 << 20)
     assert (g0.temperature, g0.temp_slowdown, g0.temp_shutdown) == (71, 88, 93)
     assert (g0.power_draw, g0.power_limit) == (312.5, 350.0)

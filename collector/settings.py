@@ -213,6 +213,8 @@ class AlertingConfig:
     retry_backoff: float = 1.0  # first retry of a failed notification after this; doubling per failure
     retry_backoff_max: float = 300.0  # ... up to this; retried until delivered or superseded
     notifier_down_after: float = 600.0  # a destination failing this long raises notifier_down elsewhere
+    job_notes: bool = False  # mail users their job's record when it releases its GPUs (collector/jobnotes.py)
+    job_notes_min_gpu_hours: float = 0.1  # ... for jobs that held at least this many GPU-hours
 
 
 @dataclass(slots=True)

@@ -70,6 +70,8 @@ ALERTING_SPEC: dict[str, Conv] = {
     "retry_backoff": positive,
     "retry_backoff_max": positive,
     "notifier_down_after": positive,
+    "job_notes": Parser.boolean,
+    "job_notes_min_gpu_hours": lambda p, n, k: p.number(n, k, lo=0),
 }
 
 API_SPEC: dict[str, Conv] = {

@@ -62,3 +62,13 @@ def test_multi_signal_thresholds_load_and_reach_the_classification(load: Any, fa
         """)
     got = sorted((e.line or 0, e.key or "") for e in errs.errors)
     assert got == [(3, "rules.wasted.mem_busy_at_least"), (4, "rules.wasted.sm_active_at_least")]
+
+
+def test_job_notes_need_the_user_notifier(fail: Any) -> None:
+    errs = fail("""
+        alerting:
+          job_notes: true
+          job_notes_min_gpu_hours: -1
+        """)
+    got = sorted((e.line or 0, e.key or "") for e in errs.errors)
+    assert got == [(2, "alerting.job_notes"), (3, "alerting.job_notes_min_gpu_hours")]

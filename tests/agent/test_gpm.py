@@ -65,3 +65,25 @@ def test_gpm_sampling_failing_later_stops_asking(make_env: Callable[..., Env]) -
     snap, events = env.sampler.sample()
     assert snap.gpus[0].sm_active is None and events == [] and snap.gpus[0].util_gpu == 90
     assert env.sampler.gpus[0].gpm is None and env.lib._gpm == {}, "buffers freed, GPM not asked again"
+
+
+def test_the_spinning_scenario_reads_the_opposite_of_util_alone(clock) -> None:  # type: ignore[no-untyped-def]
+    """agent/scenarios/spinning.yaml through the real sampler and the one classification: the second signals
+    turn util's verdicts around (the spinning rank is stuck, the memory-bound job busy)."""
+    from gpufleet.agent.fake import FakeNvml, FakeProcs, load_scenario
+    from gpufleet.agent.nvml import Gateway
+    from gpufleet.agent.sampler import Sampler
+    from gpufleet.collector.classify import Thresholds, activity
+
+    lib = FakeNvml(load_scenario("spinning"), clock=clock, sleep=lambda s: None)
+    sampler = Sampler(Gateway(lib, backend="fake"), FakeProcs(lib), clock=clock)
+    sampler.open()
+    sampler.sample()
+    clock.advance(1)
+    snap, _ = sampler.sample()
+    spin, stream = snap.gpus
+    assert (spin.util_gpu, spin.util_mem, spin.sm_active) == (100, 0, 1)
+    assert stream.util_gpu is not None and stream.util_gpu < 5 and (stream.util_mem or 0) >= 60
+    assert [activity(g) for g in snap.gpus] == ["stuck", "busy"]
+    util_only = Thresholds(mem_busy_at_least=0, sm_active_at_least=0)
+    assert [activity(g, util_only) for g in snap.gpus] == ["busy", "idle"]

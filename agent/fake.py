@@ -116,6 +116,7 @@ class FakeNvml:
         self._init = 0
         self._lock = threading.RLock()
         self._handles = [FakeHandle(i) for i in range(len(scenario.gpus))]
+        self._gpm: dict[int, tuple[int, float] | None] = {}  # GPM sample address -> (gpu index, t) taken
         self.calls = 0  # how many NVML calls were made (for tests and the overhead benchmark)
 
     # ------------------------------------------------------------------ time and checks
@@ -269,6 +270,44 @@ class FakeNvml:
         u = self.util(gpu, t)
         mu = gpu.util_mem.at(t) if gpu.util_mem is not None else u * 0.6
         return _Obj(gpu=int(round(u)), memory=int(round(mu)))
+
+    def nvmlGpmQueryDeviceSupport(self, device: Any) -> _Obj:
+        gpu, _t = self._device(device, "gpm")
+        return _Obj(version=1, isSupportedDevice=int(gpu.sm_active is not None))
+
+    def nvmlGpmSampleAlloc(self) -> Any:
+        self._system()
+        sample = nvml.new_gpm_sample()
+        self._gpm[nvml.handle_key(sample)] = None
+        return sample
+
+    def nvmlGpmSampleFree(self, gpmSample: Any) -> None:
+        self._system()
+        if self._gpm.pop(nvml.handle_key(gpmSample), 0) == 0:
+            raise _err("INVALID_ARGUMENT")
+
+    def nvmlGpmSampleGet(self, device: Any, gpmSample: Any) -> Any:
+        gpu, t = self._device(device, "gpm")
+        if nvml.handle_key(gpmSample) not in self._gpm:
+            raise _err("INVALID_ARGUMENT")
+        self._gpm[nvml.handle_key(gpmSample)] = (gpu.index, t)
+        return gpmSample
+
+    def nvmlGpmMetricsGet(self, metricsGet: Any) -> Any:
+        """SM activity of the GPU at the newer sample's time (the scenario's ``sm_active`` curve)."""
+        self._system()
+        first = self._gpm.get(nvml.handle_key(metricsGet.sample1))
+        second = self._gpm.get(nvml.handle_key(metricsGet.sample2))
+        if first is None or second is None or first[0] != second[0]:
+            raise _err("INVALID_ARGUMENT")
+        curve = self.scenario.gpus[second[0]].sm_active
+        for i in range(metricsGet.numMetrics):
+            m = metricsGet.metrics[i]
+            if m.metricId == nvml.GPM_SM_UTIL and curve is not None:
+                m.nvmlReturn, m.value = 0, max(0.0, curve.at(second[1]))
+            else:
+                m.nvmlReturn = nvml.ERROR_CODES["NOT_SUPPORTED"]
+        return metricsGet
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> _Obj:
         gpu, t = self._device(handle, "memory")

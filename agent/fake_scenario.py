@@ -45,6 +45,7 @@ FIELDS: Final = frozenset(
         "graphics_processes",
         "process_util",
         "events",
+        "gpm",
     }
 )
 #: Fields whose "unsupported" means the newer symbol is missing (an older driver), not NOT_SUPPORTED.
@@ -143,6 +144,7 @@ class FakeGpu:
     mem_clock: int
     util: Curve | None
     util_mem: Curve | None
+    sm_active: Curve | None  # GPM SM activity %; None: the GPU has no GPM (pre-Hopper)
     temperature: Curve | None
     power: Curve | None
     fan: Curve | None
@@ -340,6 +342,7 @@ def _parse_gpu(r: _Reader, raw: Any, index: int, hostname: str) -> FakeGpu:
         mem_clock=r.get(m, "mem_clock", key, (int,), 1593),
         util=r.curve(m, "util", key),
         util_mem=r.curve(m, "util_mem", key),
+        sm_active=r.curve(m, "sm_active", key),
         temperature=r.curve(m, "temperature", key),
         power=r.curve(m, "power_w", key),
         fan=r.curve(m, "fan", key),

@@ -74,6 +74,7 @@ VOLATILE_ECC: Final[int] = pynvml.NVML_VOLATILE_ECC
 MEMORY_V2: Final[int] = pynvml.nvmlMemory_v2
 EVENT_XID: Final[int] = pynvml.nvmlEventTypeXidCriticalError
 MIG_ENABLE: Final[int] = pynvml.NVML_DEVICE_MIG_ENABLE
+GPM_SM_UTIL: Final[int] = pynvml.NVML_GPM_METRIC_SM_UTIL  # percentage of SMs that were busy (Hopper+)
 
 #: Clock event ("throttle") reason bits -> the names the wire protocol uses.
 THROTTLE_REASONS: Final[dict[int, str]] = {
@@ -106,6 +107,11 @@ def library_mismatch(message: str) -> Exception:
     """What pynvml raises when an unversioned call finds no matching symbol (FUNCTION_NOT_FOUND)."""
     err: Exception = pynvml.NVMLLibraryMismatchError(message)
     return err
+
+
+def new_gpm_sample() -> Any:
+    """An opaque GPM sample pointer of pynvml's type (the fake backend's nvmlGpmSampleAlloc)."""
+    return ctypes.pointer(pynvml.struct_c_nvmlGpmSample_t())
 
 
 def decode_throttle(mask: int) -> list[str]:
@@ -161,6 +167,16 @@ class ProcessUtil:
 
     by_pid: dict[int, tuple[int, int]]  # pid -> (sm %, mem %), clamped 0..100, max over the window
     last_ts: int
+
+
+@dataclass(slots=True)
+class GpmState:
+    """One GPU's two GPM sample buffers: GPM metrics are the difference between two samples, so each
+    reading compares this interval's sample with the previous one (the first reading has none)."""
+
+    prev: Any
+    cur: Any
+    primed: bool = False  # ``prev`` holds a sample
 
 
 @dataclass(slots=True)
@@ -334,6 +350,50 @@ class Gateway:
         if u is None:
             return (None, None)
         return (int(u.gpu), int(u.memory))
+
+    def gpm_open(self, h: Any) -> GpmState | None:
+        """GPM sample buffers for a GPU that supports GPM (Hopper and later), else None."""
+        support = self._q("GPM support", "nvmlGpmQueryDeviceSupport", h)
+        if support is None or not int(getattr(support, "isSupportedDevice", 0)):
+            return None
+        first = self._q("GPM sample", "nvmlGpmSampleAlloc")
+        second = self._q("GPM sample", "nvmlGpmSampleAlloc") if first is not None else None
+        if first is None or second is None:
+            self.gpm_free(GpmState(first, None))
+            return None
+        return GpmState(first, second)
+
+    def gpm_free(self, state: GpmState) -> None:
+        for sample in (state.prev, state.cur):
+            if sample is not None:
+                self._q("GPM sample free", "nvmlGpmSampleFree", sample)
+
+    def sm_activity(self, h: Any, state: GpmState) -> int | None:
+        """GPM SM activity (percent of SMs busy) since the previous call; None on the first call and when
+        GPM answers no value. A missing-field error from the sampling raises nothing: the caller sees
+        ``state.cur is None`` afterwards and stops asking (the GPU or driver does not do GPM)."""
+        try:
+            self.lib.nvmlGpmSampleGet(h, state.cur)
+        except (pynvml.NVMLError, pynvml.NVMLLibraryMismatchError) as exc:
+            if isinstance(exc, pynvml.NVMLError):
+                self._fail("GPM sample", exc)
+            state.primed = False
+            self.gpm_free(state)
+            state.prev = state.cur = None
+            return None
+        state.prev, state.cur = state.cur, state.prev
+        if not state.primed:
+            state.primed = True
+            return None
+        mg = pynvml.c_nvmlGpmMetricsGet_t()
+        mg.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        mg.numMetrics = 1
+        mg.sample1, mg.sample2 = state.cur, state.prev  # older, newer
+        mg.metrics[0].metricId = GPM_SM_UTIL
+        if self._q("GPM metrics", "nvmlGpmMetricsGet", mg) is None or int(mg.metrics[0].nvmlReturn) != 0:
+            return None
+        value = float(mg.metrics[0].value)
+        return max(0, min(100, round(value))) if value == value else None  # NaN: no value
 
     def memory(self, h: Any) -> MemoryReading | None:
         """MemoryInfo v2 (v1 counts reserved memory as used), falling back to v1 on old drivers."""

@@ -1,8 +1,9 @@
 """Turns gateway readings into wire frames: one :class:`Snapshot` per call, plus the events it implies.
 
 Tiered sampling (NVML calls cost time on every host, every interval): utilization, memory, processes,
-temperature, power, clocks, throttle reasons and fan every interval; names, serials, thresholds, power
-limit, ECC counts and the MIG layout every ``slow_every`` seconds (cached in between). Handles stay open.
+temperature, power, clocks, throttle reasons, fan and GPM SM activity (Hopper+) every interval; names,
+serials, thresholds, power limit, ECC counts and the MIG layout every ``slow_every`` seconds (cached in
+between). Handles stay open.
 
 A GPU that stops answering becomes a :class:`GpuSample` with ``error`` set, the rest of the snapshot still
 goes out, and one ``gpu_lost`` event is produced per loss (not per interval). A driver failure propagates
@@ -56,6 +57,8 @@ class _Gpu:
     proc_util: dict[int, tuple[int, int, float]] = field(default_factory=dict)  # pid -> (sm, mem, seen at)
     lost: str | None = None  # error text while the GPU is lost
     lost_reported: bool = False
+    gpm: nvml.GpmState | None = None  # GPM sample buffers (Hopper+); None: not supported or not probed
+    gpm_probed: bool = False
 
 
 class Sampler:
@@ -133,6 +136,7 @@ class Sampler:
             else:
                 g.index, g.handle, g.lost = probe.index, probe.handle, probe.lost or g.lost
             g.slow_at = None
+            g.gpm, g.gpm_probed = None, False
             self.gpus.append(g)
         self.vanished.extend(known.values())
         if old and [g.uuid for g in old] != [g.uuid for g in self.gpus]:
@@ -150,11 +154,23 @@ class Sampler:
 
     def reopen(self) -> None:
         """Shut NVML down and start again after a driver error (raises NvmlUnavailable while it fails)."""
+        self._drop_gpm()
         self.gw.shutdown()
         self.open(require_gpu=False)
 
     def close(self) -> None:
+        self._drop_gpm()
         self.gw.shutdown()
+
+    def _drop_gpm(self) -> None:
+        """Free the GPM buffers (a re-init probes GPM afresh with the new handles)."""
+        for g in self.gpus:
+            if g.gpm is not None:
+                try:
+                    self.gw.gpm_free(g.gpm)
+                except (DriverError, GpuLostError):
+                    pass
+            g.gpm, g.gpm_probed = None, False
 
     def _open_handle(self, g: _Gpu) -> None:
         try:
@@ -232,8 +248,21 @@ class Sampler:
                     memory_used=None if m is None else m.used,
                 )
             )
+        s.sm_active = self._sm_active(g)
         s.processes = self._read_processes(g, now)
         return s
+
+    def _sm_active(self, g: _Gpu) -> int | None:
+        """GPM SM activity over the last interval, where the GPU has GPM (probed once per handle)."""
+        if not g.gpm_probed:
+            g.gpm_probed = True
+            g.gpm = self.gw.gpm_open(g.handle)
+        if g.gpm is None:
+            return None
+        value = self.gw.sm_activity(g.handle, g.gpm)
+        if g.gpm.cur is None:
+            g.gpm = None  # GPM sampling is not available after all: stop asking
+        return value
 
     def _read_processes(self, g: _Gpu, now: float) -> list[ProcessSample]:
         raw = self.gw.processes(g.handle)

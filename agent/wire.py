@@ -161,7 +161,7 @@ class GpuSample:
     serial: str | None = None
     pci_bus_id: str | None = None
     util_gpu: int | None = None  # percent
-    util_mem: int | None = None
+    util_mem: int | None = None  # memory bandwidth (controller busy), percent
     memory_total: int | None = None  # bytes
     memory_used: int | None = None
     memory_reserved: int | None = None
@@ -180,6 +180,7 @@ class GpuSample:
     mig_instances: list[MigInstance] = field(default_factory=list)
     processes: list[ProcessSample] = field(default_factory=list)
     error: str | None = None
+    sm_active: int | None = None  # percent of SMs busy since the previous sample (GPM, Hopper+)
 
 
 @dataclass(slots=True)
@@ -461,6 +462,7 @@ def _gpu_sample(raw: Any, where: str, notes: DecodeNotes) -> GpuSample:
         processes=[_process(p, f"{where}.processes[{i}]", notes)
                    for i, p in enumerate(_list(o, "processes", where))],
         error=_typed(o, "error", _STR, where),
+        sm_active=_pct(_typed(o, "sm_active", _INT, where)),
     )
 
 

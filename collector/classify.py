@@ -7,10 +7,16 @@ rule's ``for``, its spike tolerance) belongs to the rules.
 
 Per sample (DESIGN.md: combine signals):
 - *activity*: ``busy``, ``idle`` or ``stuck``, or None when the sample cannot be judged (an error, or no util
-  and no per-process SM util). Idle: util under ``util_below`` and, where ``power_idle_ratio`` > 0 and power
-  is known, power draw under that share of the limit (low util at high power is work between util samples).
-  Stuck: util at or above ``util_below`` while power is under ``stuck_power_ratio`` of the limit: a kernel is
-  resident but the GPU does not compute (a hung collective).
+  and no per-process SM util). Util (NVML's "a kernel ran" share, or the processes' SM util) is one signal;
+  a verdict needs a second one where NVML has it (:func:`activity`):
+  - *work seen*: memory bandwidth util at least ``mem_busy_at_least``, SM activity (GPM, Hopper+) at least
+    ``sm_active_at_least``, or, for low util, power at least ``power_idle_ratio`` of the limit;
+  - *no work seen*: power under ``stuck_power_ratio`` of the limit, or SM activity under
+    ``sm_active_at_least``. Low memory traffic is not one: a compute-bound kernel moves little memory.
+  Util at or above ``util_below`` is busy when work is seen or nothing denies it (util alone, where the other
+  signals are absent or off), and *stuck* when a signal sees no work and none sees work: a kernel is resident
+  but the GPU does not compute (a hung collective, a spinning kernel). Util under ``util_below`` is idle
+  unless work is seen (a memory-bound or copy-bound phase between kernels is work, not waste).
 - *holders*: each user's non-zombie processes holding at least ``min_memory_bytes`` (zombies are stale).
 - *wasting*: the holders of a sample whose activity is idle or stuck (the ``wasted`` rule's users);
   *waste*: those plus zombies holding memory (``stale``): what GPU-hours "wasted" counts.
@@ -58,6 +64,7 @@ class GpuLike(Protocol):
     def power_limit(self) -> float | None: ...
     @property
     def error(self) -> str | None: ...
+    # util_mem and sm_active (memory bandwidth, GPM SM activity) are read where the sample has them
     @property
     def processes(self) -> Sequence[Any]: ...
 
@@ -70,6 +77,8 @@ class Thresholds:
     min_memory_bytes: int = int(DEFAULT_RULES["wasted"]["min_memory_mib"] * MIB)
     power_idle_ratio: float = float(DEFAULT_RULES["wasted"]["power_idle_ratio"])
     stuck_power_ratio: float = float(DEFAULT_RULES["wasted"]["stuck_power_ratio"])
+    mem_busy_at_least: float = float(DEFAULT_RULES["wasted"]["mem_busy_at_least"])
+    sm_active_at_least: float = float(DEFAULT_RULES["wasted"]["sm_active_at_least"])
     free_max_memory_bytes: int = int(DEFAULT_RULES["idle"]["max_memory_mib"] * MIB)
     orphan_min_bytes: int = int(DEFAULT_RULES["orphaned_memory"]["min_memory_mib"] * MIB)
 
@@ -87,6 +96,8 @@ class Thresholds:
             min_memory_bytes=int(get("wasted", "min_memory_mib") * MIB),
             power_idle_ratio=get("wasted", "power_idle_ratio"),
             stuck_power_ratio=get("wasted", "stuck_power_ratio"),
+            mem_busy_at_least=get("wasted", "mem_busy_at_least"),
+            sm_active_at_least=get("wasted", "sm_active_at_least"),
             free_max_memory_bytes=int(get("idle", "max_memory_mib") * MIB),
             orphan_min_bytes=int(get("orphaned_memory", "min_memory_mib") * MIB),
         )
@@ -113,19 +124,27 @@ def is_zombie(p: ProcLike) -> bool:
 
 
 def activity(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> Activity | None:
-    """busy / idle / stuck for one sample, or None when it cannot be judged."""
+    """busy / idle / stuck for one sample, or None when it cannot be judged (rules: the module docstring)."""
     if g.error:
         return None
     util: float | None = g.util_gpu
     if util is None:
-        sm = [p.sm_util for p in g.processes if getattr(p, "sm_util", None) is not None]
-        util = max(sm) if sm else None
+        sm_util = [p.sm_util for p in g.processes if getattr(p, "sm_util", None) is not None]
+        util = max(sm_util) if sm_util else None
     if util is None:
         return None
     power = g.power_draw / g.power_limit if g.power_draw is not None and g.power_limit else None
+    mem = getattr(g, "util_mem", None) if t.mem_busy_at_least > 0 else None
+    sm = getattr(g, "sm_active", None) if t.sm_active_at_least > 0 else None
+    work = (mem is not None and mem >= t.mem_busy_at_least) or (sm is not None and sm >= t.sm_active_at_least)
     if util >= t.util_below:
-        return "stuck" if t.stuck_power_ratio > 0 and power is not None and power < t.stuck_power_ratio \
-            else "busy"
+        if work:
+            return "busy"
+        cold = t.stuck_power_ratio > 0 and power is not None and power < t.stuck_power_ratio
+        no_work = cold or sm is not None  # sm under its threshold here (else work)
+        return "stuck" if no_work else "busy"
+    if work:
+        return "busy"
     if t.power_idle_ratio > 0 and power is not None:
         return "idle" if power < t.power_idle_ratio else "busy"
     return "idle"

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from gpufleet.collector.jobs import JobTracker
     from gpufleet.collector.metrics import MetricsServer
     from gpufleet.collector.notify import NotificationDispatcher
+    from gpufleet.collector.store.records import JobRecord
     from gpufleet.collector.store.store import Store
     from gpufleet.collector.transport.manager import FleetTransport
     from gpufleet.collector.web import WebServer
@@ -132,7 +133,8 @@ class Collector:
 
             self._jobs = JobTracker(self._store.save_jobs, flags=self.gpu_flags,
                                     intervals={h.name: h.interval for h in cfg.hosts},
-                                    thresholds=thresholds_of(cfg.rules))
+                                    thresholds=thresholds_of(cfg.rules),
+                                    note=self._job_note if cfg.alerting.job_notes else None)
             self.live.listeners = [self._store, self._alerts, self._jobs]
             self._transport = FleetTransport(cfg.hosts, self.live, clock=self.clock,
                                              max_concurrent_connects=cfg.max_concurrent_connects)
@@ -241,6 +243,14 @@ class Collector:
             if alert.state == "firing" and "host" in alert.labels and gpu.isdigit():
                 out.setdefault((alert.labels["host"], int(gpu)), set()).add(alert.rule)
         return out
+
+    def _job_note(self, record: JobRecord) -> None:
+        """``alerting.job_notes``: the user's end-of-job note, through the user notifier."""
+        from gpufleet.collector.jobnotes import job_note
+
+        note = job_note(record, self.config.alerting, self.clock())
+        if note is not None and self._dispatcher is not None:
+            self._dispatcher.submit(note)
 
     def identity(self) -> tuple[str, str]:
         """(collector name, shard "I/N" or ""): the labels of gpufleet_collector_info."""

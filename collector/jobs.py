@@ -9,6 +9,9 @@ when :func:`gpufleet.collector.classify.waste_users` names its user (the one cla
 diagnoses are the rules firing on the job's GPUs while it holds them (the alert engine's flags per GPU,
 read at most once a second for the whole fleet).
 
+Each ended job's record also goes to ``note`` when given (the daemon's end-of-job note to the user,
+collector/jobnotes.py, with ``alerting.job_notes``).
+
 A job ends once no host has shown it for ``GONE_INTERVALS`` of that host's sampling intervals; a job on a
 host that stops reporting altogether ends ``QUIET_AFTER`` seconds after its last sighting. State is in
 memory and bounded by the jobs running now: a collector restart starts a running job's accounting afresh
@@ -42,6 +45,7 @@ FLAGS_EVERY: Final = 1.0
 #: (host, GPU index) -> the rules firing on it (Collector.gpu_flags: one pass over the alerts)
 GpuFlags = Callable[[], dict[tuple[str, int], set[str]]]
 Save = Callable[[list[JobRecord]], Awaitable[None]]
+Note = Callable[[JobRecord], None]
 
 
 @dataclass(slots=True)
@@ -78,8 +82,9 @@ class JobTracker:
 
     def __init__(self, save: Save | None, *, flags: GpuFlags | None = None,
                  intervals: dict[str, float] | None = None,
-                 thresholds: Thresholds = DEFAULT_THRESHOLDS) -> None:
+                 thresholds: Thresholds = DEFAULT_THRESHOLDS, note: Note | None = None) -> None:
         self.save = save
+        self.note = note
         self.flags = flags
         self.intervals = intervals or {}  # host -> sampling interval (default 1 s)
         self.thresholds = thresholds
@@ -182,6 +187,12 @@ class JobTracker:
             records.append(job.record())
         self.finished.extend(records)
         del self.finished[:-1000]  # bounded
+        if self.note is not None:
+            for record in records:
+                try:
+                    self.note(record)
+                except Exception:  # noqa: BLE001 - a note never stops the records being saved
+                    log.exception("could not note the end of job %s", record.key)
         if self.save is not None:
             task = asyncio.get_running_loop().create_task(self._save(records))
             self._tasks.add(task)

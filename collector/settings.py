@@ -125,7 +125,7 @@ class Selector:
 DEFAULT_RULES: dict[str, dict[str, Any]] = {
     "wasted": {"for": 1800.0, "severity": "warning", "util_below": 5, "min_memory_mib": 256,
                "power_idle_ratio": 0.0, "spike_tolerance": 60.0, "stuck_power_ratio": 0.0,
-               "busy_share": 0.5},
+               "busy_share": 0.5, "mem_busy_at_least": 10, "sm_active_at_least": 3},
     "idle": {"for": 7200.0, "severity": "info", "max_memory_mib": 256},
     "stale": {"for": 0.0, "severity": "warning", "no_session_idle": 3600.0, "util_below": 5},
     "orphaned_memory": {"for": 600.0, "severity": "warning", "min_memory_mib": 256},
@@ -213,6 +213,8 @@ class AlertingConfig:
     retry_backoff: float = 1.0  # first retry of a failed notification after this; doubling per failure
     retry_backoff_max: float = 300.0  # ... up to this; retried until delivered or superseded
     notifier_down_after: float = 600.0  # a destination failing this long raises notifier_down elsewhere
+    job_notes: bool = False  # mail users their job's record when it releases its GPUs (collector/jobnotes.py)
+    job_notes_min_gpu_hours: float = 0.1  # ... for jobs that held at least this many GPU-hours
 
 
 @dataclass(slots=True)

@@ -25,6 +25,7 @@ Scenario format (YAML; times are seconds since the agent started; every key but 
         temperature: {points: [[0, 40], [30, 90]], step: false, loop: 120}
         power_w: 250                 # default: from util between idle_power_w and power_limit_w
         util_mem: 40                 # default: 0.6 * util; util default: sum of processes' sm_util
+        sm_active: 85                # GPM SM activity % (Hopper+); default: no GPM (isSupportedDevice 0)
         fan: 55                      # default: from temperature
         orphan_memory_mib: 0         # memory used with no process listed
         ecc_corrected: 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable
 
+from gpufleet.collector.classify import UNATTRIBUTED
 from gpufleet.collector.notify.base import Notification
 from gpufleet.collector.notify.build import USER_NOTIFIER
 from gpufleet.collector.notify.message import KEEP
@@ -38,6 +39,16 @@ def keep_annotations(a: AlertRecord) -> dict[str, str]:
     return {}
 
 
+def user_email(alerting: AlertingConfig, user: str) -> str | None:
+    """The address of a user: ``user_emails``, else ``user@user_email_domain`` for a real user name."""
+    if user in alerting.user_emails:
+        return alerting.user_emails[user]
+    if alerting.user_email_domain and user not in ("unknown", "root", UNATTRIBUTED) \
+            and not user.startswith("uid"):
+        return f"{user}@{alerting.user_email_domain}"
+    return None
+
+
 class UserNotes:
     """Who was told what when (restored from the alerts' ``user_notified_at`` after a restart)."""
 
@@ -59,11 +70,7 @@ class UserNotes:
                     self._noted[proc] = max(self._noted.get(proc, 0.0), float(nagged))
 
     def email(self, user: str) -> str | None:
-        if user in self.alerting.user_emails:
-            return self.alerting.user_emails[user]
-        if self.alerting.user_email_domain and user not in ("unknown", "root") and not user.startswith("uid"):
-            return f"{user}@{self.alerting.user_email_domain}"
-        return None
+        return user_email(self.alerting, user)
 
     def due(self, alerts: Iterable[AlertRecord], muted: Callable[[AlertRecord], bool],
             copy: Callable[[AlertRecord], AlertRecord], mark: Callable[[AlertRecord], None],

@@ -118,6 +118,9 @@ def parse_config(text: str, source: str = "<config>", *, base_dir: str | Path | 
         if not config.alerting.user_email_domain and not config.alerting.user_emails:
             p.error("notify_users needs user_email_domain or user_emails to find addresses",
                     where, "alerting.notify_users")
+    if config.alerting.job_notes and not config.alerting.notify_users:
+        p.error("job_notes go through the user notifier: set notify_users (with user_notifier and "
+                "user_email_domain or user_emails)", alerting["job_notes"][1], "alerting.job_notes")
     config.api = ApiConfig(**values_of(section(p, top.get("api"), "api", API_SPEC)))
     config.metrics = MetricsConfig(**values_of(section(p, top.get("metrics"), "metrics", METRICS_SPEC)))
     if "shard" in top:

@@ -70,6 +70,8 @@ ALERTING_SPEC: dict[str, Conv] = {
     "retry_backoff": positive,
     "retry_backoff_max": positive,
     "notifier_down_after": positive,
+    "job_notes": Parser.boolean,
+    "job_notes_min_gpu_hours": lambda p, n, k: p.number(n, k, lo=0),
 }
 
 API_SPEC: dict[str, Conv] = {
@@ -232,7 +234,8 @@ def _param_conv(param: str, default: Any) -> Conv:
     if param == "severity":
         return lambda p, n, k: p.choice(n, k, SEVERITIES)
     bounds: dict[str, tuple[float, float]] = {"util_below": (0, 100), "power_idle_ratio": (0, 1),
-                                              "stuck_power_ratio": (0, 1), "missed_intervals": (1, 1000)}
+                                              "stuck_power_ratio": (0, 1), "missed_intervals": (1, 1000),
+                                              "mem_busy_at_least": (0, 100), "sm_active_at_least": (0, 100)}
     lo, hi = bounds.get(param, (0, math.inf))
     if isinstance(default, bool):
         return Parser.boolean

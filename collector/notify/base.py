@@ -28,7 +28,8 @@ class Notification:
     """One message to deliver.
 
     ``alert``: a group flush (firing and/or resolved alerts). ``refresh``: re-post of firing alerts for
-    notifiers that need it (Alertmanager). ``user``: a direct note to the user named in ``recipient``.
+    notifiers that need it (Alertmanager). ``user``: a direct note to the user named in ``recipient`` (about
+    their alerts, or with no alerts and ``title``/``body`` pre-rendered: a job's end, collector/jobnotes.py).
     ``report``: a waste report (``title``/``body`` pre-rendered, ``data`` the JSON form), status None, so
     no consumer reads it as an alert resolution.
     Alerts are copies taken at send time; their annotations are already rendered.
@@ -98,8 +99,8 @@ def prepare_for(notifier: Notifier, n: Notification) -> Notification | None:
             return None
     elif notifier.targeted_only:
         return None
-    if n.kind == "report":
-        return n
+    if n.kind == "report" or (n.kind == "user" and not n.alerts):
+        return n  # a report, or a note about no alert (a job's end, collector/jobnotes.py): as it is
     cfg = notifier.config
     floor = severity_rank(cfg.min_severity)
     alerts = [

@@ -11,6 +11,9 @@ rules add only *how long* it must last:
 - ``stuck_power_ratio`` (stuck: util busy, power near idle) is off by default (0.0): idle power differs per
   board (about 10-15 % of the limit on A100/H100, 5 % on consumer cards), so a site sets it for its GPUs
   (0.2 suits A100/H100). Per-process SM util does not veto it: NVML's ``smUtil`` has util's blind spot.
+  Memory bandwidth at least ``mem_busy_at_least`` (10 %) and GPM SM activity at least ``sm_active_at_least``
+  (3 %, Hopper+) confirm work; SM activity under it marks a busy-util GPU stuck without power
+  (classify.activity: the one place the signals are combined).
 - One condition per (host, GPU, user) for the user's processes holding >= ``min_memory_mib`` each.
   Labels: host, gpu, uuid, user. The pid is an annotation, not a label, so restarting the same notebook
   continues the alert instead of opening a new one (and a new nag).
@@ -133,13 +136,11 @@ class WastedRule(Rule):
         keep = keep_command(labels, self.name)
         if stuck:
             summary = (f"{who} {fmt_bytes(held)} on {host} GPU {g.index} at {util} util but only "
-                       f"{g.power_draw or 0:.0f} of {g.power_limit or 0:.0f} W for {DURATION}: looks stuck "
-                       f"(a hung collective?)")
+                       f"{_readings(g)} for {DURATION}: looks stuck (a hung collective?)")
             description = (
-                f"The GPU reports {util} util (a kernel is resident) but draws under "
-                f"{self.params.get('stuck_power_ratio')} of its power limit: it is spinning, not computing, "
-                f"as a hung NCCL collective does when a peer rank died. Check the job's other ranks and kill "
-                f"it if it is hung, or keep it with `{keep}`."
+                f"The GPU reports {util} util (a kernel is resident) but {self._why_stuck(g)}: it is "
+                f"spinning, not computing, as a hung NCCL collective does when a peer rank died. Check the "
+                f"job's other ranks and kill it if it is hung, or keep it with `{keep}`."
             )
         else:
             summary = f"{who} {fmt_bytes(held)} on {host} GPU {g.index} at {util} util for {DURATION}"
@@ -160,6 +161,19 @@ class WastedRule(Rule):
             annotations["job"] = ",".join(jobs)
         return Condition(self.name, labels, summary, description, value=float(held), annotations=annotations)
 
+    def _why_stuck(self, g: wire.GpuSample) -> str:
+        """The signals that saw no work on a stuck sample (classify.activity's second opinions)."""
+        t = self.thresholds
+        why = []
+        if t.stuck_power_ratio > 0 and g.power_draw is not None and g.power_limit \
+                and g.power_draw / g.power_limit < t.stuck_power_ratio:
+            why.append(f"draws under {self.params.get('stuck_power_ratio')} of its power limit")
+        if t.sm_active_at_least > 0 and g.sm_active is not None:
+            why.append(f"only {g.sm_active} % of its SMs are active (under {t.sm_active_at_least:g} %)")
+        if g.util_mem is not None:
+            why.append(f"it uses {g.util_mem} % of its memory bandwidth")
+        return ", ".join(why) or "the other signals see no work"
+
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         host, gpu, user = alert.labels.get("host"), alert.labels.get("gpu"), alert.labels.get("user")
         took = fmt_duration(now - alert.started_at)
@@ -172,6 +186,18 @@ class WastedRule(Rule):
 
     def forget_host(self, host: str) -> None:
         self._streaks.pop(host, None)
+
+
+def _readings(g: wire.GpuSample) -> str:
+    """What a stuck GPU reads besides util: power, SM activity and memory bandwidth, where reported."""
+    parts = []
+    if g.power_draw is not None and g.power_limit:
+        parts.append(f"{g.power_draw:.0f} of {g.power_limit:.0f} W")
+    if g.sm_active is not None:
+        parts.append(f"{g.sm_active} % SM activity")
+    if g.util_mem is not None:
+        parts.append(f"{g.util_mem} % memory bandwidth")
+    return ", ".join(parts) or "idle readings"
 
 
 class IdleRule(Rule):

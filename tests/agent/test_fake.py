@@ -14,8 +14,8 @@ from gpufleet.agent.sampler import Sampler
 
 from .conftest import scenario_from
 
-BUNDLED = ["busy", "ddp_idle_peers", "hot", "idle", "input_bound", "lost", "mig", "near_oom", "underused",
-           "wasting", "zombie"]
+BUNDLED = ["busy", "ddp_idle_peers", "hot", "idle", "input_bound", "lost", "mig", "near_oom", "spinning",
+           "underused", "wasting", "zombie"]
 
 
 def test_bundled_names_and_paths() -> None:

@@ -43,3 +43,32 @@ def test_diagnosis_rule_mistakes_are_errors_with_file_line(fail: Any) -> None:
     assert got == [(3, "rules.input_bound.windw"), (5, "rules.near_oom.memory_at_least_pct"),
                    (7, "rules.underused.util_below"), (9, "rules.idle_peers.for")]
     assert any("did you mean 'window'?" in e.reason for e in errs.errors)
+
+
+def test_multi_signal_thresholds_load_and_reach_the_classification(load: Any, fail: Any) -> None:
+    from gpufleet.collector.classify import thresholds_of
+
+    cfg = load("""
+        rules:
+          wasted: {mem_busy_at_least: 25, sm_active_at_least: 0}
+        """)
+    t = thresholds_of(cfg.rules)
+    assert (t.mem_busy_at_least, t.sm_active_at_least) == (25.0, 0.0)
+    errs = fail("""
+        rules:
+          wasted:
+            mem_busy_at_least: 101
+            sm_active_at_least: -1
+        """)
+    got = sorted((e.line or 0, e.key or "") for e in errs.errors)
+    assert got == [(3, "rules.wasted.mem_busy_at_least"), (4, "rules.wasted.sm_active_at_least")]
+
+
+def test_job_notes_need_the_user_notifier(fail: Any) -> None:
+    errs = fail("""
+        alerting:
+          job_notes: true
+          job_notes_min_gpu_hours: -1
+        """)
+    got = sorted((e.line or 0, e.key or "") for e in errs.errors)
+    assert got == [(2, "alerting.job_notes"), (3, "alerting.job_notes_min_gpu_hours")]

@@ -12,7 +12,8 @@
  *   gpu.I.{util,util_mem,mem_total,mem_used,mem_reserved,temp,temp_shutdown,temp_slowdown,temp_mem_max,
  *          temp_gpu_max,power_mw,power_limit_mw,clock_graphics,clock_sm,clock_mem,clock_video,throttle,fan,
  *          ecc_corrected,ecc_uncorrected,ecc_agg_corrected,ecc_agg_uncorrected,mig,mig_pending,mig_max,
- *          pci_domain,pci_bus,pci_device,pci_device_id,pci_subsys,event_types,lost} N
+ *          pci_domain,pci_bus,pci_device,pci_device_id,pci_subsys,event_types,lost,sm_active} N
+ *   (sm_active: GPM SM activity %, Hopper+; absent: nvmlGpmQueryDeviceSupport says the GPU has no GPM)
  *   gpu.I.unsupported F,F.. | gpu.I.noperm F,F.. | gpu.I.fail.F CODE       (F: a feature name below)
  *   gpu.I.proc.J.{pid,mem,sm,memutil,enc,dec,gi,ci} N   (mem "na": not available; sm absent: no sample)
  *   gpu.I.proc.J.type compute|graphics|both
@@ -99,14 +100,15 @@ enum { K_UTIL, K_UTIL_MEM, K_MEM_TOTAL, K_MEM_USED, K_MEM_RESERVED, K_TEMP, K_TE
        K_TEMP_MEM_MAX, K_TEMP_GPU_MAX, K_POWER, K_POWER_LIMIT, K_CLK_GRAPHICS, K_CLK_SM, K_CLK_MEM, K_CLK_VIDEO,
        K_THROTTLE, K_FAN, K_ECC_CORR, K_ECC_UNCORR, K_ECC_AGG_CORR, K_ECC_AGG_UNCORR, K_MIG, K_MIG_PENDING,
        K_MIG_MAX, K_PCI_DOMAIN, K_PCI_BUS, K_PCI_DEVICE, K_PCI_DEVICE_ID, K_PCI_SUBSYS, K_EVENT_TYPES, K_LOST,
-       K_UTIL_ENC, K_UTIL_DEC, K_PSTATE, K_PERSISTENCE, K_COMPUTE_MODE, K_DISPLAY_ACTIVE, K_GI, K_CI, K_COUNT };
+       K_UTIL_ENC, K_UTIL_DEC, K_PSTATE, K_PERSISTENCE, K_COMPUTE_MODE, K_DISPLAY_ACTIVE, K_GI, K_CI, K_SM_ACTIVE,
+       K_COUNT };
 static const char *const key_names[K_COUNT] = {
     "util", "util_mem", "mem_total", "mem_used", "mem_reserved", "temp", "temp_shutdown", "temp_slowdown",
     "temp_mem_max", "temp_gpu_max", "power_mw", "power_limit_mw", "clock_graphics", "clock_sm", "clock_mem",
     "clock_video", "throttle", "fan", "ecc_corrected", "ecc_uncorrected", "ecc_agg_corrected",
     "ecc_agg_uncorrected", "mig", "mig_pending", "mig_max", "pci_domain", "pci_bus", "pci_device",
     "pci_device_id", "pci_subsys", "event_types", "lost", "util_enc", "util_dec", "pstate", "persistence",
-    "compute_mode", "display_active", "gi", "ci"};
+    "compute_mode", "display_active", "gi", "ci", "sm_active"};
 
 enum { S_NAME, S_UUID, S_SERIAL, S_PCI_BUS_ID, S_COUNT };
 static const char *const str_names[S_COUNT] = {"name", "uuid", "serial", "pci_bus_id"};
@@ -466,6 +468,65 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
     VAL(d, K_UTIL, gpu);
     VAL(d, K_UTIL_MEM, mem);
     u->gpu = (unsigned)gpu; u->memory = (unsigned)mem;
+    return leave(NVML_SUCCESS);
+}
+
+/* ---- GPM (Hopper+): a metric compares two samples; SM activity is the newer sample's sm_active ---- */
+typedef struct { unsigned version, isSupportedDevice; } nvmlGpmSupport_t;
+typedef struct gpm_sample { struct dev *d; long long sm; } *nvmlGpmSample_t;
+typedef struct { const char *shortName, *longName, *unit; } nvmlGpmMetricInfo_t;
+typedef struct {
+    unsigned metricId;
+    nvmlReturn_t nvmlReturn;
+    double value;
+    nvmlGpmMetricInfo_t metricInfo;
+} nvmlGpmMetric_t;
+typedef struct {
+    unsigned version, numMetrics;
+    nvmlGpmSample_t sample1, sample2;
+    nvmlGpmMetric_t metrics[]; /* pynvml: NVML_GPM_METRIC_MAX of them; numMetrics are read */
+} nvmlGpmMetricsGet_t;
+_Static_assert(sizeof(nvmlGpmMetric_t) == 40, "nvmlGpmMetric_t");
+_Static_assert(sizeof(nvmlGpmMetricsGet_t) == 24, "nvmlGpmMetricsGet_t header");
+#define GPM_METRIC_SM_UTIL 2u
+
+nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t d, nvmlGpmSupport_t *support) {
+    DEV(d, F_UTIL);
+    NEED(support && support->version == 1);
+    support->isSupportedDevice = d->v[K_SM_ACTIVE] != UNSET;
+    return leave(NVML_SUCCESS);
+}
+nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t *sample) {
+    nvmlReturn_t rc = enter();
+    if (rc) return rc;
+    NEED(sample);
+    *sample = calloc(1, sizeof **sample);
+    return leave(*sample ? NVML_SUCCESS : NVML_ERROR_UNKNOWN);
+}
+nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample) {
+    nvmlReturn_t rc = enter();
+    if (rc) return rc;
+    NEED(sample);
+    free(sample);
+    return leave(NVML_SUCCESS);
+}
+nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t d, nvmlGpmSample_t sample) {
+    DEV(d, F_UTIL);
+    NEED(sample);
+    VAL(d, K_SM_ACTIVE, sample->sm);
+    sample->d = d;
+    return leave(NVML_SUCCESS);
+}
+nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
+    nvmlReturn_t rc = enter();
+    if (rc) return rc;
+    NEED(m && m->version == 1 && m->sample1 && m->sample2 && m->numMetrics <= 477);
+    NEED(m->sample1->d && m->sample1->d == m->sample2->d);
+    for (unsigned i = 0; i < m->numMetrics; i++) {
+        int sm = m->metrics[i].metricId == GPM_METRIC_SM_UTIL;
+        m->metrics[i].nvmlReturn = sm ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
+        m->metrics[i].value = sm ? (double)m->sample2->sm : 0.0;
+    }
     return leave(NVML_SUCCESS);
 }
 

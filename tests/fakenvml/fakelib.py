@@ -85,6 +85,7 @@ GPU_NUMBERS: Final = (
     "persistence",
     "compute_mode",
     "display_active",
+    "sm_active",
 )
 GPU_STRINGS: Final = ("name", "uuid", "serial", "pci_bus_id")
 GPU_LISTS: Final = ("processes", "mig_instances", "unsupported", "noperm", "fail")

@@ -131,6 +131,7 @@ def test_once_json_reports_the_state(agent_cmd: list[str], fake_nvml_dir: Path, 
     assert g0.name == "NVIDIA A100-SXM4-80GB" and g0.serial == "1321021000000"
     assert g0.pci_bus_id == "00000000:07:00.0" and g0.error is None
     assert (g0.util_gpu, g0.util_mem) == (37, 12)
+    assert g0.sm_active is None  # no sm_active in the state: an A100 without GPM
     assert (g0.memory_total, g0.memory_used, g0.memory_reserved) == (80 * GIB, 30 * GIB, 512 << 20)
     assert (g0.temperature, g0.temp_slowdown, g0.temp_shutdown) == (71, 88, 93)
     assert (g0.power_draw, g0.power_limit) == (312.5, 350.0)
@@ -206,6 +207,24 @@ def test_missing_symbols_give_null_or_fall_back(
         (3_999_999, "compute+graphics"),
     ]
     assert g0.temperature == 71 and g0.util_gpu == 37
+
+
+def test_gpm_sm_activity_through_pynvml_structs(
+    agent_cmd: list[str], fake_nvml_build: Callable[..., Path], tmp_path: Path
+) -> None:
+    """GPM through pynvml's real ctypes (c_nvmlGpmMetricsGet_t): the first snapshot has one sample and no
+    value, later ones the SM activity; a driver without the nvmlGpm* symbols reports null, the rest intact."""
+    state = busy_state()
+    state["gpus"][0]["sm_active"] = 64
+    path = fakelib.write_state(tmp_path / "state", state)
+    no_gpm = ("nvmlGpmQueryDeviceSupport", "nvmlGpmSampleAlloc", "nvmlGpmSampleFree", "nvmlGpmSampleGet",
+              "nvmlGpmMetricsGet")
+    for lib_dir, want in ((fake_nvml_build(), 64), (fake_nvml_build(no_gpm), None)):
+        result = run_agent(agent_cmd, lib_dir, path, "--interval", "0.1", "--max-frames", "3")
+        assert result.returncode == 0, result.stderr.decode()
+        snaps = [f for f in map(wire.decode, result.stdout.splitlines()) if isinstance(f, wire.Snapshot)]
+        assert [[g.sm_active for g in s.gpus] for s in snaps] == [[None, None], [want, None], [want, None]]
+        assert all(s.gpus[0].util_gpu == 37 for s in snaps)
 
 
 def test_stream_decodes_and_a_lost_gpu_does_not_stop_the_others(

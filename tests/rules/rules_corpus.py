@@ -1,7 +1,8 @@
 """A corpus of synthetic 1 Hz GPU traces shaped like real ones, and the confusion table of the rules on it.
 
 Each case is what nvidia-smi shows for a familiar situation (util, memory and power per GPU, with the noise
-real samples have); :func:`confusion` feeds every case through the real alert engine (all rules, default
+real samples have; memory bandwidth util and GPM SM activity where the case says, as NVML reports them on a
+Hopper GPU); :func:`confusion` feeds every case through the real alert engine (all rules, default
 parameters, ``stuck_power_ratio`` 0.2 as a site with A100/H100 sets it) on a fake clock and returns which
 rules *fired* (pending is not firing) on which case. ``python tests/rules/rules_corpus.py`` prints the table.
 """
@@ -33,6 +34,8 @@ class Gpu:
     proc_gib: float  # what the job's process holds of the memory used
     power: Callable[[int, int, random.Random], float] | None = None  # (t, util) -> watts
     pid_at: Callable[[int], int | None] | None = None  # the job's process at t (None: none on the GPU)
+    mem_bw: Callable[[int, random.Random], int] | None = None  # memory bandwidth util % (None: not reported)
+    sm_active: Callable[[int, random.Random], int] | None = None  # GPM SM activity % (None: not reported)
 
 
 @dataclass(slots=True)
@@ -108,6 +111,28 @@ def _idle_power(t: int, util: int, rng: random.Random) -> float:
     return IDLE_W + rng.uniform(0, 8)
 
 
+def spinning(t: int, rng: random.Random) -> tuple[int, float]:
+    return 100, 50.0  # one block spins on a flag that never comes: util 100 %, nothing else moves
+
+
+def memory_bound(t: int, rng: random.Random) -> tuple[int, float]:
+    # streaming offloaded parameters or a gather/scatter phase: the copy engines and the memory controller
+    # are busy, the sampled kernel-running share reads under wasted's util_below
+    return _noisy(rng, 1, 4), 40.0 + rng.uniform(-0.1, 0.1)
+
+
+def compute_bound(t: int, rng: random.Random) -> tuple[int, float]:
+    return _noisy(rng, 96, 100), 24.0  # a register-resident kernel (Monte Carlo, n-body): little traffic
+
+
+def _const_range(lo: int, hi: int) -> Callable[[int, random.Random], int]:
+    return lambda t, rng: _noisy(rng, lo, hi)
+
+
+def _watts(lo: float, hi: float) -> Callable[[int, int, random.Random], float]:
+    return lambda t, util, rng: rng.uniform(lo, hi)
+
+
 CASES: list[Case] = [
     Case("steady_training", [Gpu(steady, 69.5)], frozenset()),
     Case("input_bound_sawtooth", [Gpu(sawtooth, 29.5)], frozenset({"input_bound"})),
@@ -122,6 +147,13 @@ CASES: list[Case] = [
     Case("near_oom", [Gpu(near_full, 78.0)], frozenset({"near_oom"})),
     Case("underused", [Gpu(low, 19.5)], frozenset({"underused"})),
     Case("oom_crash_loop", [Gpu(crash_loop, 0.0, pid_at=crash_loop_pid)], frozenset({"near_oom"})),
+    # multi-signal (classify.activity): a second signal confirms or denies what util says
+    Case("spinning_kernel", [Gpu(spinning, 49.5, _idle_power, mem_bw=_const_range(0, 0),
+                                 sm_active=_const_range(0, 1))], frozenset({"wasted"})),
+    Case("memory_bound_low_util", [Gpu(memory_bound, 39.5, _watts(180, 220), mem_bw=_const_range(55, 75))],
+         frozenset()),
+    Case("compute_bound_no_traffic", [Gpu(compute_bound, 23.5, _watts(330, 360), mem_bw=_const_range(0, 2),
+                                          sm_active=_const_range(85, 95))], frozenset()),
 ]
 
 
@@ -137,7 +169,9 @@ def snapshot(case: Case, t: int, rng: random.Random) -> wire.Snapshot:
             start_time=5000.0 + pid, ppid=999, state="S", job=case.job)]
         gpus.append(wire.GpuSample(index=i, uuid=f"GPU-{case.name}-{i}", name="A100", util_gpu=util,
                                    memory_total=TOTAL, memory_used=int(used * GIB), power_draw=power,
-                                   power_limit=LIMIT, temperature=60, processes=procs))
+                                   power_limit=LIMIT, temperature=60, processes=procs,
+                                   util_mem=spec.mem_bw(t, rng) if spec.mem_bw else None,
+                                   sm_active=spec.sm_active(t, rng) if spec.sm_active else None))
     return wire.Snapshot(ts=float(t), seq=t, gpus=gpus)
 
 

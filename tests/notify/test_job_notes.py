@@ -13,8 +13,7 @@ from gpufleet.collector.daemon import Collector
 from gpufleet.collector.jobnotes import job_note
 from gpufleet.collector.settings import AlertingConfig, ApiConfig, Config, HostConfig, StorageConfig
 from gpufleet.collector.store.records import JobRecord
-
-from .conftest import Receiver
+from notify_servers import Receiver
 
 GIB = 1 << 30
 NOTES = AlertingConfig(notify_users=True, user_email_domain="example.org", user_notifier="json://x",

@@ -127,6 +127,8 @@ _SPECS: tuple[_Spec, ...] = (
           _GPU + ("pci_bus_id", "serial")),
     _Spec("gpufleet_gpu_utilization_percent", "gauge", "GPU (kernel) utilization.", _GPU),
     _Spec("gpufleet_gpu_memory_utilization_percent", "gauge", "Memory controller utilization.", _GPU),
+    _Spec("gpufleet_gpu_sm_active_percent", "gauge",
+          "Share of SMs busy (NVML GPM SM utilization; Hopper and later only).", _GPU),
     _Spec("gpufleet_gpu_memory_used_bytes", "gauge", "GPU memory in use.", _GPU),
     _Spec("gpufleet_gpu_memory_total_bytes", "gauge", "GPU memory installed.", _GPU),
     _Spec("gpufleet_gpu_memory_reserved_bytes", "gauge", "GPU memory reserved by the driver.", _GPU),
@@ -407,6 +409,7 @@ class FleetCollector:
         b.add("gpufleet_gpu_info", lab + (g.pci_bus_id or "", g.serial or ""), 1)
         b.add("gpufleet_gpu_utilization_percent", lab, g.util_gpu)
         b.add("gpufleet_gpu_memory_utilization_percent", lab, g.util_mem)
+        b.add("gpufleet_gpu_sm_active_percent", lab, g.sm_active)
         b.add("gpufleet_gpu_memory_used_bytes", lab, g.memory_used)
         b.add("gpufleet_gpu_memory_total_bytes", lab, g.memory_total)
         b.add("gpufleet_gpu_memory_reserved_bytes", lab, g.memory_reserved)

@@ -3,10 +3,11 @@ dcgm-exporter keep working against gpufleet.
 
 Each series is dcgm-exporter's name, unit and labels (``gpu``, ``UUID``, ``device``, ``modelName``,
 ``Hostname``, ``pci_bus_id``; MIG instances add ``GPU_I_ID``, ``GPU_I_PROFILE``), computed from what NVML
-measured, the same readings as the ``gpufleet_*`` series. Only DEV (device) fields are exported: the PROF
-fields (``DCGM_FI_PROF_GR_ENGINE_ACTIVE``, ``..._PIPE_TENSOR_ACTIVE``, ...) are profiling counters that
-NVML's utilisation readings are not, and the agent does not read NVML's GPM metrics yet, so they are left
-out rather than approximated (deploy/OPERATOR.md says so).
+measured, the same readings as the ``gpufleet_*`` series. The DEV (device) fields, and of the PROF
+(profiling) fields only ``DCGM_FI_PROF_SM_ACTIVE``, from NVML's GPM SM utilisation (Hopper and later: the
+same measure, the fraction of time the SMs were busy, as a ratio 0-1). The other PROF fields
+(``..._GR_ENGINE_ACTIVE``, ``..._PIPE_TENSOR_ACTIVE``, ...) are counters NVML's utilisation readings are
+not, so they are left out rather than approximated (deploy/OPERATOR.md says so).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ FIELDS: Final = (
     _Field("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB)."),
     _Field("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered."),
     _Field("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "Total number of double-bit volatile ECC errors."),
+    _Field("DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned (in %)."),
 )
 NAMES: Final = frozenset(f.name for f in FIELDS)
 
@@ -82,6 +84,7 @@ def families(hosts: Iterable[HostState]) -> list[Metric]:
             add("DCGM_FI_DEV_FB_FREE", lab, _free_mib(g.memory_total, g.memory_used, g.memory_reserved))
             add("DCGM_FI_DEV_XID_ERRORS", lab, h.last_xid.get(g.index, 0))
             add("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", lab, g.ecc_uncorrected)
+            add("DCGM_FI_PROF_SM_ACTIVE", lab, None if g.sm_active is None else g.sm_active / 100)
             for m in g.mig_instances:
                 mlab = [*lab, str(m.gi_id), m.profile or ""]
                 add_mig("DCGM_FI_DEV_FB_USED", mlab, None if m.memory_used is None else m.memory_used / MIB)

@@ -24,7 +24,8 @@ def snapshot() -> wire.Snapshot:
         wire.GpuSample(
             index=0, uuid="GPU-aaaa", name="NVIDIA A100-SXM4-80GB", serial="1320",
             pci_bus_id="00000000:07:00.0",
-            util_gpu=87, util_mem=40, memory_total=80 * GIB, memory_used=30 * GIB, memory_reserved=512 << 20,
+            util_gpu=87, util_mem=40, sm_active=42, memory_total=80 * GIB, memory_used=30 * GIB,
+            memory_reserved=512 << 20,
             temperature=71, temp_slowdown=87, temp_shutdown=92, power_draw=312.5, power_limit=400.0,
             clock_sm=1410, clock_mem=1593, throttle_reasons=["sw_power_cap"], fan_speed=None,
             ecc_corrected=3, ecc_uncorrected=0, mig_mode=False,

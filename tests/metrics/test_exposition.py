@@ -41,6 +41,7 @@ def test_gpu_readings_carry_host_gpu_uuid_name(source: StandIn) -> None:
     assert get(s, "gpufleet_gpu_utilization_percent", **GPU0) == 87
     assert get(s, "gpufleet_gpu_utilization_percent", **GPU1) == 0  # a real 0 is kept
     assert get(s, "gpufleet_gpu_memory_utilization_percent", **GPU0) == 40
+    assert get(s, "gpufleet_gpu_sm_active_percent", **GPU0) == 42  # GPM (Hopper+)
     assert get(s, "gpufleet_gpu_memory_used_bytes", **GPU0) == 30 * GIB
     assert get(s, "gpufleet_gpu_memory_total_bytes", **GPU0) == 80 * GIB
     assert get(s, "gpufleet_gpu_memory_reserved_bytes", **GPU0) == 512 << 20
@@ -64,7 +65,7 @@ def test_missing_readings_give_no_sample_not_zero(source: StandIn) -> None:
     s = samples(source)
     for name in ("gpufleet_gpu_temperature_celsius", "gpufleet_gpu_power_watts",
                  "gpufleet_gpu_memory_utilization_percent", "gpufleet_gpu_ecc_errors_total",
-                 "gpufleet_gpu_mig_mode", "gpufleet_gpu_sm_clock_hertz"):
+                 "gpufleet_gpu_mig_mode", "gpufleet_gpu_sm_clock_hertz", "gpufleet_gpu_sm_active_percent"):
         assert not [lab for lab in names_for(s, name) if lab["gpu"] == "1"], name
     assert names_for(s, "gpufleet_gpu_fan_speed_percent") == []  # None on both GPUs
     # bob's process has no readable memory: counted, but no memory sample
@@ -231,3 +232,14 @@ def test_odd_label_values_are_escaped(source: StandIn, promtool: str, name: str,
     assert get(s, "gpufleet_user_gpu_processes", host="gpu01", gpu="0", user=user) == 1
     res = run_promtool(promtool, "check", "metrics", stdin=exposition(source))
     assert res.returncode == 0, res
+
+
+def test_dcgm_sm_active_comes_from_gpm_and_no_other_profiling_series(source: StandIn) -> None:
+    registry = CollectorRegistry()
+    registry.register(FleetCollector(source, dcgm_names=True))
+    from prometheus_client import generate_latest
+
+    fams = list(text_string_to_metric_families(generate_latest(registry).decode()))
+    prof = [(s.name, s.labels.get("Hostname"), s.labels.get("gpu"), s.value)
+            for f in fams for s in f.samples if s.name.startswith("DCGM_FI_PROF_")]
+    assert prof == [("DCGM_FI_PROF_SM_ACTIVE", "gpu01", "0", 0.42)]  # a ratio; GPU 1 has no GPM reading

@@ -1,6 +1,7 @@
 """More than one collector (issue 17): 2 shards x 2 replicas of real `gpufleet collector run` over one
 simulated SSH fleet; every host in exactly one shard; `gpufleet status`/`hosts`/`alerts` over all four
-sockets merge the shards and deduplicate the replicas; a whole shard stopped is named in one line and the
+sockets merge the shards and deduplicate the replicas; `report` sums the shards' GPU-hours with one replica
+per shard and `history` comes from the host's shard; a whole shard stopped is named in one line and the
 rest is still shown; the same view through SSH (asyncssh's direct stream to the remote socket)."""
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ async def test_two_shards_two_replicas_one_view(home: Path, tmp_path: Path) -> N
             finally:
                 ssh.close()
 
+            await _report_and_history(fleet, sockets, every, names, env)
+
             for k in ((2, 1), (2, 2)):  # shard 2 goes away entirely
                 procs[k].send_signal(signal.SIGTERM)
                 await asyncio.wait_for(procs[k].wait(), 30)
@@ -102,6 +105,56 @@ async def test_two_shards_two_replicas_one_view(home: Path, tmp_path: Path) -> N
                     p.send_signal(signal.SIGTERM)
             for p in procs.values():
                 await asyncio.wait_for(p.wait(), 30)
+
+
+async def _report_and_history(fleet: SimFleet, sockets: dict[tuple[int, int], str], every: list[str],
+                              names: list[str], env: dict[str, str]) -> None:
+    """`report` sums the shards' GPU-hours, one replica per shard (never both); `history` is answered by
+    the shard that watches the host. The fleet stops first, so the GPU-hours hold still meanwhile."""
+    await fleet.stop()
+
+    async def reports() -> dict[tuple[int, int], Any]:
+        out = {}
+        for k, sock in sockets.items():
+            r = await run_cli("report", "--since", "1h", "--format", "json", "--socket", sock, env=env)
+            assert r.rc == 0, r.err
+            out[k] = json.loads(r.out)
+        return out
+
+    async def still() -> Any:  # the last frames credited and written: two reads in a row agree
+        first = await reports()
+        await asyncio.sleep(1.0)
+        second = await reports()
+        same = all(first[k]["total"] == second[k]["total"] for k in first)
+        return second if same else None
+
+    each = await until(still, timeout=60)
+    r = await run_cli("report", "--since", "1h", "--format", "json", *every, env=env)
+    assert r.rc == 0 and r.err == "", r.err
+    merged = json.loads(r.out)
+    chosen = [max((each[(s, 1)], each[(s, 2)]), key=lambda d: d["capacity"]["gpu_hours_observed"])
+              for s in (1, 2)]
+    want = {h["name"]: h["gpu_hours_held"] for d in chosen for h in d["by_host"]}
+    assert sorted(want) == names  # every host held GPU time, in one shard
+    assert {h["name"]: h["gpu_hours_held"] for h in merged["by_host"]} == pytest.approx(want, abs=2e-3)
+    assert merged["total"]["gpu_hours_held"] == pytest.approx(sum(want.values()), abs=5e-3)
+    everything = sum(d["total"]["gpu_hours_held"] for d in each.values())
+    assert merged["total"]["gpu_hours_held"] < 0.75 * everything  # replicas not counted twice
+    assert merged["capacity"]["gpu_hours_observed"] == pytest.approx(
+        sum(d["capacity"]["gpu_hours_observed"] for d in chosen), abs=5e-3)
+    text = await run_cli("report", "--since", "1h", *every, env=env)
+    assert text.rc == 0 and "By host (GPU-hours):" in text.out, text.err
+
+    for name in (names[0], names[-1]):  # one host of each shard (or both of one; either way its shard)
+        r = await run_cli("history", "--host", name, "--since", "1h", "--json", *every, env=env)
+        assert r.rc == 0 and r.err == "", r.err
+        hist = json.loads(r.out)
+        assert hist["host"] == name and hist["series"] and hist["usage"]
+        r = await run_cli("report", "--since", "1h", "--format", "json", "--host", name, *every, env=env)
+        assert r.rc == 0 and r.err == "", r.err  # the shards that do not watch it refuse it quietly
+        assert [h["name"] for h in json.loads(r.out)["by_host"]] == [name]
+    r = await run_cli("history", "--host", "nowhere", *every, env=env)
+    assert r.rc == 1 and "unknown host" in r.err and r.err.count("\n") == 1, r.err
 
 
 async def _ssh_server(tmp: Path, home: Path) -> asyncssh.SSHAcceptor:

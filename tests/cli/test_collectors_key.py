@@ -77,3 +77,13 @@ def test_entries_and_their_errors(tmp_path: Path) -> None:
                      [f"{tmp_path}/g.yaml:6", "collectors[4].known_hosts"],
                      [f"{tmp_path}/g.yaml:7", "collectors[5].key"],
                      [f"{tmp_path}/g.yaml:8", "collectors[6].prot"]], lines
+
+
+def test_the_operator_guide_example_parses() -> None:
+    guide = (Path(__file__).parents[2] / "deploy" / "OPERATOR.md").read_text()
+    block = guide.split("    collectors:\n", 1)[1].split("\n\n", 1)[0]
+    text = "collectors:\n" + "\n".join(line[4:] for line in block.splitlines())
+    cfg = parse_config(text, "/etc/gpufleet/cli.yaml", resolve_secrets=False)
+    assert [(c.user, c.host, c.port) for c in cfg.collectors] == [
+        (None, None, 22), ("gpufleet", "c1b", 22), ("ops", "c2a", 2222), ("ops", "c2b", 22)]
+    assert cfg.collectors[2].key == str(Path("~/.ssh/id_gpufleet").expanduser())

@@ -3,8 +3,10 @@
 A collector is named by its query socket: a local path, or ``[user@]host[:port][/path/to/gpufleet.sock]``
 reached over SSH (asyncssh's direct stream to the remote Unix socket: no new listener, keys and
 known_hosts as for any SSH login, and the collector's peer-credential access applies to the SSH user).
-Every collector is asked at once; one that does not answer is named in one line on stderr and the others'
-answers are still shown. ``--collector`` (repeatable) or ``GPUFLEET_COLLECTORS`` (comma-separated) list them.
+Every collector is asked at once, each in its own thread (a blocking socket, or asyncssh in its own loop),
+before the command imports its renderer; one that does not answer is named in one line on stderr and the
+others' answers are still shown. ``--collector`` (repeatable), ``GPUFLEET_COLLECTORS`` (comma-separated)
+or the CLI config's ``collectors:`` list them (:mod:`gpufleet.collector.addresses` parses each).
 """
 
 from __future__ import annotations

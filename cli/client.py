@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from gpufleet.collector.addresses import CollectorAddress
     from gpufleet.collector.classify import Thresholds
 
 API_VERSION = 1
@@ -155,9 +156,12 @@ class ApiClient:
         return json.dumps(result, separators=(",", ":")).encode()
 
     def _exchange(self, op: str, args: dict[str, Any]) -> bytes:
+        return self.exchange_line(request_line(op, args), op)
+
+    def exchange_line(self, line: bytes, op: str) -> bytes:
+        """Send one request line as :func:`request_line` makes it (for ``op``); the answer's bytes."""
         self.connect()
         assert self._sock is not None
-        line = request_line(op, args)
         try:
             self._sock.sendall(line)
             data = self._read_line(self._sock)
@@ -257,6 +261,8 @@ class Endpoints:
     thresholds: Thresholds | None = None
     #: several collectors (shards, replicas) asked at once: ``--collector``, $GPUFLEET_COLLECTORS
     collectors: list[str] = field(default_factory=list)
+    #: the config's ``collectors:``, asked when none is named and no socket either
+    config_collectors: list[CollectorAddress] = field(default_factory=list)
     _loaded: bool = False
     _named: bool = False  # the socket was given before the config was read (not taken from it)
 
@@ -277,6 +283,7 @@ class Endpoints:
             except ConfigError as exc:
                 raise CliError(str(exc).splitlines()[0], EXIT_USAGE) from None
             api, storage = cfg.api, cfg.storage
+            self.config_collectors = list(cfg.collectors)
             from gpufleet.collector.classify import thresholds_of
 
             self.thresholds = thresholds_of(cfg.rules)
@@ -286,6 +293,18 @@ class Endpoints:
             self.socket = str(api.resolved_socket())
         if self.db is None:
             self.db = str(storage.resolved_path())
+
+    def collector_addresses(self) -> list[CollectorAddress]:
+        """The collectors to merge: ``--collector`` / $GPUFLEET_COLLECTORS, else (when no socket was named)
+        the config's ``collectors:``; empty: the one collector of the socket."""
+        if self.collectors:
+            from gpufleet.cli.remote import parse_collector
+
+            return [parse_collector(c) for c in self.collectors]
+        if self.socket is not None and not self._loaded:
+            return []  # --socket / $GPUFLEET_SOCKET: that collector alone
+        self._load()
+        return [] if self._named else self.config_collectors
 
     def config_file(self) -> Path | None:
         """``-c/--config``, else the first file :func:`~gpufleet.collector.config.find_config` finds."""
@@ -322,12 +341,13 @@ def connect(
     notice: Callable[[str], None] | None = None,
 ) -> Backend:
     """The live collector if it answers, else a running ``gpufleet demo`` (when no socket or config was
-    named), else (``fallback``) the database read-only, else exit 3. With ``collectors`` named, all of
-    them at once, merged (:mod:`gpufleet.cli.remote`)."""
-    if ends.collectors:
-        from gpufleet.cli.remote import MultiBackend, parse_collector
+    named), else (``fallback``) the database read-only, else exit 3. With collectors named (``--collector``,
+    or the config's ``collectors:``), all of them at once, merged (:mod:`gpufleet.cli.remote`)."""
+    addresses = ends.collector_addresses()
+    if addresses:
+        from gpufleet.cli.remote import MultiBackend
 
-        return MultiBackend([parse_collector(c) for c in ends.collectors], timeout=timeout, notice=notice)
+        return MultiBackend(addresses, timeout=timeout, notice=notice)
     chosen = ends.chosen
     client = ApiClient(ends.socket_path(), timeout=timeout)
     try:

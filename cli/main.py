@@ -28,6 +28,8 @@ from gpufleet.cli.options import (
     pass_state,
     print_json,
     split_list,
+    status_later,
+    status_view,
     stderr_line,
     time_range,
     where_options,
@@ -110,22 +112,23 @@ def status(
     if watch is None and by is None:  # the fast path: plain lines to stdout, no rich at all
         import gc
 
-        from gpufleet.cli.lines import term_width, use_color, write_lines
-        from gpufleet.cli.render_status import status_lines
-        from gpufleet.collector.query import fleet_view_from_dict
-
         # A one-shot pass that allocates ~100k objects and makes no reference cycles: the collections those
         # allocations would trigger find nothing to free and only cost time (~10 ms at 1,000 hosts).
         gc.disable()
-        view = fleet_view_from_dict(backend.call("status", **args))
+        answer = status_later(backend, args)  # collectors at work while the renderer is imported
+
+        from gpufleet.cli.lines import term_width, use_color, write_lines
+        from gpufleet.cli.render_status import status_lines
+
+        view = answer()
         write_lines(status_lines(view, term_width()), sys.stdout, color=use_color(sys.stdout))
         return
 
     def frame(width: int) -> RenderableType:
         from gpufleet.cli.render_status import render_by_user, render_status
-        from gpufleet.collector.query import by_user, fleet_view_from_dict
+        from gpufleet.collector.query import by_user
 
-        view = fleet_view_from_dict(backend.call("status", **args))
+        view = status_view(backend, args)
         if by == "user":
             return render_by_user(view, by_user(view), width)
         return render_status(view, width, height=state.console.height)
@@ -486,6 +489,9 @@ def config_check(state: State, shard: str | None) -> None:
                    + (", ".join(h.name for h in cfg.hosts) or "(none)"))
     from gpufleet.cli.render_status import plural
 
+    if cfg.collectors:
+        click.echo(f"the CLI asks {plural(len(cfg.collectors), 'collector')} and merges them: "
+                   + ", ".join(c.text for c in cfg.collectors))
     enabled = sum(1 for r in cfg.rules.values() if r.enabled)
     click.echo(
         f"{path}: ok: {plural(len(cfg.hosts), 'host')}, {plural(enabled, 'rule')} enabled, "

@@ -3,78 +3,88 @@
 A collector is named by its query socket: a local path, or ``[user@]host[:port][/path/to/gpufleet.sock]``
 reached over SSH (asyncssh's direct stream to the remote Unix socket: no new listener, keys and
 known_hosts as for any SSH login, and the collector's peer-credential access applies to the SSH user).
-Every collector is asked at once; one that does not answer is named in one line on stderr and the others'
-answers are still shown. ``--collector`` (repeatable) or ``GPUFLEET_COLLECTORS`` (comma-separated) list them.
+Every collector is asked at once, each in its own thread (a blocking socket, or asyncssh in its own loop),
+before the command imports its renderer; one that does not answer is named in one line on stderr and the
+others' answers are still shown. ``--collector`` (repeatable), ``GPUFLEET_COLLECTORS`` (comma-separated)
+or the CLI config's ``collectors:`` list them (:mod:`gpufleet.collector.addresses` parses each).
 """
 
 from __future__ import annotations
 
-import asyncio
+import queue
 import sys
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpufleet.cli.client import (
     DEFAULT_TIMEOUT,
+    EXIT_USAGE,
+    ApiClient,
     ApiError,
     CliError,
     CollectorUnavailable,
     decode_answer,
     request_line,
 )
-from gpufleet.cli.merge import HOST_OPS, merge
+from gpufleet.collector.addresses import CollectorAddress, parse_address
 
-DEFAULT_REMOTE_SOCKET = "/run/gpufleet/gpufleet.sock"
-ANSWER_LIMIT = 1 << 30  # a status answer for thousands of hosts is megabytes
-
-
-@dataclass(frozen=True, slots=True)
-class CollectorAddress:
-    text: str  # as the user wrote it
-    socket: str
-    host: str | None = None  # None: a local socket
-    port: int = 22
-    user: str | None = None
+if TYPE_CHECKING:
+    from gpufleet.collector.query import FleetView
 
 
 def parse_collector(text: str) -> CollectorAddress:
-    """``/run/gpufleet/gpufleet.sock``, ``c1``, ``gpufleet@c1:2222``, ``c1/run/gpufleet/gpufleet.sock``."""
-    spec = text.strip()
-    if not spec:
-        raise CliError("--collector: empty", 2)
-    if spec.startswith(("/", "./", "../", "~")):
-        return CollectorAddress(spec, socket=spec)
-    where, slash, path = spec.partition("/")
-    user, at, hostport = where.rpartition("@")
-    host, colon, port = hostport.partition(":")
-    if not host or (colon and not port.isdigit()):
-        raise CliError(f"--collector {text!r}: use a socket path or [user@]host[:port][/socket/path]", 2)
-    return CollectorAddress(spec, socket="/" + path if slash else DEFAULT_REMOTE_SOCKET, host=host,
-                            port=int(port) if colon else 22, user=user if at else None)
+    """``--collector TEXT`` (or one item of $GPUFLEET_COLLECTORS) as an address; a usage error if not one."""
+    try:
+        return parse_address(text)
+    except ValueError as exc:
+        raise CliError(f"--collector: {exc}", EXIT_USAGE) from None
 
 
-async def _ask(addr: CollectorAddress, request: bytes, timeout: float) -> bytes:
+def _exchange(addr: CollectorAddress, op: str, request: bytes, timeout: float) -> bytes:
+    """One answer line from one collector (blocking: each collector is asked in its own thread)."""
     if addr.host is None:
         import os
 
-        reader, writer = await asyncio.open_unix_connection(os.path.expanduser(addr.socket),
-                                                            limit=ANSWER_LIMIT)
+        client = ApiClient(os.path.expanduser(addr.socket), timeout=timeout)
         try:
-            writer.write(request)
-            await writer.drain()
-            return await asyncio.wait_for(reader.readline(), timeout)
+            client.connect()
+            return client.exchange_line(request, op)
         finally:
-            writer.close()
+            client.close()
+    import asyncio
+
+    try:
+        return asyncio.run(asyncio.wait_for(_ask_ssh(addr, request, timeout), timeout + 5))
+    except (OSError, asyncio.TimeoutError, EOFError) as exc:
+        raise CollectorUnavailable(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
+    except CliError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - asyncssh's errors (auth, host key) are one line each
+        raise CollectorUnavailable(f"{type(exc).__name__}: {exc}") from None
+
+
+async def _ask_ssh(addr: CollectorAddress, request: bytes, timeout: float) -> bytes:
+    import asyncio
+
     import asyncssh
 
-    async with asyncssh.connect(addr.host, port=addr.port, username=addr.user,
-                                connect_timeout=timeout) as conn:
+    options: dict[str, Any] = {}
+    if addr.key is not None:
+        options["client_keys"] = [addr.key]
+    if addr.known_hosts is not None:
+        options["known_hosts"] = addr.known_hosts
+    async with asyncssh.connect(addr.host, port=addr.port, username=addr.user, connect_timeout=timeout,
+                                **options) as conn:
         sreader, swriter = await conn.open_unix_connection(addr.socket)
         swriter.write(request)
         line: bytes = await asyncio.wait_for(sreader.readline(), timeout)
         swriter.close()
         return line
+
+
+_T = TypeVar("_T")
+_Answer = tuple[int, bytes | BaseException]  # (which collector, its answer line or why there is none)
 
 
 class MultiBackend:
@@ -90,26 +100,68 @@ class MultiBackend:
         self.notice = notice or (lambda m: print(f"gpufleet: {m}", file=sys.stderr))
 
     def call(self, op: str, **args: Any) -> Any:
-        return asyncio.run(self._call(op, args))
+        from gpufleet.cli.merge import collector_args, merge
 
-    async def _one(self, addr: CollectorAddress, request: bytes) -> Any:
-        try:
-            data = await asyncio.wait_for(_ask(addr, request, self.timeout), self.timeout + 5)
-        except (OSError, asyncio.TimeoutError, EOFError) as exc:
-            raise CollectorUnavailable(f"{type(exc).__name__}: {exc}".rstrip(": ")) from None
-        except Exception as exc:  # noqa: BLE001 - asyncssh's errors (auth, host key) are one line each
-            raise CollectorUnavailable(f"{type(exc).__name__}: {exc}") from None
-        if not data:
-            raise CollectorUnavailable("closed the connection without an answer")
-        return decode_answer(data, addr.text)
+        answers = self._ask_all(op, collector_args(op, args))(lambda result: result)
+        return merge(op, answers, args)
 
-    async def _call(self, op: str, args: dict[str, Any]) -> Any:
+    def status_view(self, **args: Any) -> FleetView:
+        return self.status_later(**args)()
+
+    def status_later(self, **args: Any) -> Callable[[], FleetView]:
+        """Ask every collector for status now; the returned call gives the merged model itself (each
+        answer rebuilt as it arrives, while the others are still on the way; no JSON in between). Ask in
+        the rows form (``form: rows``): half the bytes, and the fastest to rebuild."""
+        collect = self._ask_all("status", args)
+
+        def finish() -> FleetView:
+            from gpufleet.cli.merge import merge_status_views
+            from gpufleet.collector.query import fleet_view_from_dict
+
+            views = collect(fleet_view_from_dict)
+            return views[0] if len(views) == 1 else merge_status_views(views)
+
+        return finish
+
+    def _ask_all(self, op: str, args: dict[str, Any]) -> Callable[[Callable[[Any], _T]], list[_T]]:
+        """Ask every collector at once (a thread each: the socket waits release the GIL, and the caller
+        goes on with its imports meanwhile); the returned call collects the answers, each through
+        ``convert`` as it arrives, in the order the collectors were named. One that does not answer is
+        named on stderr and left out."""
         request = request_line(op, args)
-        results = await asyncio.gather(*(self._one(a, request) for a in self.addresses),
-                                       return_exceptions=True)
-        answers: list[Any] = []
+        done: queue.SimpleQueue[_Answer] = queue.SimpleQueue()
+
+        def ask(i: int, addr: CollectorAddress) -> None:
+            try:
+                done.put((i, _exchange(addr, op, request, self.timeout)))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+                done.put((i, exc))
+
+        for i, addr in enumerate(self.addresses):
+            threading.Thread(target=ask, args=(i, addr), daemon=True).start()
+        return lambda convert: self._collect(op, args, done, convert)
+
+    def _collect(self, op: str, args: dict[str, Any], done: queue.SimpleQueue[_Answer],
+                 convert: Callable[[Any], _T]) -> list[_T]:
+        from gpufleet.cli.merge import host_scoped
+        from gpufleet.collector.errors import CollectorError
+
+        results: dict[int, _T | BaseException] = {}
+        for _ in self.addresses:
+            i, got = done.get()
+            if not isinstance(got, bytes):
+                results[i] = got
+            elif not got:
+                results[i] = CollectorUnavailable("closed the connection without an answer")
+            else:
+                try:  # decode this one while the others are still arriving
+                    results[i] = convert(decode_answer(got, self.addresses[i].text))
+                except (CliError, CollectorError) as exc:
+                    results[i] = exc
+        answers: list[_T] = []
         refused: list[ApiError] = []
-        for addr, res in zip(self.addresses, results, strict=True):
+        for i, addr in enumerate(self.addresses):
+            res = results[i]
             if isinstance(res, ApiError):
                 refused.append(res)  # e.g. "unknown host" from the shards that do not watch it
             elif isinstance(res, CliError):
@@ -122,6 +174,6 @@ class MultiBackend:
             if refused:
                 raise refused[0]
             raise CollectorUnavailable(f"no collector answered ({self.where})")
-        if refused and op not in HOST_OPS:
+        if refused and not host_scoped(op, args):
             self.notice(f"{len(refused)} collector(s) refused {op!r}: {refused[0]}")
-        return merge(op, answers, args)
+        return answers

@@ -33,8 +33,9 @@ from typing import TYPE_CHECKING, Any
 
 from gpufleet.cli.client import EXIT_DENIED, Backend, CliError
 from gpufleet.cli.lines import Line, cells, to_text
+from gpufleet.cli.options import status_view
 from gpufleet.cli.render_status import Layout, gpu_row, host_row, longest_flag, title_line, totals_lines
-from gpufleet.collector.query import FleetView, GpuView, HostView, fleet_view_from_dict, natural_key
+from gpufleet.collector.query import FleetView, GpuView, HostView, natural_key
 from gpufleet.collector.units import fmt_duration, fmt_size, fmt_size_short
 
 if TYPE_CHECKING:
@@ -344,7 +345,7 @@ def run_top(console: Console, backend: Backend, interval: float, *, args: dict[s
     st = TopState()
     # the first answer before the screen: a fallback's one-line notice (stored data) lands on the normal
     # screen, and a collector that is not there at all fails like `gpufleet status` does
-    view: FleetView | None = fleet_view_from_dict(backend.call("status", form="rows", **args))
+    view: FleetView | None = status_view(backend, {"form": "rows", **args})
     error = ""
     next_fetch = time.monotonic() + interval
     try:
@@ -355,7 +356,7 @@ def run_top(console: Console, backend: Backend, interval: float, *, args: dict[s
                 if now >= next_fetch:
                     next_fetch = now + interval
                     try:
-                        view = fleet_view_from_dict(backend.call("status", form="rows", **args))
+                        view = status_view(backend, {"form": "rows", **args})
                         error = ""
                     except CliError as exc:  # collector restarting: keep the last view, say so
                         if exc.code == EXIT_DENIED:

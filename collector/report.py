@@ -14,10 +14,11 @@ import dataclasses
 import datetime as dt
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from gpufleet.collector.errors import QueryError
 from gpufleet.collector.notify.base import Notification, Notifier
 from gpufleet.collector.notify.dispatcher import NotificationDispatcher
 from gpufleet.collector.settings import SEVERITIES
@@ -123,10 +124,26 @@ def _sorted(lines: dict[str, UsageLine]) -> list[UsageLine]:
     return sorted(lines.values(), key=lambda u: (-u.wasted, -u.held, u.name))
 
 
+TOP_WASTERS = 5  # users named in the headline list
+
+
 async def build_report(store: UsageSource, *, since: float, until: float, host: str | None = None,
-                       top: int = 5, now: float | None = None) -> WasteReport:
+                       top: int = TOP_WASTERS, now: float | None = None) -> WasteReport:
     """Aggregate the store's per (user, host) GPU-hours into per-user, per-host and total lines."""
     rows = await store.usage_by_user(since=since, until=until, host=host, by_host=True)
+    cap = await store.capacity(since=since, until=until, host=host)
+    alerts = await store.load_alerts(active_only=False, since=since)
+    events = await store.events(host=host, since=since, until=until)
+    return _assemble(since=since, until=until, host=host, rows=rows, top=top,
+                     observed=sum(c.gpu_hours_observed for c in cap), free=sum(c.gpu_hours_free for c in cap),
+                     alerts=_alert_counts(alerts, since=since, until=until, host=host),
+                     faults=_faults(events), generated_at=time.time() if now is None else now)
+
+
+def _assemble(*, since: float, until: float, host: str | None, rows: list[UsageRow], observed: float,
+              free: float, alerts: list[AlertCount], faults: dict[str, dict[str, int]], generated_at: float,
+              top: int = TOP_WASTERS) -> WasteReport:
+    """The report of per (user, host) rows: the per-user, per-host and total lines counted from them."""
     users: dict[str, UsageLine] = {}
     hosts: dict[str, UsageLine] = {}
     total = UsageLine("total")
@@ -135,17 +152,65 @@ async def build_report(store: UsageSource, *, since: float, until: float, host: 
         hosts.setdefault(row.host or "?", UsageLine(row.host or "?")).add(row)
         total.add(row)
     by_user = _sorted(users)
-    cap = await store.capacity(since=since, until=until, host=host)
-    alerts = await store.load_alerts(active_only=False, since=since)
-    events = await store.events(host=host, since=since, until=until)
     return WasteReport(since=since, until=until, host=host, rows=rows, by_user=by_user,
                        by_host=_sorted(hosts), total=total,
-                       top_wasters=[u for u in by_user if u.wasted > 0][:top],
-                       observed=sum(c.gpu_hours_observed for c in cap),
-                       free=sum(c.gpu_hours_free for c in cap),
-                       alerts=_alert_counts(alerts, since=since, until=until, host=host),
-                       faults=_faults(events),
-                       generated_at=time.time() if now is None else now)
+                       top_wasters=[u for u in by_user if u.wasted > 0][:top], observed=observed, free=free,
+                       alerts=_ordered(alerts), faults=dict(sorted(faults.items())),
+                       generated_at=generated_at)
+
+
+def report_from_dict(d: Mapping[str, Any]) -> WasteReport:
+    """A report back from its JSON form (:meth:`WasteReport.as_dict`), as the CLI reads each collector's;
+    the lines are counted again from the rows."""
+    try:
+        rows = [UsageRow(user=str(r["user"]), host=r.get("host"), gpu_hours_held=float(r["gpu_hours_held"]),
+                         gpu_hours_used=float(r["gpu_hours_used"]),
+                         gpu_hours_wasted=float(r["gpu_hours_wasted"])) for r in d.get("rows") or []]
+        cap = d.get("capacity") or {}
+        alerts = [AlertCount(str(a["rule"]), str(a["severity"]), int(a["count"]), list(a.get("hosts") or []))
+                  for a in d.get("alerts") or []]
+        faults = {str(h): {str(k): int(n) for k, n in kinds.items()}
+                  for h, kinds in (d.get("faults") or {}).items()}
+        return _assemble(since=float(d["since"]), until=float(d["until"]), host=d.get("host"), rows=rows,
+                         observed=float(cap.get("gpu_hours_observed", 0.0)),
+                         free=float(cap.get("gpu_hours_free", 0.0)), alerts=alerts, faults=faults,
+                         generated_at=float(d.get("generated_at") or 0.0))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise QueryError(f"malformed report: {exc}") from None
+
+
+def merge_reports(reports: Sequence[WasteReport]) -> WasteReport:
+    """One report of several collectors' reports over disjoint hosts (shards; one answer per shard, the
+    caller drops replicas): GPU-hours summed per (user, host), capacity, alerts and faults added up."""
+    rows: dict[tuple[str, str | None], UsageRow] = {}
+    alerts: dict[tuple[str, str], AlertCount] = {}
+    faults: dict[str, dict[str, int]] = {}
+    for rep in reports:
+        for r in rep.rows:
+            got = rows.setdefault((r.user, r.host), UsageRow(r.user, r.host, 0.0, 0.0, 0.0))
+            got.gpu_hours_held += r.gpu_hours_held
+            got.gpu_hours_used += r.gpu_hours_used
+            got.gpu_hours_wasted += r.gpu_hours_wasted
+        for a in rep.alerts:
+            c = alerts.setdefault((a.rule, a.severity), AlertCount(a.rule, a.severity, 0))
+            c.count += a.count
+            c.hosts.extend(h for h in a.hosts if h not in c.hosts)
+        for host, kinds in rep.faults.items():
+            mine = faults.setdefault(host, {})
+            for kind, n in kinds.items():
+                mine[kind] = mine.get(kind, 0) + n
+    first = reports[0]
+    return _assemble(since=min(r.since for r in reports), until=max(r.until for r in reports),
+                     host=first.host, rows=sorted(rows.values(), key=lambda r: (r.user, r.host or "")),
+                     observed=sum(r.observed for r in reports), free=sum(r.free for r in reports),
+                     alerts=list(alerts.values()), faults=faults,
+                     generated_at=max(r.generated_at for r in reports))
+
+
+def _ordered(counts: Sequence[AlertCount]) -> list[AlertCount]:
+    """Most severe first, then the most frequent."""
+    order = {s: i for i, s in enumerate(reversed(SEVERITIES))}
+    return sorted(counts, key=lambda c: (order.get(c.severity, 9), -c.count, c.rule))
 
 
 def _alert_counts(alerts: Sequence[AlertRecord], *, since: float, until: float,
@@ -162,8 +227,7 @@ def _alert_counts(alerts: Sequence[AlertRecord], *, since: float, until: float,
         c.count += 1
         if where and where not in c.hosts:
             c.hosts.append(where)
-    order = {s: i for i, s in enumerate(reversed(SEVERITIES))}
-    return sorted(counts.values(), key=lambda c: (order.get(c.severity, 9), -c.count, c.rule))
+    return _ordered(list(counts.values()))
 
 
 def _faults(events: Sequence[EventRow]) -> dict[str, dict[str, int]]:

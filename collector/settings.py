@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from gpufleet.collector.addresses import CollectorAddress
 from gpufleet.collector.shards import Shard
 
 HostKeyPolicy = Literal["strict", "accept-new"]
@@ -262,6 +263,8 @@ class Config:
     max_concurrent_connects: int = 32  # SSH handshakes at once (CPU-bound); TCP connects are not limited
     max_hosts: int = 10000  # the host list may name no more (ranges are counted before they are expanded)
     shard: Shard | None = None  # several collectors: this one watches shard I of N (collector/shards.py)
+    #: the collectors the CLI asks and merges when no --collector is given (the collector ignores it)
+    collectors: list[CollectorAddress] = field(default_factory=list)
     source: str | None = None  # the file it came from
     warnings: list[str] = field(default_factory=list)  # "file:line: key: warning: ...", for config check
 

@@ -373,10 +373,15 @@ class StoreOps:
             "host": host,
             "format": fmt,
             "text": render_report(rep, cast("ReportFormat", fmt)),
+            "shard": self.shard(),  # replicas of one shard say the same: the CLI merges one per shard
         }
         if a.flag("send"):
             out["sent"] = await self.send_report(rep, fmt, a)
         return out
+
+    def shard(self) -> str | None:
+        """This collector's shard ``I/N``; None: it watches the whole fleet (or answers from a file)."""
+        return None
 
     async def send_report(self, rep: Any, fmt: str, a: Args) -> dict[str, str | None]:
         raise QueryError(
@@ -514,6 +519,10 @@ class LiveOps(StoreOps):
         stuck = {x.fingerprint: u for x in active if undelivered is not None and (u := undelivered(x))}
         return {"active": active, "recent": recent, "silences": await engine.list_silences(), "muted": muted,
                 "undelivered": stuck}
+
+    def shard(self) -> str | None:
+        shard = self.collector.config.shard
+        return str(shard) if shard is not None else None
 
     async def send_report(self, rep: Any, fmt: str, a: Args) -> dict[str, str | None]:
         """Deliver through the configured notifiers now; notifier name -> None (sent) or the error."""

@@ -27,6 +27,7 @@ from gpufleet.collector.config.sections import (
     METRICS_SPEC,
     STORAGE_SPEC,
     TOP_KEYS,
+    parse_collectors,
     parse_listen,
     parse_notifiers,
     parse_rules,
@@ -130,6 +131,7 @@ def parse_config(text: str, source: str = "<config>", *, base_dir: str | Path | 
             except ValueError as exc:
                 p.error(str(exc), top["shard"], "shard")
     config.web = parse_web(p, top.get("web"))
+    config.collectors = parse_collectors(p, top.get("collectors"))
     if "max_concurrent_connects" in top:
         with contextlib.suppress(Bad):
             config.max_concurrent_connects = p.integer(top["max_concurrent_connects"],

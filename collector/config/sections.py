@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 from typing import Any
 from urllib.parse import urlsplit
 
+from gpufleet.collector.addresses import ADDRESS_HELP, CollectorAddress, parse_address
+from gpufleet.collector.config.hosts import known_hosts
 from gpufleet.collector.config.nodes import (
     TAG,
     Bad,
@@ -15,6 +19,7 @@ from gpufleet.collector.config.nodes import (
     has_key,
     join_key,
     nonneg,
+    opt_path,
     positive,
     section,
     values_of,
@@ -31,7 +36,7 @@ from gpufleet.collector.settings import (
     WebConfig,
     default_rules,
 )
-from yaml.nodes import Node, ScalarNode
+from yaml.nodes import MappingNode, Node, ScalarNode
 
 STORAGE_SPEC: dict[str, Conv] = {
     "path": lambda p, n, k: "" if p.is_null(n) else p.path(n, k, allow_empty=True),
@@ -103,7 +108,7 @@ _SELECTOR_SPEC: dict[str, Conv] = {
 }
 
 TOP_KEYS = ("defaults", "hosts", "storage", "rules", "notifiers", "alerting", "api", "metrics", "web",
-            "max_concurrent_connects", "max_hosts", "shard")
+            "max_concurrent_connects", "max_hosts", "shard", "collectors")
 
 
 def _rule_names(p: Parser, node: Node, key: str) -> list[str]:
@@ -302,3 +307,55 @@ def parse_notifiers(p: Parser, node: Node | None) -> list[NotifierConfig]:
     return out
 
 
+
+
+_COLLECTOR_SPEC: dict[str, Conv] = {
+    "address": Parser.string,
+    "key": opt_path,
+    "known_hosts": known_hosts,
+}
+
+
+def parse_collectors(p: Parser, node: Node | None) -> list[CollectorAddress]:
+    """``collectors:``, the collectors the CLI asks when no ``--collector`` is given: each a socket path or
+    ``[user@]host[:port][/socket]``, or a mapping ``{address: ..., key: ..., known_hosts: ...}`` (SSH key
+    and known_hosts as for hosts; relative paths from this file's directory)."""
+    if node is None:
+        return []
+    out: list[CollectorAddress] = []
+    try:
+        items = p.sequence(node, "collectors")
+    except Bad:
+        return []
+    for i, item in enumerate(items):
+        key = f"collectors[{i}]"
+        try:
+            fields: dict[str, tuple[Any, Node]] = (
+                p.fields(item, key, _COLLECTOR_SPEC, key) if isinstance(item, MappingNode)
+                else {"address": (p.string(item, key), item)})
+            if "address" not in fields:
+                if isinstance(item, MappingNode) and not has_key(item, ("address",)):
+                    p.error(f"needs an address ({ADDRESS_HELP})", item, key)
+                continue
+            text, where = fields["address"]
+            try:
+                addr = parse_address(text)
+            except ValueError as exc:
+                p.error(str(exc), where, f"{key}.address" if isinstance(item, MappingNode) else key)
+                continue
+            if addr.host is None:  # a socket on this machine: relative to this file, like every path here
+                addr = dataclasses.replace(addr, socket=p.resolve_path(addr.socket))
+            elif "key" in fields or "known_hosts" in fields:
+                addr = dataclasses.replace(addr, key=fields.get("key", (None, item))[0],
+                                           known_hosts=fields.get("known_hosts", (None, item))[0])
+            if addr.host is None and ("key" in fields or "known_hosts" in fields):
+                p.error("key and known_hosts are for a collector reached over SSH, not a local socket",
+                        item, key)
+                continue
+            for name, path in (("key", addr.key), ("known_hosts", addr.known_hosts)):
+                if path is not None and p.resolve_secrets and not os.path.isfile(path):
+                    p.error(f"{name} file not found: {path}", fields[name][1], f"{key}.{name}")
+            out.append(addr)
+        except Bad:
+            pass
+    return out

@@ -94,6 +94,38 @@ def in_process(label: str, fn: Callable[[], Any], runs: int = 5) -> Any:
     return out
 
 
+# --------------------------------------------------------------------------------------------- shards
+
+FLEET = ("busy", "busy", "wasting", "hot", "idle", "zombie", "lost", "busy")
+
+
+def fleet_names(hosts: int, offset: int = 0) -> dict[str, str]:
+    """node0001.. with the bench's mix of scenarios (node0010 down in the first thousand)."""
+    names = {f"node{i + offset:04d}": FLEET[i % 8] for i in range(1, hosts + 1)}
+    if "node0010" in names:
+        names["node0010"] = "down"
+    return names
+
+
+def serve_shard(sock: Path, hosts: int, offset: int, gpus: int) -> tuple[subprocess.Popen[bytes], Path]:
+    """A stand-in collector of ``hosts`` hosts from node{offset+1} in its own process, on ``sock``."""
+    proc = subprocess.Popen([sys.executable, __file__, "--serve-shard", str(sock), "--hosts", str(hosts),
+                             "--offset", str(offset), "--gpus", str(gpus)], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    if proc.stdout.readline().strip() != b"ready":
+        raise SystemExit(f"the shard server on {sock} did not start")
+    return proc, sock
+
+
+def run_shard_server(sock: Path, hosts: int, offset: int, gpus: int) -> None:
+    import signal
+
+    lt = LoopThread()
+    lt.run(QueryServer(StandinCollector(fleet_names(hosts, offset), gpus=gpus), sock, 0o600).start())
+    print("ready", flush=True)
+    signal.sigwait({signal.SIGTERM, signal.SIGINT})
+
+
 # --------------------------------------------------------------------------------------------- history
 
 
@@ -213,15 +245,19 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--days", type=int, default=30)
+    ap.add_argument("--only", choices=("status", "merged", "history"), action="append",
+                    help="Run only these parts (repeatable; default all).")
+    ap.add_argument("--serve-shard", type=Path, help=argparse.SUPPRESS)  # the merged line's shard servers
+    ap.add_argument("--offset", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.serve_shard:
+        run_shard_server(args.serve_shard, args.hosts, args.offset, args.gpus)
+        return
+    parts = set(args.only or ("status", "merged", "history"))
 
     tmp = Path(tempfile.mkdtemp(prefix="gfbench-", dir="/tmp"))
     env = cli_env(tmp, COLUMNS="160")
-    names = {
-        f"node{i:04d}": ("busy", "busy", "wasting", "hot", "idle", "zombie", "lost", "busy")[i % 8]
-        for i in range(1, args.hosts + 1)
-    }
-    names["node0010"] = "down"
+    names = fleet_names(args.hosts)
     standin = StandinCollector(names, gpus=args.gpus)
     lt = LoopThread()
     sock = tmp / "gf.sock"
@@ -235,36 +271,41 @@ def main() -> None:
         f"{os.cpu_count()} CPUs"
     )
     try:
-        base = [*gpufleet_argv(), "--socket", str(sock)]
-        walls, _ = timed([*gpufleet_argv(), "--version"], env, args.runs)
-        report("gpufleet --version (start-up floor)", walls, 300)
-        walls, size = timed([*base, "status"], env, args.runs)
-        report(f"gpufleet status ({args.hosts} hosts)", walls, 300, f"  {size / 1e6:.1f} MB of output")
-        walls, size = timed([*base, "status", "--json"], env, args.runs)
-        report("gpufleet status --json", walls, 300, f"  {size / 1e6:.1f} MB")
-        walls, _ = timed([*base, "status", "--by", "user"], env, args.runs)
-        report("gpufleet status --by user", walls, 300)
-        walls, _ = timed([*base, "status", "--host", "node0042"], env, args.runs)
-        report("gpufleet status --host node0042", walls, 300)
-        print(f"with the server's status cache off (default ttl {STATUS_CACHE_TTL} s above):")
-        cbase = [*gpufleet_argv(), "--socket", str(csock)]
-        walls, _ = timed([*cbase, "status"], env, args.runs)
-        report("gpufleet status, cold", walls, 300)
-        walls, _ = timed([*cbase, "status", "--json"], env, args.runs)
-        report("gpufleet status --json, cold", walls, 300)
-        walls, _ = timed([*cbase, "status", "--by", "user"], env, args.runs)
-        report("gpufleet status --by user, cold", walls, 300)
+        if "status" in parts:
+            base = [*gpufleet_argv(), "--socket", str(sock)]
+            walls, _ = timed([*gpufleet_argv(), "--version"], env, args.runs)
+            report("gpufleet --version (start-up floor)", walls, 300)
+            walls, size = timed([*base, "status"], env, args.runs)
+            report(f"gpufleet status ({args.hosts} hosts)", walls, 300, f"  {size / 1e6:.1f} MB of output")
+            walls, size = timed([*base, "status", "--json"], env, args.runs)
+            report("gpufleet status --json", walls, 300, f"  {size / 1e6:.1f} MB")
+            walls, _ = timed([*base, "status", "--by", "user"], env, args.runs)
+            report("gpufleet status --by user", walls, 300)
+            walls, _ = timed([*base, "status", "--host", "node0042"], env, args.runs)
+            report("gpufleet status --host node0042", walls, 300)
+            print(f"with the server's status cache off (default ttl {STATUS_CACHE_TTL} s above):")
+            cbase = [*gpufleet_argv(), "--socket", str(csock)]
+            walls, _ = timed([*cbase, "status"], env, args.runs)
+            report("gpufleet status, cold", walls, 300)
+            walls, _ = timed([*cbase, "status", "--json"], env, args.runs)
+            report("gpufleet status --json, cold", walls, 300)
+            walls, _ = timed([*cbase, "status", "--by", "user"], env, args.runs)
+            report("gpufleet status --by user, cold", walls, 300)
 
-        # two shards of --hosts each behind their own sockets, merged by the CLI (issue 17: under 500 ms)
-        other = StandinCollector({f"node{int(n[4:]) + args.hosts:04d}": s for n, s in names.items()},
-                                 gpus=args.gpus)
-        osock = tmp / "gfo.sock"
-        second = QueryServer(other, osock, 0o600)
-        lt.run(second.start())
-        walls, _ = timed([*gpufleet_argv(), "--collector", str(sock), "--collector", str(osock), "status"],
-                         env, args.runs)
-        report(f"gpufleet status over 2 shards of {args.hosts} hosts (merged)", walls, 500)
-        lt.run(second.stop())
+        if "merged" in parts:
+            # two shards of --hosts each, merged by the CLI (issue 17: under 500 ms). Each shard's stand-in
+            # collector runs in its own process, as shards do (two servers on one loop would build their
+            # answers one after the other, and share one GIL).
+            shards = [serve_shard(tmp / f"shard{i}.sock", args.hosts, i * args.hosts, args.gpus)
+                      for i in range(2)]
+            try:
+                walls, _ = timed([*gpufleet_argv(), *(a for _p, s in shards for a in ("--collector", str(s))),
+                                  "status"], env, args.runs)
+                report(f"gpufleet status over 2 shards of {args.hosts} hosts (merged)", walls, 500)
+            finally:
+                for proc, _s in shards:
+                    proc.terminate()
+                    proc.wait(10)
 
         print("in-process parts of `status` (best of 5):")
         view = in_process(
@@ -297,6 +338,8 @@ def main() -> None:
             write_lines(status_lines(decoded, 160), io.StringIO(), color=True)
 
         in_process("lay out + write lines (client, ANSI)", render)
+        if "history" not in parts:
+            return
 
         try:
             import gpufleet.collector.store.store  # noqa: F401

@@ -4,6 +4,8 @@ count when the freshest-``last_seen`` replica had no sample yet)."""
 
 from __future__ import annotations
 
+import json
+
 from gpufleet.cli.merge import merge
 from gpufleet.collector.api import plain
 from gpufleet.collector.query import FleetView, GpuView, HostView, fleet_totals
@@ -38,3 +40,52 @@ def test_among_sampled_replicas_the_newest_wins_and_up_beats_down() -> None:
                     gpus=[_gpu(0)])
     out = merge("status", [_view(h) for h in (old, down, new)])
     assert out["hosts"][0]["last_seen"] == 105.0 and out["totals"]["gpus"] == 3
+
+
+# ------------------------------------------------------------------------------------------- report
+
+
+def _report(rows: list[tuple[str, str, float]], shard: str | None, observed: float) -> dict:
+    """One collector's report answer as `report --format json` gives it (held, half of it used)."""
+    from gpufleet.collector.report import _assemble, render_report
+    from gpufleet.collector.store.records import UsageRow
+
+    rep = _assemble(since=0.0, until=3600.0, host=None, observed=observed, free=0.0, alerts=[], faults={},
+                    generated_at=1.0,
+                    rows=[UsageRow(u, h, held, held / 2, held / 4) for u, h, held in rows])
+    return {"text": render_report(rep, "json"), "shard": shard, "format": "json"}
+
+
+def test_report_round_trips_through_its_json() -> None:
+    from gpufleet.collector.report import _assemble, render_report, report_from_dict
+    from gpufleet.collector.store.records import UsageRow
+
+    rep = _assemble(since=0.0, until=7200.0, host=None, observed=10.0, free=2.5, alerts=[],
+                    faults={"n1": {"xid": 2}}, generated_at=5.0,
+                    rows=[UsageRow("alice", "n1", 3.0, 2.0, 0.5), UsageRow("bob", "n2", 1.0, 0.1, 0.9)])
+    again = report_from_dict(json.loads(render_report(rep, "json")))
+    for fmt in ("text", "markdown", "json"):
+        assert render_report(again, fmt) == render_report(rep, fmt)
+
+
+def test_report_sums_shards_and_takes_one_answer_per_shard() -> None:
+    s1 = [("alice", "n1", 2.0), ("bob", "n1", 1.0)]
+    s2 = [("alice", "n2", 4.0)]
+    answers = [_report(s1, "1/2", 3.0), _report([("alice", "n1", 1.5)], "1/2", 2.0),  # a younger replica
+               _report(s2, "2/2", 4.0), _report(s2, "2/2", 4.0)]
+    out = merge("report", answers, {"format": "json"})
+    doc = json.loads(out["text"])
+    assert out["shards"] == 2
+    assert doc["total"]["gpu_hours_held"] == 7.0  # 3 + 4: no replica counted twice
+    assert {u["name"]: u["gpu_hours_held"] for u in doc["by_user"]} == {"alice": 6.0, "bob": 1.0}
+    assert {h["name"]: h["gpu_hours_held"] for h in doc["by_host"]} == {"n1": 3.0, "n2": 4.0}
+    assert doc["capacity"]["gpu_hours_observed"] == 7.0
+    text = merge("report", answers, {"format": "text"})["text"]
+    assert text.splitlines()[2].startswith("7.00 GPU-hours held")
+
+
+def test_report_without_shard_ids_treats_answers_over_the_same_hosts_as_replicas() -> None:
+    a = [("alice", "n1", 2.0)]
+    answers = [_report(a, None, 2.0), _report(a, None, 2.0), _report([("bob", "n9", 1.0)], None, 1.0)]
+    out = merge("report", answers, {"format": "json"})
+    assert json.loads(out["text"])["total"]["gpu_hours_held"] == 3.0

@@ -36,6 +36,16 @@ def test_example_prometheus_config_is_valid(promtool: str) -> None:
     assert res.returncode == 0, res.stdout + res.stderr
 
 
+def test_example_prometheus_config_labels_each_collector() -> None:
+    """Several collectors are told apart by the target labels the dashboard and rules dedupe over."""
+    (job,) = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())["scrape_configs"]
+    assert job["honor_labels"] is True  # the collector's own host/gpu (and collector_info's) labels win
+    for static in job["static_configs"]:
+        assert set(static["labels"]) == {"collector", "shard"}, static
+    text = (DEPLOY / "prometheus.yml").read_text()
+    assert text.count('shard: "1/2"') == 2 and text.count('shard: "2/2"') == 2  # the commented layout
+
+
 def test_alert_rules_use_only_exposed_metrics() -> None:
     doc = yaml.safe_load((DEPLOY / "alerts.rules.yml").read_text())
     rules = [r for g in doc["groups"] for r in g["rules"]]

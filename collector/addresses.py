@@ -1,0 +1,44 @@
+"""How the CLI names a collector it asks (``--collector``, the config's ``collectors:``): its query socket,
+a local path or ``[user@]host[:port][/path/to/gpufleet.sock]`` reached over SSH.
+
+One parser for both, here rather than in the CLI, so the config's ``file:line`` errors and the command
+line's say the same thing about the same text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_REMOTE_SOCKET = "/run/gpufleet/gpufleet.sock"  # the systemd unit's RuntimeDirectory
+ADDRESS_HELP = "a socket path or [user@]host[:port][/socket/path]"
+
+
+@dataclass(frozen=True, slots=True)
+class CollectorAddress:
+    text: str  # as the user wrote it
+    socket: str
+    host: str | None = None  # None: a local socket
+    port: int = 22
+    user: str | None = None
+    key: str | None = None  # the SSH private key; None: the user's usual keys (~/.ssh, the agent)
+    known_hosts: str | None = None  # None: ~/.ssh/known_hosts
+
+
+def parse_address(text: str) -> CollectorAddress:
+    """``/run/gpufleet/gpufleet.sock``, ``c1``, ``gpufleet@c1:2222``, ``c1/run/gpufleet/gpufleet.sock``;
+    ValueError saying what is expected otherwise."""
+    spec = text.strip()
+    if not spec:
+        raise ValueError(f"empty; expected {ADDRESS_HELP}")
+    if spec.startswith(("/", "./", "../", "~")):
+        return CollectorAddress(spec, socket=spec)
+    where, slash, path = spec.partition("/")
+    user, at, hostport = where.rpartition("@")
+    host, colon, port = hostport.partition(":")
+    if not host or (at and not user) or any(c.isspace() for c in where) or (colon and not port.isdigit()):
+        raise ValueError(f"expected {ADDRESS_HELP}, got {text!r}")
+    number = int(port) if colon else 22
+    if not 1 <= number <= 65535:
+        raise ValueError(f"port must be between 1 and 65535, got {number}")
+    return CollectorAddress(spec, socket="/" + path if slash else DEFAULT_REMOTE_SOCKET, host=host,
+                            port=number, user=user if at else None)

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import yaml
+from builders import free_port
 from gpufleet.collector.metrics import MetricsServer
-from metrics_testkit import DEPLOY, StandIn, free_port
+from metrics_testkit import DEPLOY, StandIn
 from test_prometheus import _VARS, PROMETHEUS, WAIT
 
 pytestmark = [pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package)"),

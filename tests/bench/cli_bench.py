@@ -21,14 +21,15 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "cli"))
+TESTS = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(TESTS), str(TESTS / "cli")]
 
+from builders import LoopThread  # noqa: E402
 from cli_testkit import StandinCollector, cli_env, gpufleet_argv  # noqa: E402
 from gpufleet.agent import wire  # noqa: E402
 from gpufleet.collector import query  # noqa: E402
@@ -37,22 +38,6 @@ from gpufleet.collector.settings import StorageConfig  # noqa: E402
 
 GIB = 1 << 30
 DAY = 86400
-
-
-class LoopThread:
-    """An event loop in a thread, so the server runs while this script blocks on subprocesses."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, Any]) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(5)
 
 
 def timed(argv: list[str], env: dict[str, str], runs: int) -> tuple[list[float], int]:

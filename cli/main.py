@@ -405,8 +405,12 @@ def _apply_shard(config: Any, shard: str | None) -> Any:
 def collector_run(state: State, shard: str | None, log_level: str) -> None:
     """Run the collector in the foreground until SIGTERM / Ctrl-C."""
     import asyncio
+    import faulthandler
     import logging
 
+    # A fatal signal inside SQLite (SIGBUS when its -shm file is truncated under it, SIGSEGV) otherwise ends
+    # the process with no line in the journal: this prints the signal and every thread's stack to stderr.
+    faulthandler.enable(all_threads=True)
     config = _apply_shard(_load_config(state), shard)
     logging.basicConfig(
         level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -31,16 +31,7 @@ from typing import Any, Literal, Protocol
 
 from gpufleet.agent import wire
 from gpufleet.collector import metrics_dcgm
-from gpufleet.collector.aioserver import (
-    HttpError,
-    bind_tcp,
-    close_server,
-    close_writer,
-    http_url,
-    read_request,
-    respond,
-)
-from gpufleet.collector.config import parse_listen
+from gpufleet.collector.aioserver import HttpServer, Request, respond
 from gpufleet.collector.live import HostState, LiveView
 from gpufleet.collector.wirestate import budget_counts, wire_counts
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -504,88 +495,29 @@ def _render(encoder: Callable[[Any], bytes], collector: FleetCollector, view: Sc
     return gzip.compress(body, compresslevel=5) if compress else body
 
 
-class MetricsServer:
+class MetricsServer(HttpServer):
     """Serves ``GET /metrics`` from a dedicated registry (never the process-global one).
 
     One request per connection (``Connection: close``); the request head is bounded in size and time so
     a slow or hostile client holds at most one slot of ``max_connections`` for ``read_timeout`` seconds.
     """
 
+    what = "metrics"
+
     def __init__(self, source: MetricsSource, listen: str, *, read_timeout: float = 5.0,
                  write_timeout: float = 10.0, max_header_bytes: int = 16384,
                  max_connections: int = 32, dcgm_names: bool = False) -> None:
-        self.listen = listen
-        self._host, self._want_port = parse_listen(listen)
-        self.read_timeout = read_timeout
-        self.write_timeout = write_timeout
-        self.max_header_bytes = max_header_bytes
-        self.max_connections = max_connections
+        super().__init__(listen, "metrics.listen", read_timeout=read_timeout, write_timeout=write_timeout,
+                         max_header_bytes=max_header_bytes, max_connections=max_connections, path="/metrics")
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = FleetCollector(source, dcgm_names=dcgm_names)
         self.registry.register(self.collector)
         # process_* series: the collector's own RSS, CPU, open fds
         self._process = ProcessCollector(registry=self.registry)
-        self._server: asyncio.AbstractServer | None = None
-        self._port: int | None = None
-        self._conns: set[asyncio.Task[Any]] = set()
-
-    @property
-    def port(self) -> int:
-        """The bound port (the real one when listen asked for port 0)."""
-        if self._port is None:
-            raise RuntimeError("metrics server not started")
-        return self._port
-
-    @property
-    def url(self) -> str:
-        return http_url(self._host, self.port, "/metrics")
-
-    async def start(self) -> None:
-        self._server, self._port = await bind_tcp(self._handle, self._host, self._want_port,
-                                                  limit=self.max_header_bytes, listen=self.listen,
-                                                  key="metrics.listen")
-        log.info("metrics on %s", self.url)
-
-    async def stop(self) -> None:
-        if self._server is None:
-            return
-        await close_server(self._server, self._conns)
-        self._server = None
-
-    async def __aenter__(self) -> MetricsServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     # ------------------------------------------------------------------------------------- requests
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._conns.add(task)
-        try:
-            if len(self._conns) > self.max_connections:
-                await self._respond(writer, 503, b"too many connections\n")
-                return
-            await self._serve_one(reader, writer)
-        except (ConnectionError, asyncio.TimeoutError):
-            pass
-        except Exception:  # noqa: BLE001 - a bad request must never kill the server
-            log.exception("metrics: request failed")
-        finally:
-            self._conns.discard(task)
-            await close_writer(writer)
-
-    async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            req = await read_request(reader, self.read_timeout)
-        except HttpError as exc:
-            await self._respond(writer, exc.status, f"{exc}\n".encode())
-            return
-        if req is None:
-            return  # client went away before finishing its request
+    async def _route(self, req: Request, writer: asyncio.StreamWriter) -> None:
         method, path, headers = req.method, req.path, req.headers
         if path not in ("/", "/metrics"):
             await self._respond(writer, 404, b"not found; try /metrics\n", head_only=method == "HEAD")

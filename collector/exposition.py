@@ -8,7 +8,7 @@ set is escaped once (a GPU's host/gpu/uuid/name labels stand on some 25 series) 
 per distinct value. Names are written as they are: the collector's metric and label names are all legal
 (metrics.py spells them, and checks the only ones it does not). The text is byte for byte what
 prometheus_client writes for the same families (tests/metrics/test_exposition.py compares the two over a
-fleet with hostile label values), and families from elsewhere (dcgm names, the process collector) go
+fleet with hostile label values), dcgm names included; the process collector's few series go
 through prometheus_client's own encoder.
 """
 
@@ -21,6 +21,7 @@ from typing import Literal
 from prometheus_client.exposition import generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+from prometheus_client.samples import Sample
 from prometheus_client.utils import floatToGoString
 
 Kind = Literal["gauge", "counter"]
@@ -61,8 +62,9 @@ class Scrape:
 
     def __init__(self, specs: Iterable[Spec], previous: LabelStrings | None = None) -> None:
         self.specs: dict[str, Spec] = {s.name: s for s in specs}
-        self.rows: dict[str, list[tuple[tuple[str, ...], str, float]]] = {n: [] for n in self.specs}
-        self.others: list[Metric] = []  # families built elsewhere, rendered by prometheus_client
+        #: family name -> its samples as (label names, label values, label string, value)
+        self.rows: dict[str, list[tuple[tuple[str, ...], tuple[str, ...], str, float]]] = {
+            n: [] for n in self.specs}
         self.label_strings: LabelStrings = {}
         self._previous: LabelStrings = previous or {}
         self._escaped: dict[str, str] = {}
@@ -75,7 +77,7 @@ class Scrape:
         if len(labels) != len(names):  # a missing label value would silently shift the others
             raise ValueError(f"{name}: {len(labels)} label values for {len(names)} labels")
         values = tuple(labels)
-        self.rows[name].append((values, self.label_string(names, values), float(value)))
+        self.rows[name].append((names, values, self.label_string(names, values), float(value)))
 
     def label_string(self, names: tuple[str, ...], values: tuple[str, ...]) -> str:
         """``{gpu="0",host="n1"}`` for these label names and values, escaped once per distinct set."""
@@ -97,11 +99,12 @@ class Scrape:
         self.label_strings[key] = ls
         return ls
 
-    def put(self, name: str, values: tuple[str, ...], label_string: str, value: float | None) -> None:
-        """:meth:`add` with the label string already made (one GPU's labels serve its ~25 series); the
-        caller vouches that ``values`` are this family's labels, in order."""
+    def put(self, name: str, names: tuple[str, ...], values: tuple[str, ...], label_string: str,
+            value: float | None) -> None:
+        """:meth:`add` with the label string already made by :meth:`label_string` (one GPU's labels serve
+        its ~25 series). ``names`` may extend the family's labels (a MIG instance's series in dcgm names)."""
         if value is not None:
-            self.rows[name].append((values, label_string, float(value)))
+            self.rows[name].append((names, values, label_string, float(value)))
 
     def add_spec(self, spec: Spec) -> None:
         """A family known only at scrape time (a collector statistic); kept if already there."""
@@ -119,16 +122,15 @@ class Scrape:
             del r[marks.get(n, 0):]
 
     def metrics(self) -> list[Metric]:
-        """The non-empty families as prometheus_client objects (for a registry), then the others."""
+        """The non-empty families as prometheus_client objects (for a registry)."""
         out: list[Metric] = []
         for name, rows in self.rows.items():
             if rows:
                 fam = self.specs[name].family()
-                assert isinstance(fam, (GaugeMetricFamily, CounterMetricFamily))
-                for values, _ls, value in rows:
-                    fam.add_metric(list(values), value)
+                fam.samples.extend(Sample(name, dict(zip(names, values, strict=True)), value)
+                                   for names, values, _ls, value in rows)
                 out.append(fam)
-        return [*out, *self.others]
+        return out
 
     def render(self, *, openmetrics: bool = False, extra: Iterable[Metric] = ()) -> bytes:
         """The exposition, as prometheus_client's ``generate_latest`` (or its OpenMetrics one) writes
@@ -144,12 +146,12 @@ class Scrape:
             if openmetrics:
                 doc = doc.replace('"', r"\"")
             out.append(f"# HELP {shown} {doc}\n# TYPE {shown} {spec.kind}\n")
-            for _values, ls, value in rows:
+            for _names, _values, ls, value in rows:
                 fs = floats.get(value)
                 if fs is None:
                     fs = floats[value] = floatToGoString(value)  # type: ignore[no-untyped-call]
                 out.append(f"{name}{ls} {fs}\n")
-        for metric in [*self.others, *extra]:
+        for metric in extra:  # families from elsewhere (the process collector): prometheus_client writes them
             one = _One(metric)
             encode = generate_openmetrics if openmetrics else generate_latest
             text = encode(one).decode()

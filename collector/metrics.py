@@ -38,7 +38,7 @@ from gpufleet.collector.live import HostState, LiveView
 from gpufleet.collector.wirestate import budget_counts, wire_counts
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import choose_encoder, gzip_accepted
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.metrics_core import Metric
 
 log = logging.getLogger(__name__)
 
@@ -236,8 +236,7 @@ class FleetCollector:
         """Every spec'd family, empty: lets the registry know our names without a scrape."""
         fams = [s.family() for s in _SPECS]
         if self.dcgm_names:
-            fams += [GaugeMetricFamily(f.name, f.doc, labels=metrics_dcgm.LABELS)
-                     for f in metrics_dcgm.FIELDS]
+            fams += [s.family() for s in metrics_dcgm.SPECS]
         return fams
 
     def collect(self) -> Iterable[Metric]:
@@ -283,14 +282,15 @@ class FleetCollector:
 
     def build(self, view: ScrapeView) -> Scrape:
         """The samples of one scrape from a :meth:`freeze` copy; touches nothing else (thread-safe)."""
-        batch = Scrape(_SPECS, previous=self._label_strings)
+        batch = Scrape((*_SPECS, *metrics_dcgm.SPECS) if self.dcgm_names else _SPECS,
+                       previous=self._label_strings)
         hosts = view.hosts
         self._section(batch, "hosts", lambda: self._hosts(batch, hosts))
         self._section(batch, "gpus", lambda: self._gpus(batch, view))
         self._section(batch, "alerts", lambda: self._alerts(batch, view))
         self._section(batch, "collector", lambda: self._collector(batch, view))
         if self.dcgm_names:
-            self._section(batch, "dcgm", lambda: batch.others.extend(metrics_dcgm.families(hosts)))
+            self._section(batch, "dcgm", lambda: metrics_dcgm.add_samples(batch, hosts))
         for section, count in sorted(self.section_errors.items()):
             batch.add("gpufleet_collector_metrics_errors_total", (section,), count)
         self._label_strings = batch.label_strings  # (a concurrent scrape's may win: either serves)
@@ -298,14 +298,13 @@ class FleetCollector:
 
     def _section(self, batch: Scrape, name: str, build: Callable[[], None]) -> None:
         """Run one section; on failure drop what it half-added, so a scrape never shows a partial GPU."""
-        marks, others = batch.mark(), len(batch.others)
+        marks = batch.mark()
         try:
             build()
         except Exception:  # noqa: BLE001 - one broken source must not take the whole scrape down
             self.section_errors[name] = self.section_errors.get(name, 0) + 1
             log.exception("metrics: building the %s section failed", name)
             batch.rollback(marks)
-            del batch.others[others:]
 
     # ------------------------------------------------------------------------------------ sections
 
@@ -356,38 +355,40 @@ class FleetCollector:
     def _gpu(self, b: Scrape, host: str, g: wire.GpuSample, flags: set[str]) -> None:
         lab = (host, str(g.index), g.uuid, g.name or "")
         b.add("gpufleet_gpu_info", lab + (g.pci_bus_id or "", g.serial or ""), 1)
-        ls, put = b.label_string(_GPU, lab), b.put  # the GPU's labels, escaped once for its ~25 series
-        put("gpufleet_gpu_utilization_percent", lab, ls, g.util_gpu)
-        put("gpufleet_gpu_memory_utilization_percent", lab, ls, g.util_mem)
-        put("gpufleet_gpu_sm_active_percent", lab, ls, g.sm_active)
-        put("gpufleet_gpu_memory_used_bytes", lab, ls, g.memory_used)
-        put("gpufleet_gpu_memory_total_bytes", lab, ls, g.memory_total)
-        put("gpufleet_gpu_memory_reserved_bytes", lab, ls, g.memory_reserved)
-        put("gpufleet_gpu_temperature_celsius", lab, ls, g.temperature)
-        put("gpufleet_gpu_temperature_slowdown_celsius", lab, ls, g.temp_slowdown)
-        put("gpufleet_gpu_temperature_shutdown_celsius", lab, ls, g.temp_shutdown)
-        put("gpufleet_gpu_power_watts", lab, ls, g.power_draw)
-        put("gpufleet_gpu_power_limit_watts", lab, ls, g.power_limit)
-        put("gpufleet_gpu_sm_clock_hertz", lab, ls, _mhz(g.clock_sm))
-        put("gpufleet_gpu_memory_clock_hertz", lab, ls, _mhz(g.clock_mem))
-        put("gpufleet_gpu_fan_speed_percent", lab, ls, g.fan_speed)
+        ls = b.label_string(_GPU, lab)  # the GPU's labels, escaped once for its ~25 series
+
+        b.put("gpufleet_gpu_utilization_percent", _GPU, lab, ls, g.util_gpu)
+        b.put("gpufleet_gpu_memory_utilization_percent", _GPU, lab, ls, g.util_mem)
+        b.put("gpufleet_gpu_sm_active_percent", _GPU, lab, ls, g.sm_active)
+        b.put("gpufleet_gpu_memory_used_bytes", _GPU, lab, ls, g.memory_used)
+        b.put("gpufleet_gpu_memory_total_bytes", _GPU, lab, ls, g.memory_total)
+        b.put("gpufleet_gpu_memory_reserved_bytes", _GPU, lab, ls, g.memory_reserved)
+        b.put("gpufleet_gpu_temperature_celsius", _GPU, lab, ls, g.temperature)
+        b.put("gpufleet_gpu_temperature_slowdown_celsius", _GPU, lab, ls, g.temp_slowdown)
+        b.put("gpufleet_gpu_temperature_shutdown_celsius", _GPU, lab, ls, g.temp_shutdown)
+        b.put("gpufleet_gpu_power_watts", _GPU, lab, ls, g.power_draw)
+        b.put("gpufleet_gpu_power_limit_watts", _GPU, lab, ls, g.power_limit)
+        b.put("gpufleet_gpu_sm_clock_hertz", _GPU, lab, ls, _mhz(g.clock_sm))
+        b.put("gpufleet_gpu_memory_clock_hertz", _GPU, lab, ls, _mhz(g.clock_mem))
+        b.put("gpufleet_gpu_fan_speed_percent", _GPU, lab, ls, g.fan_speed)
         for reason in dict.fromkeys(g.throttle_reasons or ()):
             b.add("gpufleet_gpu_throttled", lab + (reason,), 1)
         b.add("gpufleet_gpu_ecc_errors_total", lab + ("corrected",), g.ecc_corrected)
         b.add("gpufleet_gpu_ecc_errors_total", lab + ("uncorrected",), g.ecc_uncorrected)
         if g.mig_mode is not None:
-            put("gpufleet_gpu_mig_mode", lab, ls, 1 if g.mig_mode else 0)
+            b.put("gpufleet_gpu_mig_mode", _GPU, lab, ls, 1 if g.mig_mode else 0)
         for m in g.mig_instances:
             ci = "" if m.ci_id is None else str(m.ci_id)
             mlab = (host, str(g.index), str(m.gi_id), ci, m.profile or "")
             b.add("gpufleet_gpu_mig_memory_used_bytes", mlab, m.memory_used)
             b.add("gpufleet_gpu_mig_memory_total_bytes", mlab, m.memory_total)
-        put("gpufleet_gpu_processes", lab, ls, len(g.processes))
-        put("gpufleet_gpu_processes_unattributed", lab, ls, sum(1 for p in g.processes if not p.attributed))
-        put("gpufleet_gpu_wasted", lab, ls, 1 if "wasted" in flags else 0)
+        b.put("gpufleet_gpu_processes", _GPU, lab, ls, len(g.processes))
+        unattributed = sum(1 for p in g.processes if not p.attributed)
+        b.put("gpufleet_gpu_processes_unattributed", _GPU, lab, ls, unattributed)
+        b.put("gpufleet_gpu_wasted", _GPU, lab, ls, 1 if "wasted" in flags else 0)
         for flag in sorted(flags):
             b.add("gpufleet_gpu_flag", lab + (flag,), 1)
-        put("gpufleet_gpu_lost", lab, ls, 1 if g.error is not None or "gpu_lost" in flags else 0)
+        b.put("gpufleet_gpu_lost", _GPU, lab, ls, 1 if g.error is not None or "gpu_lost" in flags else 0)
 
     def _users(self, b: Scrape, host: str, g: wire.GpuSample) -> list[str]:
         memory: dict[str, int | None] = {}
@@ -403,8 +404,8 @@ class FleetCollector:
         for user in sorted(count):
             ulab = (host, str(g.index), user)
             uls = b.label_string(_USER, ulab)
-            b.put("gpufleet_user_gpu_processes", ulab, uls, count[user])
-            b.put("gpufleet_user_gpu_memory_bytes", ulab, uls, memory[user])
+            b.put("gpufleet_user_gpu_processes", _USER, ulab, uls, count[user])
+            b.put("gpufleet_user_gpu_memory_bytes", _USER, ulab, uls, memory[user])
         return list(count)
 
     def _alerts(self, b: Scrape, view: ScrapeView) -> None:

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from gpufleet.agent import wire
+from gpufleet.collector.exposition import Scrape, Spec
 from gpufleet.collector.live import HostState
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric
-from prometheus_client.samples import Sample
 
 MIB: Final = 1 << 20
 LABELS: Final = ("gpu", "UUID", "device", "modelName", "Hostname", "pci_bus_id")
@@ -46,6 +45,7 @@ FIELDS: Final = (
     _Field("DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned (in %)."),
 )
 NAMES: Final = frozenset(f.name for f in FIELDS)
+SPECS: Final = tuple(Spec(f.name, "gauge", f.doc, LABELS) for f in FIELDS)
 
 
 def _free_mib(total: int | None, used: int | None, reserved: int | None) -> float | None:
@@ -54,19 +54,8 @@ def _free_mib(total: int | None, used: int | None, reserved: int | None) -> floa
     return max(0, total - used - (reserved or 0)) / MIB
 
 
-def families(hosts: Iterable[HostState]) -> list[Metric]:
-    """The DCGM families for the GPUs of the hosts that are up (a down host's last readings are not now)."""
-    fams = {f.name: GaugeMetricFamily(f.name, f.doc, labels=LABELS) for f in FIELDS}
-
-    def add(name: str, lab: list[str], value: float | None) -> None:
-        if value is not None:
-            fams[name].add_metric(lab, float(value))
-
-    def add_mig(name: str, lab: list[str], value: float | None) -> None:
-        # a MIG instance's series shares the device series' name, with two more labels (as DCGM does)
-        if value is not None:
-            fams[name].samples.append(Sample(name, dict(zip(MIG_LABELS, lab, strict=True)), float(value)))
-
+def add_samples(scrape: Scrape, hosts: Iterable[HostState]) -> None:
+    """The DCGM series of the GPUs of the hosts that are up (a down host's last readings are not now)."""
     for h in hosts:
         if h.status != "up" or h.snapshot is None:
             continue
@@ -74,23 +63,31 @@ def families(hosts: Iterable[HostState]) -> list[Metric]:
             if g.error is not None:
                 continue  # a lost GPU has no readings; DCGM exports nothing for it either
             lab = _labels(h.name, g)
-            add("DCGM_FI_DEV_GPU_TEMP", lab, g.temperature)
-            add("DCGM_FI_DEV_POWER_USAGE", lab, g.power_draw)
-            add("DCGM_FI_DEV_SM_CLOCK", lab, g.clock_sm)
-            add("DCGM_FI_DEV_MEM_CLOCK", lab, g.clock_mem)
-            add("DCGM_FI_DEV_GPU_UTIL", lab, g.util_gpu)
-            add("DCGM_FI_DEV_MEM_COPY_UTIL", lab, g.util_mem)
-            add("DCGM_FI_DEV_FB_USED", lab, None if g.memory_used is None else g.memory_used / MIB)
-            add("DCGM_FI_DEV_FB_FREE", lab, _free_mib(g.memory_total, g.memory_used, g.memory_reserved))
-            add("DCGM_FI_DEV_XID_ERRORS", lab, h.last_xid.get(g.index, 0))
-            add("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", lab, g.ecc_uncorrected)
-            add("DCGM_FI_PROF_SM_ACTIVE", lab, None if g.sm_active is None else g.sm_active / 100)
+            ls = scrape.label_string(LABELS, lab)
+
+            def put(name: str, value: float | None, lab: tuple[str, ...] = lab, ls: str = ls) -> None:
+                scrape.put(name, LABELS, lab, ls, value)
+
+            put("DCGM_FI_DEV_GPU_TEMP", g.temperature)
+            put("DCGM_FI_DEV_POWER_USAGE", g.power_draw)
+            put("DCGM_FI_DEV_SM_CLOCK", g.clock_sm)
+            put("DCGM_FI_DEV_MEM_CLOCK", g.clock_mem)
+            put("DCGM_FI_DEV_GPU_UTIL", g.util_gpu)
+            put("DCGM_FI_DEV_MEM_COPY_UTIL", g.util_mem)
+            put("DCGM_FI_DEV_FB_USED", None if g.memory_used is None else g.memory_used / MIB)
+            put("DCGM_FI_DEV_FB_FREE", _free_mib(g.memory_total, g.memory_used, g.memory_reserved))
+            put("DCGM_FI_DEV_XID_ERRORS", h.last_xid.get(g.index, 0))
+            put("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", g.ecc_uncorrected)
+            put("DCGM_FI_PROF_SM_ACTIVE", None if g.sm_active is None else g.sm_active / 100)
             for m in g.mig_instances:
-                mlab = [*lab, str(m.gi_id), m.profile or ""]
-                add_mig("DCGM_FI_DEV_FB_USED", mlab, None if m.memory_used is None else m.memory_used / MIB)
-                add_mig("DCGM_FI_DEV_FB_FREE", mlab, _free_mib(m.memory_total, m.memory_used, None))
-    return [f for f in fams.values() if f.samples]
+                # a MIG instance's series shares the device series' name, with two more labels (as DCGM does)
+                mlab = (*lab, str(m.gi_id), m.profile or "")
+                mls = scrape.label_string(MIG_LABELS, mlab)
+                scrape.put("DCGM_FI_DEV_FB_USED", MIG_LABELS, mlab, mls,
+                           None if m.memory_used is None else m.memory_used / MIB)
+                scrape.put("DCGM_FI_DEV_FB_FREE", MIG_LABELS, mlab, mls,
+                           _free_mib(m.memory_total, m.memory_used, None))
 
 
-def _labels(host: str, g: wire.GpuSample) -> list[str]:
-    return [str(g.index), g.uuid, f"nvidia{g.index}", g.name or "", host, g.pci_bus_id or ""]
+def _labels(host: str, g: wire.GpuSample) -> tuple[str, ...]:
+    return (str(g.index), g.uuid, f"nvidia{g.index}", g.name or "", host, g.pci_bus_id or "")

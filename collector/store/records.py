@@ -182,3 +182,27 @@ class SilenceRecord:
     comment: str = ""
     created_at: float = 0.0
     id: int | None = None
+
+
+@dataclass(slots=True)
+class SlurmUsageRow:
+    """GPU-hours of one Slurm account or partition over a range (held/used/wasted as in ``usage``)."""
+
+    name: str  # the account or partition; "(unresolved)" while Slurm has not named the job
+    gpu_hours_held: float
+    gpu_hours_used: float
+    gpu_hours_wasted: float
+    jobs: int
+
+
+@dataclass(slots=True)
+class SlurmJobRow:
+    host: str
+    job: str
+    name: str | None
+    user: str | None
+    account: str | None
+    partition: str | None
+    state: str | None
+    first_seen: float
+    last_seen: float

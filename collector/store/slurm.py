@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from gpufleet.agent import wire
+from gpufleet.collector.store.records import SlurmJobRow, SlurmUsageRow
 from gpufleet.collector.store.usage import UsageKey
 
 #: ``last_seen`` of an unchanged job is written at most this often (seconds).
@@ -74,17 +75,6 @@ def write(conn: sqlite3.Connection, jobs: dict[tuple[int, str], JobRow],
         conn.executemany(USAGE_UPSERT, [(*k, *v) for k, v in usage.items()])
 
 
-@dataclass(slots=True)
-class SlurmUsageRow:
-    """GPU-hours of one Slurm account or partition over a range (held/used/wasted as in ``usage``)."""
-
-    name: str  # the account or partition; "(unresolved)" while Slurm has not named the job
-    gpu_hours_held: float
-    gpu_hours_used: float
-    gpu_hours_wasted: float
-    jobs: int
-
-
 UNRESOLVED: Final = "(unresolved)"
 GROUPS: Final = ("account", "partition")
 
@@ -106,19 +96,6 @@ def usage_by(conn: sqlite3.Connection, group: str, *, since: float, until: float
         GROUP BY 1 ORDER BY sum(u.held) DESC, 1""", (first_hour, until, host, UNRESOLVED)).fetchall()
     return [SlurmUsageRow(str(name), held / 3600.0, used / 3600.0, wasted / 3600.0, int(n))
             for name, held, used, wasted, n in rows]
-
-
-@dataclass(slots=True)
-class SlurmJobRow:
-    host: str
-    job: str
-    name: str | None
-    user: str | None
-    account: str | None
-    partition: str | None
-    state: str | None
-    first_seen: float
-    last_seen: float
 
 
 def jobs_of(conn: sqlite3.Connection, keys: list[tuple[str, str]]) -> dict[tuple[str, str], SlurmJobRow]:

@@ -41,6 +41,8 @@ from gpufleet.collector.store.records import (
     JobRecord,
     ProcessSpan,
     SilenceRecord,
+    SlurmJobRow,
+    SlurmUsageRow,
     UsageRow,
 )
 from gpufleet.collector.store.shedding import Shedder
@@ -306,11 +308,11 @@ class Store:
         return await self._read(partial(capacity, since=since, until=until, host=host))
 
     async def slurm_usage(self, group: str, *, since: float, until: float,
-                          host: str | None = None) -> list[slurm.SlurmUsageRow]:
+                          host: str | None = None) -> list[SlurmUsageRow]:
         """GPU-hours per Slurm account or partition (hour granularity, like usage_by_user)."""
         return await self._read(partial(slurm.usage_by, group=group, since=since, until=until, host=host))
 
-    async def slurm_jobs(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], slurm.SlurmJobRow]:
+    async def slurm_jobs(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], SlurmJobRow]:
         """What Slurm said of these (host, job id) pairs, as last stored."""
         return await self._read(partial(slurm.jobs_of, keys=keys))
 

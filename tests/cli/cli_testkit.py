@@ -30,6 +30,7 @@ from gpufleet.collector.store.records import (
     ProcessSpan,
     SeriesPoint,
     SilenceRecord,
+    SlurmUsageRow,
     UsageRow,
 )
 
@@ -364,6 +365,10 @@ class StandinStore:
                 xid=79,
             )
         ]
+
+    async def slurm_usage(self, group: str, *, since: float, until: float,
+                          host: str | None = None) -> list[SlurmUsageRow]:
+        return []
 
     async def load_alerts(self, *, active_only: bool = True, since: float | None = None) -> list[AlertRecord]:
         if active_only:

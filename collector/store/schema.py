@@ -282,6 +282,7 @@ _V5: Final[list[str]] = [
         PRIMARY KEY (host_id, job)
     ) WITHOUT ROWID""",
     "CREATE INDEX slurm_jobs_last ON slurm_jobs(last_seen)",
+    "CREATE INDEX slurm_jobs_job ON slurm_jobs(job)",  # a job record (jobs.job_key "slurm:ID") names its job
     """CREATE TABLE slurm_usage (
         hour INTEGER NOT NULL,
         host_id INTEGER NOT NULL REFERENCES hosts(id),

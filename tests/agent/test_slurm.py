@@ -111,6 +111,20 @@ def test_standin_scontrol_found_and_invalid(tmp_path: Path) -> None:
     assert sc("1") is None  # the stand-in prints Slurm's "Invalid job id specified" and exits 1
 
 
+def _pids(state: Path, timeout: float = 10.0) -> list[int]:
+    """The stand-in's pids (itself and its child), once the hung call wrote both."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            pids = [int(x) for x in Path(f"{state}.pids").read_text().split()]
+        except FileNotFoundError:
+            pids = []
+        if len(pids) == 2:
+            return pids
+        time.sleep(0.02)
+    raise AssertionError("the stand-in scontrol was never called")
+
+
 def _gone(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
@@ -125,7 +139,7 @@ def test_hung_scontrol_is_killed_with_its_children(tmp_path: Path) -> None:
     with pytest.raises(SlurmLookupError, match="took over 1 s"):
         Scontrol(str(binary), timeout=1.0)("90210")
     assert time.monotonic() - started < 3.0
-    pids = [int(x) for x in Path(f"{state}.pids").read_text().split()]
+    pids = _pids(state)
     deadline = time.monotonic() + 2.0
     while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -151,9 +165,8 @@ def test_a_hung_scontrol_does_not_delay_samples(tmp_path: Path) -> None:
             assert all(p.job == "90210" and p.job_name is None for g in snap.gpus for p in g.processes)
             next_at += period
             time.sleep(max(0.0, next_at - time.monotonic()))
-        assert Path(f"{state}.pids").exists(), "scontrol was never called"
+        pids = _pids(state)
         assert max(durations) < period / 2, f"a sample took {max(durations) * 1000:.1f} ms"
-        pids = [int(x) for x in Path(f"{state}.pids").read_text().split()]
         deadline = time.monotonic() + 3.0
         while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -193,3 +206,18 @@ def test_find_scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert find_scontrol(str(tmp_path / "nope")) is None  # absent: off, silently
     monkeypatch.setenv("GPUFLEET_SCONTROL", str(binary))
     assert find_scontrol(None, explicit_only=True) == str(binary)
+
+
+def test_closing_the_resolver_kills_a_call_in_flight(tmp_path: Path) -> None:
+    """The agent's exit is not held up by a hung scontrol, nor does it leave one behind."""
+    binary, state = install(tmp_path, {"mode": "hang"})
+    resolver = SlurmResolver(Scontrol(str(binary), timeout=60.0))
+    resolver.get("90210")
+    pids = _pids(state)
+    started = time.monotonic()
+    resolver.close()
+    assert time.monotonic() - started < 3.0
+    deadline = time.monotonic() + 2.0
+    while not all(_gone(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert all(_gone(p) for p in pids), f"left behind: {pids}"

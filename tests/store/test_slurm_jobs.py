@@ -3,6 +3,7 @@ per account and partition with the users' one definition of waste."""
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from pathlib import Path
 
@@ -91,3 +92,26 @@ def test_rows_are_written_only_on_change() -> None:
     assert rows == {}  # unchanged: nothing to write
     seen.note(rows, 1, proc(1, job="7", job_name="a", job_state="COMPLETING"), 1060.0)
     assert rows[(1, "7")][6] == "COMPLETING"
+
+
+async def test_a_finished_slurm_job_is_listed_under_its_name(store: Store) -> None:
+    from gpufleet.cli.render_jobs import render_jobs
+    from gpufleet.collector.store.records import JobRecord
+    from rich.console import Console
+
+    named = _slurm_proc(1, "7", name="train-llm", account="nlp", partition="h100")
+    for t in range(1000, 1005):
+        store.submit_snapshot("n1", snap(gpu(0, util=90, procs=[named]), ts=t), t)
+    await store.flush()
+    await store.save_jobs([JobRecord(key="slurm:7", user="alice", started=1000, ended=1004, hosts=["n1"],
+                                     gpus=["n1:0"], gpu_hours=0.01),
+                           JobRecord(key="pid:5.900@n1", user="bob", started=900, ended=1004, hosts=["n1"],
+                                     gpus=["n1:1"])])
+    jobs = {r.key: r for r in await store.jobs(since=0, until=2000)}
+    assert (jobs["slurm:7"].slurm_name, jobs["slurm:7"].slurm_account, jobs["slurm:7"].slurm_partition) == (
+        "train-llm", "nlp", "h100")
+    assert jobs["pid:5.900@n1"].slurm_name is None
+    console = Console(width=160, record=True, color_system=None)
+    console.print(render_jobs([dataclasses.asdict(r) for r in jobs.values()], 160))
+    text = console.export_text()
+    assert "7 train-llm (nlp/h100)" in text and "pid 5" in text

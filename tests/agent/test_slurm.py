@@ -105,10 +105,12 @@ def test_cache_found_retry_and_forget_timing() -> None:
 
 
 def test_standin_scontrol_found_and_invalid(tmp_path: Path) -> None:
-    binary, _ = install(tmp_path, {"jobs": JOBS})
+    binary, state = install(tmp_path, {"jobs": JOBS})
     sc = Scontrol(str(binary))
     assert sc("90210") == SlurmJob("90210", "train-llm", "carol", "nlp", "h100", "RUNNING")
     assert sc("1") is None  # the stand-in prints Slurm's "Invalid job id specified" and exits 1
+    write_state(state, {"mode": "invalid", "jobs": JOBS})  # e.g. the job ended and slurmctld forgot it
+    assert sc("90210") is None
 
 
 def _pids(state: Path, timeout: float = 10.0) -> list[int]:

@@ -467,6 +467,19 @@ async def run_cli(
     return Result(proc.returncode, out.decode(), err.decode())
 
 
+async def until(check: Any, timeout: float = 30.0) -> Any:
+    """Poll ``check`` (async) every 0.3 s until it returns something true; that is the result."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last: Any = None
+    while loop.time() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"condition not met in {timeout} s; last: {last}")
+
+
 def glob_any(value: str, patterns: list[str]) -> bool:
     return any(fnmatch.fnmatchcase(value, p) for p in patterns)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_testkit import Result, cli_env, gpufleet_argv, run_cli
+from cli_testkit import Result, cli_env, gpufleet_argv, run_cli, until
 from slurm.slurm_standin import install
 
 pytest.importorskip("gpufleet.collector.daemon")
@@ -41,18 +41,6 @@ gpus:
 """
 JOBS = {"700": {"name": "notebook", "user": "alice", "uid": 1001, "account": "vision", "partition": "a100"},
         "701": {"name": "train-resnet", "user": "bob", "uid": 1002, "account": "nlp", "partition": "h100"}}
-
-
-async def until(check: Any, timeout: float = 40.0) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    last: Any = None
-    while loop.time() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.3)
-    raise AssertionError(f"condition not met in {timeout} s; last: {last}")
 
 
 def _config(path: Path, fleet: SimFleet, home: Path, scenario: Path, scontrol: Path) -> None:

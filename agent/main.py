@@ -109,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
         "command lines (default token,secret,password,passwd,key,auth,credential, or $GPUFLEET_REDACT_WORDS; "
         "'-': URL passwords only)",
     )
+    p.add_argument(
+        "--scontrol",
+        default=None,
+        metavar="PATH",
+        help="Slurm's scontrol, to name the jobs in cgroups (default: $GPUFLEET_SCONTROL, else scontrol on "
+        "PATH; none found: off; '': off; with --fake only when given)",
+    )
     p.add_argument("--no-stdin-watch", action="store_true", help="do not exit when stdin reaches EOF")
     p.add_argument("--version", action="version", version=f"gpufleet-agent {__version__}")
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging on stderr (-vv: debug)")
@@ -357,23 +364,28 @@ def _fail(message: str) -> int:
 
 
 def _build(args: argparse.Namespace) -> tuple[Any, str]:
-    """The sampler (real or fake backend) and the hostname to report. Raises AgentError subclasses."""
+    """The sampler (real or fake backend) and the hostname to report. Raises AgentError subclasses.
+
+    ``--once`` gets no Slurm resolver: it answers in the background, after the one sample."""
     from gpufleet.agent.nvml import Gateway
     from gpufleet.agent.sampler import Sampler
+    from gpufleet.agent.slurm import find_scontrol, resolver_for
 
     if args.fake:
         from gpufleet.agent import fake
 
         scenario = fake.load_scenario(args.fake, hostname=args.hostname)
         lib = fake.FakeNvml(scenario)
-        return Sampler(Gateway(lib, backend="fake"), fake.FakeProcs(lib)), scenario.hostname
+        slurm = None if args.once else resolver_for(find_scontrol(args.scontrol, explicit_only=True))
+        return Sampler(Gateway(lib, backend="fake"), fake.FakeProcs(lib), slurm=slurm), scenario.hostname
     from gpufleet.agent.driver import pending_upgrade
     from gpufleet.agent.procinfo import ProcReader
     from gpufleet.agent.redact import ENV_WORDS, Redactor, words_from
 
     words = args.redact_words if args.redact_words is not None else os.environ.get(ENV_WORDS)
     procs = ProcReader(redactor=Redactor(words_from(words)))
-    sampler = Sampler(Gateway(), procs, driver_check=pending_upgrade)
+    sampler = Sampler(Gateway(), procs, driver_check=pending_upgrade,
+                      slurm=None if args.once else resolver_for(find_scontrol(args.scontrol)))
     return sampler, args.hostname or socket.gethostname()
 
 

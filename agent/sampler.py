@@ -21,6 +21,7 @@ from typing import Any
 from gpufleet.agent import nvml
 from gpufleet.agent.errors import DriverError, GpuLostError, NvmlUnavailable
 from gpufleet.agent.procinfo import ProcInfo, ProcSource
+from gpufleet.agent.slurm import SlurmResolver
 from gpufleet.agent.wire import (
     MAX_LINE_BYTES,
     Event,
@@ -74,6 +75,7 @@ class Sampler:
         slow_every: float = 30.0,
         util_hold: float = 3.0,
         driver_check: Callable[[], str | None] | None = None,
+        slurm: SlurmResolver | None = None,
     ) -> None:
         self.gw = gateway
         self.procs = procs
@@ -82,6 +84,7 @@ class Sampler:
         self.slow_every = slow_every
         self.util_hold = util_hold  # how long a per-process utilization sample stays valid
         self.driver_check = driver_check  # slow tier: an installed-but-not-loaded driver upgrade
+        self.slurm = slurm  # job id -> name/account/...: a cache read, never a scontrol call here
         self._driver_checked_at: float | None = None
         self._driver_reported: str | None = None
         self.gpus: list[_Gpu] = []
@@ -161,6 +164,8 @@ class Sampler:
     def close(self) -> None:
         self._drop_gpm()
         self.gw.shutdown()
+        if self.slurm is not None:
+            self.slurm.close()
 
     def _drop_gpm(self) -> None:
         """Free the GPM buffers (a re-init probes GPM afresh with the new handles)."""
@@ -305,6 +310,11 @@ class Sampler:
                     p.user, p.uid, p.command = info.user, info.uid, info.command
                     p.start_time, p.state, p.ppid = info.start_time, info.state, info.ppid
                     p.container, p.pod, p.job = info.container, info.pod, info.job
+                    if info.job is not None and self.slurm is not None:
+                        j = self.slurm.get(info.job)
+                        if j is not None:
+                            p.job_name, p.job_user, p.job_account = j.name, j.user, j.account
+                            p.job_partition, p.job_state = j.partition, j.state
         self.procs.forget(set(infos))
         if infos:
             all_missing = all(i.status == "missing" for i in infos.values())

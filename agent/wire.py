@@ -31,7 +31,9 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Final, Literal
 
 PROTO_MAJOR: Final = 1
-PROTO_MINOR: Final = 0
+#: 1.1: ProcessSample job_name/job_user/job_account/job_partition/job_state (Slurm, from scontrol); a 1.0
+#: collector ignores them (unknown fields of its own major version).
+PROTO_MINOR: Final = 1
 PROTO_VERSION: Final = f"{PROTO_MAJOR}.{PROTO_MINOR}"
 
 #: Default bound on one line (bytes, newline included). Larger lines close the stream.
@@ -135,6 +137,12 @@ class ProcessSample:
     pod: str | None = None
     job: str | None = None  # Slurm job id
     attributed: bool = True
+    # 1.1: what Slurm says of ``job`` (agent/slurm.py); absent until the agent's lookup answered
+    job_name: str | None = None
+    job_user: str | None = None
+    job_account: str | None = None
+    job_partition: str | None = None
+    job_state: str | None = None  # RUNNING, COMPLETING, ...
 
 
 @dataclass(slots=True)
@@ -407,6 +415,11 @@ def _process(raw: Any, where: str, notes: DecodeNotes) -> ProcessSample:
         pod=_typed(o, "pod", _STR, where),
         job=_typed(o, "job", _STR, where),
         attributed=True if attributed is None else attributed,
+        job_name=_typed(o, "job_name", _STR, where),
+        job_user=_typed(o, "job_user", _STR, where),
+        job_account=_typed(o, "job_account", _STR, where),
+        job_partition=_typed(o, "job_partition", _STR, where),
+        job_state=_typed(o, "job_state", _STR, where),
     )
 
 

@@ -49,6 +49,15 @@ def sgr(style: str) -> str:
     return f"\x1b[{';'.join(codes)}m" if codes else ""
 
 
+def tagged(prefix: str, name: str, tag: str, width: int, *, keep: bool) -> str:
+    """``prefix name [tag]`` for a ``width``-cell column: the tag where it fits beside the name; with
+    ``keep`` the name gives way to it (down to 12 cells), and past that the tag is cut at the column's end."""
+    room = width - cells(prefix) - cells(tag) - 3
+    if cells(name) <= room or (keep and room < 12):
+        return f"{prefix}{name} [{tag}]"
+    return f"{prefix}{cut(name, room)} [{tag}]" if keep else prefix + name
+
+
 def cut(text: str, width: int) -> str:
     """The longest prefix of ``text`` that fits in ``width`` cells."""
     if text.isascii():

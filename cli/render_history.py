@@ -16,6 +16,7 @@ from gpufleet.cli import convert
 from gpufleet.cli.grid import Cell, Col, grid
 from gpufleet.cli.render_status import plural
 from gpufleet.cli.timeparse import fmt_ts
+from gpufleet.collector.model import slurm_label
 from gpufleet.collector.store.records import EventRow, GpuSeries, ProcessSpan, SeriesPoint, UsageRow
 from gpufleet.collector.units import fmt_duration, fmt_pct, fmt_size
 from rich.console import Group, RenderableType
@@ -184,6 +185,11 @@ def summary_line(series: Sequence[GpuSeries], usage: Sequence[UsageRow], width: 
     return t
 
 
+def _slurm(p: ProcessSpan) -> str:
+    """``12345 train-llm (nlp/h100)``: the job, and the account and partition Slurm named."""
+    return slurm_label(p.job, p.job_name, p.job_account, p.job_partition) or ""
+
+
 def process_table(procs: Sequence[ProcessSpan], width: int) -> Text:
     """The processes seen on the GPUs in the range. HELD SINCE / LAST SEEN / HELD FOR are what the collector
     observed within the range (a process older than the range shows the range's start), not the
@@ -202,7 +208,7 @@ def process_table(procs: Sequence[ProcessSpan], width: int) -> Text:
     for p in sorted(procs, key=lambda p: p.first_seen)[-MAX_PROCESS_ROWS:]:
         where = " ".join(
             x
-            for x in (f"job {p.job}" if p.job else "", f"container {p.container}" if p.container else "")
+            for x in (_slurm(p), f"container {p.container}" if p.container else "")
             if x
         )
         rows.append(

@@ -9,6 +9,7 @@ from gpufleet.cli import convert
 from gpufleet.cli.grid import Cell, Col, grid
 from gpufleet.cli.timeparse import fmt_ts
 from gpufleet.collector.jobkey import job_label
+from gpufleet.collector.model import slurm_label
 from gpufleet.collector.store.records import JobRecord
 from gpufleet.collector.units import fmt_duration_short, fmt_pct, fmt_size_short
 from rich.console import Group, RenderableType
@@ -27,6 +28,13 @@ def _gpus(r: JobRecord) -> str:
     return f"{len(r.gpus)} on {len(r.hosts)} hosts"
 
 
+def _job(r: JobRecord) -> str:
+    """``90210 train-llm (nlp/h100)`` for a Slurm job Slurm named, else the key's own label."""
+    if not r.key.startswith("slurm:") or r.slurm_name is None:
+        return job_label(r.key)
+    return slurm_label(r.key[6:], r.slurm_name, r.slurm_account, r.slurm_partition) or job_label(r.key)
+
+
 def render_jobs(rows: Iterable[Mapping[str, Any]] | None, width: int) -> RenderableType:
     jobs = records(rows)
     if not jobs:
@@ -39,7 +47,7 @@ def render_jobs(rows: Iterable[Mapping[str, Any]] | None, width: int) -> Rendera
         waste = fmt_pct(r.waste_pct, compact=True)
         diagnoses = ", ".join(r.diagnoses)
         table.append([
-            fmt_ts(r.ended), r.user, job_label(r.key), _gpus(r), fmt_duration_short(r.ended - r.started),
+            fmt_ts(r.ended), r.user, _job(r), _gpus(r), fmt_duration_short(r.ended - r.started),
             f"{r.gpu_hours:.2f}", fmt_pct(r.mean_util, compact=True), fmt_pct(r.peak_util, compact=True),
             fmt_size_short(r.peak_memory),
             (waste, WASTE_STYLE) if (r.waste_pct or 0) >= 50 else waste,

@@ -11,8 +11,9 @@ import time
 from collections.abc import Container, Iterable, Sequence
 from typing import TYPE_CHECKING
 
-from gpufleet.cli.lines import Line, cells, cut, to_text
+from gpufleet.cli.lines import Line, cells, cut, tagged, to_text
 from gpufleet.cli.timeparse import fmt_ago
+from gpufleet.collector.model import slurm_label
 from gpufleet.collector.query import FleetView, GpuView, HostInfo, HostView, ProcView, UserUsage
 from gpufleet.collector.units import GIB, fmt_duration, fmt_duration_short, fmt_pct, fmt_size, fmt_size_short
 
@@ -258,7 +259,9 @@ class _Gauges:
         if user is None:
             user = self.user[p.user] = (_fit(p.user or "?", lay.user) + " ", "bold" if p.user else "dim")
         zombie = p.state == "Z"
-        where = (f"job {p.job}" if p.job else p.container) if lay.wide else None
+        # wide: the job (or container) after the command; narrower: a named Slurm job where it fits
+        label = slurm_label(p.job, p.job_name)
+        where = (label or p.container) if lay.wide else (label if p.job_name else None)
         ckey = (p.command, None if p.command else p.pid, zombie, where)
         cmd = self.cmd.get(ckey)
         if cmd is None:
@@ -266,9 +269,7 @@ class _Gauges:
             prefix = "<zombie> " if zombie else ""
             if p.command and " " in p.command and cells(prefix + name) > lay.cmd:
                 name = p.command.split(" ", 1)[1]  # "python3 train.py": the script says more than python
-            text = prefix + name
-            if where:
-                text += f" [{where}]"
+            text = tagged(prefix, name, where, lay.cmd, keep=lay.wide) if where else prefix + name
             cmd = self.cmd[ckey] = (_fit(text, lay.cmd) + " ", "red" if zombie else "")
         tkey = (p.memory, lay.duration(p.running_for))
         tail = self.tail.get(tkey)

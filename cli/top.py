@@ -35,6 +35,7 @@ from gpufleet.cli.client import EXIT_DENIED, Backend, CliError
 from gpufleet.cli.lines import Line, cells, to_text
 from gpufleet.cli.options import status_view
 from gpufleet.cli.render_status import Layout, gpu_row, host_row, longest_flag, title_line, totals_lines
+from gpufleet.collector.model import slurm_label
 from gpufleet.collector.query import FleetView, GpuView, HostView, natural_key
 from gpufleet.collector.units import fmt_duration, fmt_size, fmt_size_short
 
@@ -320,7 +321,8 @@ def _process_lines(gpu: GpuView, width: int) -> list[Line]:
             Col("RUNNING FOR", right=True), Col("JOB / CONTAINER", shrink=True, max=24)]
     rows: list[list[Cell]] = []
     for p in sorted(gpu.processes, key=lambda p: -(p.memory or 0)):
-        where = " ".join(x for x in (p.job and f"job {p.job}", p.container and p.container[:12]) if x) or "-"
+        job = slurm_label(p.job, p.job_name)
+        where = " ".join(x for x in (job, p.container and p.container[:12]) if x) or "-"
         rows.append([
             str(p.pid), (p.user or "?", "bold"), fmt_size_short(p.memory),
             "-" if p.sm_util is None else f"{p.sm_util}%", fmt_duration(p.running_for), where,

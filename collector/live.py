@@ -102,7 +102,9 @@ def _gpu_sample(g: GpuLatest) -> wire.GpuSample:
     """A stored last sample back in the wire shape the live view keeps."""
     procs = [wire.ProcessSample(pid=p.pid, gpu_memory=p.gpu_memory, sm_util=p.sm_util, user=p.user,
                                 command=p.command, start_time=p.start_time, state=p.state,
-                                container=p.container, job=p.job) for p in g.processes]
+                                container=p.container, job=p.job, job_name=p.job_name, job_user=p.job_user,
+                                job_account=p.job_account, job_partition=p.job_partition,
+                                job_state=p.job_state) for p in g.processes]
     return wire.GpuSample(index=g.index, uuid=g.uuid, name=g.name, util_gpu=g.util_gpu,
                           memory_used=g.memory_used, memory_total=g.memory_total, temperature=g.temperature,
                           power_draw=g.power_draw, power_limit=g.power_limit, error=g.error, processes=procs)

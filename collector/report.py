@@ -5,7 +5,8 @@ terminal), markdown (issues, wikis, Matrix) or JSON, and delivered through the s
 (``gpufleet report --since 7d --send``). It also says how much capacity sat free (GPU-hours nobody held),
 which alerts fired and which faults the hosts reported in the range. Note: a user is credited the whole
 GPU while holding memory on it, so two users sharing a GPU both count it; per-host sums can exceed the
-host's physical GPU-hours.
+host's physical GPU-hours. Where agents name Slurm jobs, the same GPU-hours (the same definition of waste,
+store/usage.py) are also summed per Slurm account and per partition.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from gpufleet.collector.errors import QueryError
 from gpufleet.collector.notify.base import Notification, Notifier
 from gpufleet.collector.notify.dispatcher import NotificationDispatcher
 from gpufleet.collector.settings import SEVERITIES
-from gpufleet.collector.store.records import AlertRecord, CapacityRow, EventRow, UsageRow
+from gpufleet.collector.store.records import AlertRecord, CapacityRow, EventRow, SlurmUsageRow, UsageRow
 from gpufleet.collector.units import fmt_duration, fmt_pct
 
 ReportFormat = Literal["text", "markdown", "json"]
@@ -38,6 +39,8 @@ class UsageSource(Protocol):
     async def load_alerts(self, *, active_only: bool = True,
                           since: float | None = None) -> list[AlertRecord]: ...
     async def events(self, *, host: str | None = None, since: float, until: float) -> list[EventRow]: ...
+    async def slurm_usage(self, group: str, *, since: float, until: float,
+                          host: str | None = None) -> list[SlurmUsageRow]: ...
 
 
 #: Event kinds that are hardware or driver faults (the report counts them per host).
@@ -74,7 +77,7 @@ class UsageLine:
     def wasted_pct(self) -> float:
         return 100.0 * self.wasted / self.held if self.held > 0 else 0.0
 
-    def add(self, row: UsageRow) -> None:
+    def add(self, row: UsageRow | SlurmUsageRow) -> None:
         self.held += row.gpu_hours_held
         self.used += row.gpu_hours_used
         self.wasted += row.gpu_hours_wasted
@@ -100,6 +103,8 @@ class WasteReport:
     alerts: list[AlertCount] = field(default_factory=list)  # most severe first
     faults: dict[str, dict[str, int]] = field(default_factory=dict)  # host -> fault kind -> count
     generated_at: float = 0.0
+    #: Slurm "account" / "partition" -> lines, most wasted first; empty where no agent names Slurm jobs
+    slurm: dict[str, list[UsageLine]] = field(default_factory=dict)
 
     @property
     def free_pct(self) -> float:
@@ -117,6 +122,7 @@ class WasteReport:
                          "free_pct": round(self.free_pct, 1)},
             "alerts": [a.as_dict() for a in self.alerts],
             "faults": self.faults,
+            **{f"by_slurm_{group}": [u.as_dict() for u in lines] for group, lines in self.slurm.items()},
         }
 
 
@@ -134,15 +140,30 @@ async def build_report(store: UsageSource, *, since: float, until: float, host: 
     cap = await store.capacity(since=since, until=until, host=host)
     alerts = await store.load_alerts(active_only=False, since=since)
     events = await store.events(host=host, since=since, until=until)
+    slurm: dict[str, list[UsageLine]] = {}
+    for group in SLURM_GROUPS:
+        found = await store.slurm_usage(group, since=since, until=until, host=host)
+        if found:
+            slurm[group] = [_line(r.name, r) for r in found]
     return _assemble(since=since, until=until, host=host, rows=rows, top=top,
                      observed=sum(c.gpu_hours_observed for c in cap), free=sum(c.gpu_hours_free for c in cap),
                      alerts=_alert_counts(alerts, since=since, until=until, host=host),
-                     faults=_faults(events), generated_at=time.time() if now is None else now)
+                     faults=_faults(events), generated_at=time.time() if now is None else now, slurm=slurm)
+
+
+#: The Slurm groupings the report sums GPU-hours by (Store.slurm_usage).
+SLURM_GROUPS: tuple[str, ...] = ("account", "partition")
+
+
+def _line(name: str, row: SlurmUsageRow) -> UsageLine:
+    line = UsageLine(name)
+    line.add(row)
+    return line
 
 
 def _assemble(*, since: float, until: float, host: str | None, rows: list[UsageRow], observed: float,
               free: float, alerts: list[AlertCount], faults: dict[str, dict[str, int]], generated_at: float,
-              top: int = TOP_WASTERS) -> WasteReport:
+              top: int = TOP_WASTERS, slurm: Mapping[str, list[UsageLine]] | None = None) -> WasteReport:
     """The report of per (user, host) rows: the per-user, per-host and total lines counted from them."""
     users: dict[str, UsageLine] = {}
     hosts: dict[str, UsageLine] = {}
@@ -156,7 +177,9 @@ def _assemble(*, since: float, until: float, host: str | None, rows: list[UsageR
                        by_host=_sorted(hosts), total=total,
                        top_wasters=[u for u in by_user if u.wasted > 0][:top], observed=observed, free=free,
                        alerts=_ordered(alerts), faults=dict(sorted(faults.items())),
-                       generated_at=generated_at)
+                       generated_at=generated_at,
+                       slurm={g: _sorted({u.name: u for u in lines})
+                              for g, lines in (slurm or {}).items() if lines})
 
 
 def report_from_dict(d: Mapping[str, Any]) -> WasteReport:
@@ -171,10 +194,13 @@ def report_from_dict(d: Mapping[str, Any]) -> WasteReport:
                   for a in d.get("alerts") or []]
         faults = {str(h): {str(k): int(n) for k, n in kinds.items()}
                   for h, kinds in (d.get("faults") or {}).items()}
+        slurm = {g: [UsageLine(str(u["name"]), float(u["gpu_hours_held"]), float(u["gpu_hours_used"]),
+                               float(u["gpu_hours_wasted"])) for u in d.get(f"by_slurm_{g}") or []]
+                 for g in SLURM_GROUPS}
         return _assemble(since=float(d["since"]), until=float(d["until"]), host=d.get("host"), rows=rows,
                          observed=float(cap.get("gpu_hours_observed", 0.0)),
                          free=float(cap.get("gpu_hours_free", 0.0)), alerts=alerts, faults=faults,
-                         generated_at=float(d.get("generated_at") or 0.0))
+                         generated_at=float(d.get("generated_at") or 0.0), slurm=slurm)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise QueryError(f"malformed report: {exc}") from None
 
@@ -185,7 +211,15 @@ def merge_reports(reports: Sequence[WasteReport]) -> WasteReport:
     rows: dict[tuple[str, str | None], UsageRow] = {}
     alerts: dict[tuple[str, str], AlertCount] = {}
     faults: dict[str, dict[str, int]] = {}
+    slurm: dict[str, dict[str, UsageLine]] = {}
     for rep in reports:
+        for group, lines in rep.slurm.items():
+            mine_lines = slurm.setdefault(group, {})
+            for u in lines:
+                line = mine_lines.setdefault(u.name, UsageLine(u.name))
+                line.held += u.held
+                line.used += u.used
+                line.wasted += u.wasted
         for r in rep.rows:
             got = rows.setdefault((r.user, r.host), UsageRow(r.user, r.host, 0.0, 0.0, 0.0))
             got.gpu_hours_held += r.gpu_hours_held
@@ -204,7 +238,8 @@ def merge_reports(reports: Sequence[WasteReport]) -> WasteReport:
                      host=first.host, rows=sorted(rows.values(), key=lambda r: (r.user, r.host or "")),
                      observed=sum(r.observed for r in reports), free=sum(r.free for r in reports),
                      alerts=list(alerts.values()), faults=faults,
-                     generated_at=max(r.generated_at for r in reports))
+                     generated_at=max(r.generated_at for r in reports),
+                     slurm={g: list(lines.values()) for g, lines in slurm.items()})
 
 
 def _ordered(counts: Sequence[AlertCount]) -> list[AlertCount]:
@@ -341,6 +376,9 @@ def render_report(report: WasteReport, fmt: ReportFormat = "text") -> str:
         out += ["", "### By user" if md else "By user (GPU-hours):", *table("USER", report.by_user)]
     if report.by_host:
         out += ["", "### By host" if md else "By host (GPU-hours):", *table("HOST", report.by_host)]
+    for group, lines in report.slurm.items():
+        title = f"By Slurm {group}"
+        out += ["", f"### {title}" if md else f"{title} (GPU-hours):", *table(group.upper(), lines)]
     capacity = _capacity_line(report)
     if capacity:
         out += ["", capacity]

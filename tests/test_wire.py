@@ -91,3 +91,27 @@ def test_percentages_are_clamped() -> None:
     snap = wire.from_object(obj)
     assert isinstance(snap, wire.Snapshot)
     assert snap.gpus[0].util_gpu == 100 and snap.gpus[0].processes[0].sm_util == 100
+
+
+def test_slurm_fields_of_proto_1_1_round_trip_and_are_made_safe() -> None:
+    """1.1 adds what Slurm says of a process's job; text like any other: sanitised at decode."""
+    snap = _snapshot()
+    p = snap.gpus[0].processes[0]
+    p.job_name, p.job_user, p.job_account, p.job_partition, p.job_state = (
+        "train llm=7b", "alice", "nlp", "h100", "RUNNING")
+    assert wire.PROTO_VERSION == "1.1" and wire.decode(wire.encode(snap)) == snap
+    obj = json.loads(wire.encode(snap))
+    obj["gpus"][0]["processes"][0]["job_name"] = "evil\x1b[2Jname"
+    decoded = wire.from_object(obj)
+    assert isinstance(decoded, wire.Snapshot)
+    assert decoded.gpus[0].processes[0].job_name == "evil\ufffd[2Jname"
+    obj["gpus"][0]["processes"][0]["job_account"] = 5
+    with pytest.raises(wire.MalformedFrame, match="'job_account' must be str"):
+        wire.from_object(obj)
+
+
+def test_a_1_0_frame_has_no_slurm_fields() -> None:
+    obj = json.loads(wire.encode(_snapshot()))
+    obj["proto"] = "1.0"
+    decoded = wire.from_object(obj)
+    assert isinstance(decoded, wire.Snapshot) and decoded.gpus[0].processes[0].job_name is None

@@ -33,6 +33,7 @@ from gpufleet.collector.store.records import (
     JobRecord,
     ProcessSpan,
     SilenceRecord,
+    SlurmUsageRow,
     UsageRow,
 )
 from gpufleet.collector.units import MAX_DURATION, MAX_DURATION_TEXT
@@ -80,6 +81,8 @@ class StoreLike(Protocol):
         gpu: int | None = None,
     ) -> list[UsageRow]: ...
     async def capacity(self, *, since: float, until: float, host: str | None = None) -> list[CapacityRow]: ...
+    async def slurm_usage(self, group: str, *, since: float, until: float,
+                          host: str | None = None) -> list[SlurmUsageRow]: ...
     async def events(self, *, host: str | None = None, since: float, until: float) -> list[EventRow]: ...
     async def load_alerts(
         self, *, active_only: bool = True, since: float | None = None

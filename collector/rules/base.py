@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Final
 
 from gpufleet.agent import wire
 from gpufleet.collector import procname
@@ -167,6 +168,36 @@ def safe(text: str | None, limit: int = 120) -> str:
     one_line = " ".join(text.split())
     one_line = one_line.replace(DURATION, "{ duration }")
     return one_line if len(one_line) <= limit else one_line[: limit - 1] + "…"
+
+
+#: Annotation key -> the ProcessSample field (wire 1.1) it shows.
+_SLURM_FIELDS: Final = (("slurm_job_name", "job_name"), ("slurm_user", "job_user"),
+                        ("slurm_account", "job_account"), ("slurm_partition", "job_partition"),
+                        ("slurm_state", "job_state"))
+
+
+def slurm_annotations(procs: Iterable[wire.ProcessSample]) -> dict[str, str]:
+    """What Slurm says of the processes' jobs, for an alert's annotations.
+
+    Annotations, never labels: the agent names a job some seconds after it first reports it (its scontrol
+    runs in the background), and a label that appears late would change the alert's fingerprint and its
+    notification group, i.e. resolve one alert and fire a "new" one. Annotations follow the latest sample."""
+    procs = list(procs)
+    out: dict[str, str] = {}
+    for key, attr in _SLURM_FIELDS:
+        values = sorted({v for p in procs if (v := getattr(p, attr))})
+        if values:
+            out[key] = safe(",".join(values), 200)
+    return out
+
+
+def slurm_note(procs: Iterable[wire.ProcessSample]) -> str:
+    """`` in Slurm job 90210 train-llm`` for a summary, where Slurm named the (one) job; else empty."""
+    named = {(p.job, p.job_name) for p in procs if p.job and p.job_name}
+    if len(named) != 1:
+        return ""
+    [(job, name)] = named
+    return f" in Slurm job {job} {safe(name, 60)}"
 
 
 def gpu_labels(host: str, gpu: wire.GpuSample) -> dict[str, str]:

@@ -30,6 +30,7 @@ from gpufleet.collector.rules.base import (
     gpu_labels,
     safe,
     short_command,
+    slurm_annotations,
 )
 from gpufleet.collector.rules.series import Window
 from gpufleet.collector.settings import RuleConfig
@@ -114,6 +115,7 @@ class UnderusedRule(Rule):
             annotations["process_start"] = f"{p.start_time:.0f}"
         if p.job or p.container:
             annotations["job"] = p.job or p.container or ""
+        annotations.update(slurm_annotations([p]))
         return Condition(self.name, labels, summary, description, value=mean, annotations=annotations)
 
     def forget_host(self, host: str) -> None:

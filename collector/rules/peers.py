@@ -19,7 +19,16 @@ from dataclasses import dataclass, field
 from gpufleet.agent import wire
 from gpufleet.collector.classify import activity, holders, user_of
 from gpufleet.collector.jobkey import group_key, job_label
-from gpufleet.collector.rules.base import DURATION, Condition, HostContext, Rule, gpu_labels, short_command
+from gpufleet.collector.rules.base import (
+    DURATION,
+    Condition,
+    HostContext,
+    Rule,
+    gpu_labels,
+    safe,
+    short_command,
+    slurm_annotations,
+)
 from gpufleet.collector.rules.series import Window
 from gpufleet.collector.settings import RuleConfig
 
@@ -132,6 +141,8 @@ class IdlePeersRule(Rule):
         busy = ", ".join(f"{h} GPU {q.sample.index}" for h, q in computing[:4])
         more = f" and {len(computing) - 4} more" if len(computing) > 4 else ""
         job = job_label(key)
+        if p.job and p.job_name and key.startswith("slurm:"):
+            job = f"{job} {safe(p.job_name, 60)}"
         summary = (f"{user}'s {job} ({short_command(p.command)}) holds {held} GPUs but only {len(computing)} "
                    f"compute{'s' if len(computing) == 1 else ''} ({busy}{more}); {host} GPU {g.index} idle "
                    f"for {DURATION}")
@@ -145,7 +156,7 @@ class IdlePeersRule(Rule):
         )
         labels = {**gpu_labels(host, g), "user": user, "job": key}
         annotations = {"pid": ",".join(str(q.pid) for q in procs), "gpus_held": str(held),
-                       "gpus_computing": str(len(computing)), "computing": busy}
+                       "gpus_computing": str(len(computing)), "computing": busy, **slurm_annotations(procs)}
         return Condition(self.name, labels, summary, description, value=float(held - len(computing)),
                          annotations=annotations)
 

@@ -52,6 +52,8 @@ from gpufleet.collector.rules.base import (
     keep_command,
     safe,
     short_command,
+    slurm_annotations,
+    slurm_note,
 )
 from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.store.records import AlertRecord
@@ -124,11 +126,11 @@ class WastedRule(Rule):
         util = fmt_pct(g.util_gpu, unknown="?")
         if len(procs) == 1:
             p = procs[0]
-            who = f"{user}'s {short_command(p.command)} (pid {p.pid}) holds"
+            who = f"{user}'s {short_command(p.command)} (pid {p.pid}){slurm_note(procs)} holds"
         else:
             listed = ", ".join(f"{short_command(p.command)} pid {p.pid}" for p in procs[:3])
             more = f" and {len(procs) - 3} more" if len(procs) > 3 else ""
-            who = f"{user}'s {len(procs)} processes ({listed}{more}) hold"
+            who = f"{user}'s {len(procs)} processes ({listed}{more}){slurm_note(procs)} hold"
         power = ""
         if g.power_draw is not None and g.power_limit:
             power = f", drawing {g.power_draw:.0f} of {g.power_limit:.0f} W"
@@ -159,6 +161,7 @@ class WastedRule(Rule):
         jobs = sorted({p.job for p in procs if p.job} | {p.container for p in procs if p.container})
         if jobs:
             annotations["job"] = ",".join(jobs)
+        annotations.update(slurm_annotations(procs))
         return Condition(self.name, labels, summary, description, value=float(held), annotations=annotations)
 
     def _why_stuck(self, g: wire.GpuSample) -> str:
@@ -286,6 +289,7 @@ class StaleRule(Rule):
                        "memory_bytes": "" if p.gpu_memory is None else str(p.gpu_memory)}
         if p.start_time is not None:
             annotations["process_start"] = f"{p.start_time:.0f}"
+        annotations.update(slurm_annotations([p]))
         return Condition(self.name, labels, summary, description,
                          value=None if p.gpu_memory is None else float(p.gpu_memory), annotations=annotations)
 

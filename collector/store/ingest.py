@@ -21,7 +21,7 @@ from typing import Any, Final, TypeAlias
 from gpufleet.agent import wire
 from gpufleet.collector.classify import Thresholds
 from gpufleet.collector.live import HostState
-from gpufleet.collector.store import usage
+from gpufleet.collector.store import slurm, usage
 from gpufleet.collector.store.usage import CapacityKey, UsageKey
 
 #: A process without a start time that vanishes for longer than this starts a new span when it returns.
@@ -114,6 +114,8 @@ class Rows:
     events: list[tuple[Any, ...]] = field(default_factory=list)
     host_seen: dict[int, float] = field(default_factory=dict)
     dirty: set[tuple[int, int]] = field(default_factory=set)  # (gpu_id, minute) already rolled up
+    slurm_jobs: dict[tuple[int, str], slurm.JobRow] = field(default_factory=dict)  # (host_id, job) -> row
+    slurm_usage: dict[UsageKey, list[float]] = field(default_factory=dict)  # (hour, host, gpu, job)
 
 
 def _i(value: int | None) -> int | None:
@@ -158,11 +160,13 @@ class IngestState:
         self.hosts: dict[str, int] = {}
         self.gpus: dict[tuple[int, str], GpuState] = {}  # (host id, uuid): a GPU's identity
         self._rolled = float("-inf")  # minutes before this are rolled up already (meta m1_upto)
+        self.slurm = slurm.SlurmSeen()
 
     def reset(self) -> None:
         """Forget everything; used after a rollback so nothing refers to rows that no longer exist."""
         self.hosts.clear()
         self.gpus.clear()
+        self.slurm.clear()
 
     # ------------------------------------------------------------------------------------- ids
 
@@ -291,7 +295,7 @@ class IngestState:
             if last is not None:
                 seconds, gs.typical = usage.credit(ts - last, gs.typical)
                 gs.holders = usage.account(rows.usage, rows.capacity, self.params, hid, gs.id, g, ts,
-                                           seconds, gs.holders)
+                                           seconds, gs.holders, rows.slurm_usage)
 
     def _spans(self, conn: sqlite3.Connection, gs: GpuState, procs: Sequence[wire.ProcessSample], ts: float,
                rows: Rows) -> None:
@@ -304,6 +308,8 @@ class IngestState:
             key = (gs.id, p.pid, start)
             mem = p.gpu_memory
             sm = p.sm_util
+            if p.job is not None:
+                self.slurm.note(rows.slurm_jobs, gs.host_id, p, ts)
             acc = spans.get(key)
             if acc is None:
                 spans[key] = SpanAcc(gs.id, p.pid, start, known, gs.host_id, gs.idx, p, ts, ts, mem,
@@ -356,6 +362,7 @@ def write_rows(conn: sqlite3.Connection, rows: Rows) -> None:
         conn.executemany(usage.CAPACITY_UPSERT, [(*k, v[0], v[1]) for k, v in rows.capacity.items()])
     if rows.events:
         conn.executemany(EVENT_INSERT, rows.events)
+    slurm.write(conn, rows.slurm_jobs, rows.slurm_usage)
     if rows.dirty:
         conn.executemany("INSERT OR IGNORE INTO rollup_dirty (gpu_id, bucket) VALUES (?, ?)",
                          sorted(rows.dirty))

@@ -22,6 +22,12 @@ _COLUMNS: Final = ("job_key, user, command, hosts, gpus, started, ended, gpu_hou
                    "peak_memory, waste_pct, diagnoses")
 
 
+#: What Slurm said of a "slurm:ID" record's job (any host's answer: a job id is the cluster's).
+_SLURM: Final = ", ".join(
+    f"(SELECT s.{c} FROM slurm_jobs s WHERE jobs.job_key LIKE 'slurm:%' AND s.job = substr(jobs.job_key, 7) "
+    f"AND s.{c} IS NOT NULL LIMIT 1)" for c in ("name", "account", "partition"))
+
+
 def save(conn: sqlite3.Connection, records: list[JobRecord]) -> None:
     conn.executemany(UPSERT, [
         (r.key, r.user, r.command, json.dumps(r.hosts), json.dumps(r.gpus), r.started, r.ended, r.gpu_hours,
@@ -32,7 +38,7 @@ def save(conn: sqlite3.Connection, records: list[JobRecord]) -> None:
 def load(conn: sqlite3.Connection, *, since: float, until: float, user: str | None = None,
          limit: int = 1000) -> list[JobRecord]:
     """Jobs that ended in [since, until], newest first (``user``: only theirs)."""
-    sql = f"SELECT {_COLUMNS} FROM jobs WHERE ended >= ? AND ended <= ?"
+    sql = f"SELECT {_COLUMNS}, {_SLURM} FROM jobs WHERE ended >= ? AND ended <= ?"
     params: list[object] = [since, until]
     if user is not None:
         sql += " AND user = ?"
@@ -42,5 +48,6 @@ def load(conn: sqlite3.Connection, *, since: float, until: float, user: str | No
     return [JobRecord(key=row[0], user=row[1], command=row[2], hosts=json.loads(row[3]),
                       gpus=json.loads(row[4]), started=row[5], ended=row[6], gpu_hours=row[7],
                       mean_util=row[8], peak_util=row[9], peak_memory=row[10], waste_pct=row[11],
-                      diagnoses=json.loads(row[12]))
+                      diagnoses=json.loads(row[12]), slurm_name=row[13], slurm_account=row[14],
+                      slurm_partition=row[15])
             for row in conn.execute(sql, params)]

@@ -63,13 +63,17 @@ def latest(conn: sqlite3.Connection, host: str | None) -> list[GpuLatest]:
             continue
         seen.add((hname, idx))
         procs = conn.execute(
-            "SELECT pid, user, command, gpu_memory, sm_util, start_time, start_known, state, container, job "
-            "FROM processes WHERE gpu_id = ? AND last_seen = ? ORDER BY pid", (gid, ts)).fetchall()
+            "SELECT p.pid, p.user, p.command, p.gpu_memory, p.sm_util, p.start_time, p.start_known, p.state, "
+            "p.container, p.job, j.name, j.user, j.account, j.partition, j.state FROM processes p "
+            "LEFT JOIN slurm_jobs j ON j.host_id = p.host_id AND j.job = p.job "
+            "WHERE p.gpu_id = ? AND p.last_seen = ? ORDER BY p.pid", (gid, ts)).fetchall()
         out.append(GpuLatest(
             host=hname, index=idx, uuid=uuid, name=name, ts=ts, util_gpu=util, memory_used=mem,
             memory_total=total, temperature=temp, power_draw=power, power_limit=limit, error=error,
             processes=[ProcessRow(pid=p[0], user=p[1], command=p[2], gpu_memory=p[3], sm_util=p[4],
-                                  start_time=p[5] if p[6] else None, state=p[7], container=p[8], job=p[9])
+                                  start_time=p[5] if p[6] else None, state=p[7], container=p[8], job=p[9],
+                                  job_name=p[10], job_user=p[11], job_account=p[12], job_partition=p[13],
+                                  job_state=p[14])
                        for p in procs]))
     return out
 
@@ -200,8 +204,10 @@ def process_history(conn: sqlite3.Connection, *, host: str | None, gpu: int | No
     """Process spans overlapping the range. ``user="?"`` selects processes nobody could be attributed to."""
     rows = conn.execute(
         """SELECT h.name, p.gpu_idx, g.uuid, p.pid, p.user, p.command, p.first_seen, p.last_seen,
-                  p.max_gpu_memory, p.sm_sum / nullif(p.sm_count, 0), p.container, p.job
+                  p.max_gpu_memory, p.sm_sum / nullif(p.sm_count, 0), p.container, p.job,
+                  j.name, j.account, j.partition, j.state
            FROM processes p JOIN gpus g ON g.id = p.gpu_id JOIN hosts h ON h.id = p.host_id
+           LEFT JOIN slurm_jobs j ON j.host_id = p.host_id AND j.job = p.job
            WHERE p.last_seen >= ?1 AND p.first_seen <= ?2
              AND (?3 IS NULL OR h.name = ?3) AND (?4 IS NULL OR p.gpu_idx = ?4)
              AND (?5 IS NULL OR (?5 = '?' AND p.user IS NULL) OR p.user = ?5)
@@ -209,7 +215,8 @@ def process_history(conn: sqlite3.Connection, *, host: str | None, gpu: int | No
         (since, until, host, gpu, user)).fetchall()
     return [ProcessSpan(host=r[0], gpu_index=r[1], uuid=r[2], pid=r[3], user=r[4], command=r[5],
                         first_seen=r[6], last_seen=r[7], max_gpu_memory=r[8], mean_sm_util=r[9],
-                        container=r[10], job=r[11]) for r in rows]
+                        container=r[10], job=r[11], job_name=r[12], job_account=r[13], job_partition=r[14],
+                        job_state=r[15]) for r in rows]
 
 
 def events(conn: sqlite3.Connection, *, host: str | None, since: float, until: float) -> list[EventRow]:

@@ -33,6 +33,11 @@ class ProcessRow:
     state: str | None
     container: str | None = None
     job: str | None = None
+    job_name: str | None = None  # job_*: from slurm_jobs (what the agent's scontrol said of ``job``)
+    job_user: str | None = None
+    job_account: str | None = None
+    job_partition: str | None = None
+    job_state: str | None = None
 
 
 @dataclass(slots=True)
@@ -95,6 +100,10 @@ class ProcessSpan:
     mean_sm_util: float | None
     container: str | None = None
     job: str | None = None
+    job_name: str | None = None  # job_*: from slurm_jobs, as for ProcessRow
+    job_account: str | None = None
+    job_partition: str | None = None
+    job_state: str | None = None
 
 
 @dataclass(slots=True)
@@ -169,6 +178,10 @@ class JobRecord:
     peak_memory: int | None = None  # bytes, on one GPU
     waste_pct: float | None = None
     diagnoses: list[str] = field(default_factory=list)
+    # a Slurm job's name, account and partition, read from slurm_jobs (not stored in the record)
+    slurm_name: str | None = None
+    slurm_account: str | None = None
+    slurm_partition: str | None = None
 
 
 @dataclass(slots=True)
@@ -182,3 +195,27 @@ class SilenceRecord:
     comment: str = ""
     created_at: float = 0.0
     id: int | None = None
+
+
+@dataclass(slots=True)
+class SlurmUsageRow:
+    """GPU-hours of one Slurm account or partition over a range (held/used/wasted as in ``usage``)."""
+
+    name: str  # the account or partition; "(unresolved)" while Slurm has not named the job
+    gpu_hours_held: float
+    gpu_hours_used: float
+    gpu_hours_wasted: float
+    jobs: int
+
+
+@dataclass(slots=True)
+class SlurmJobRow:
+    host: str
+    job: str
+    name: str | None
+    user: str | None
+    account: str | None
+    partition: str | None
+    state: str | None
+    first_seen: float
+    last_seen: float

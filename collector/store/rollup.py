@@ -219,12 +219,16 @@ _YEARLY: Final = (
     "AND resolved_at < ? LIMIT ?)",
     "DELETE FROM silences WHERE id IN (SELECT id FROM silences WHERE ends_at < ? LIMIT ?)",
     "DELETE FROM jobs WHERE id IN (SELECT id FROM jobs WHERE ended < ? LIMIT ?)",
+    "DELETE FROM slurm_usage WHERE (hour, host_id, gpu_id, job) IN "
+    "(SELECT hour, host_id, gpu_id, job FROM slurm_usage WHERE hour < ? LIMIT ?)",
+    "DELETE FROM slurm_jobs WHERE (host_id, job) IN "
+    "(SELECT host_id, job FROM slurm_jobs WHERE last_seen < ? LIMIT ?)",
 )
 
 
 def delete_history(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
-    """Usage and capacity, process spans, events, resolved alerts, expired silences, job records: kept as
-    long as 1-hour rollups."""
+    """Usage and capacity, process spans, events, resolved alerts, expired silences, job records, Slurm
+    jobs and their usage: kept as long as 1-hour rollups."""
     more = False
     for sql in _YEARLY:
         more = _delete(conn, sql, now - policy.hour_retention, policy.batch, None) or more
@@ -240,7 +244,8 @@ _UNUSED_GPUS: Final = (
     " AND NOT EXISTS (SELECT 1 FROM samples_1h WHERE gpu_id = g.id)"
     " AND NOT EXISTS (SELECT 1 FROM processes WHERE gpu_id = g.id)"
     " AND NOT EXISTS (SELECT 1 FROM rollup_dirty WHERE gpu_id = g.id)"
-    " AND NOT EXISTS (SELECT 1 FROM usage WHERE gpu_id = g.id) LIMIT ?2"
+    " AND NOT EXISTS (SELECT 1 FROM usage WHERE gpu_id = g.id)"
+    " AND NOT EXISTS (SELECT 1 FROM slurm_usage WHERE gpu_id = g.id) LIMIT ?2"
 )
 
 

@@ -264,8 +264,39 @@ _V4: Final[list[str]] = [
     "CREATE INDEX jobs_user ON jobs(user, ended)",
 ]
 
+#: v5: what Slurm says of the jobs the agents saw (``slurm_jobs``: one row per job id per host, the one
+#: owner of a job's name, user, account, partition and state; processes.job refers to it by (host, job)),
+#: and GPU-hours per Slurm job (``slurm_usage``, the same held/used/wasted as ``usage``, keyed by job id
+#: whether or not the name is resolved yet), which the report groups by account and partition.
+_V5: Final[list[str]] = [
+    """CREATE TABLE slurm_jobs (
+        host_id INTEGER NOT NULL REFERENCES hosts(id),
+        job TEXT NOT NULL,
+        name TEXT,
+        user TEXT,
+        account TEXT,
+        partition TEXT,
+        state TEXT,
+        first_seen REAL NOT NULL,
+        last_seen REAL NOT NULL,
+        PRIMARY KEY (host_id, job)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX slurm_jobs_last ON slurm_jobs(last_seen)",
+    "CREATE INDEX slurm_jobs_job ON slurm_jobs(job)",  # a job record (jobs.job_key "slurm:ID") names its job
+    """CREATE TABLE slurm_usage (
+        hour INTEGER NOT NULL,
+        host_id INTEGER NOT NULL REFERENCES hosts(id),
+        gpu_id INTEGER NOT NULL REFERENCES gpus(id),
+        job TEXT NOT NULL,
+        held REAL NOT NULL,
+        used REAL NOT NULL,
+        wasted REAL NOT NULL,
+        PRIMARY KEY (hour, host_id, gpu_id, job)
+    ) WITHOUT ROWID""",
+]
+
 #: MIGRATIONS[i] brings the schema from version i to i + 1.
-MIGRATIONS: Final[list[list[str]]] = [_V1, _V2, _V3, _V4]
+MIGRATIONS: Final[list[list[str]]] = [_V1, _V2, _V3, _V4, _V5]
 LATEST: Final = len(MIGRATIONS)
 
 

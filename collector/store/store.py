@@ -27,7 +27,7 @@ from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds
 from gpufleet.collector.errors import StorageError
 from gpufleet.collector.live import HostState
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import jobs, nflog, queries, rollup, schema
+from gpufleet.collector.store import jobs, nflog, queries, rollup, schema, slurm
 from gpufleet.collector.store._db import call, connect, is_corrupt, setup_reader, setup_writer, storage_error
 from gpufleet.collector.store.guard import FileGuard, check_sidecars
 from gpufleet.collector.store.ingest import FrameItem, HostStateItem, IngestState
@@ -41,6 +41,8 @@ from gpufleet.collector.store.records import (
     JobRecord,
     ProcessSpan,
     SilenceRecord,
+    SlurmJobRow,
+    SlurmUsageRow,
     UsageRow,
 )
 from gpufleet.collector.store.shedding import Shedder
@@ -305,6 +307,15 @@ class Store:
     async def capacity(self, *, since: float, until: float, host: str | None = None) -> list[CapacityRow]:
         """GPU-hours observed and free per host (hour granularity, like usage_by_user)."""
         return await self._read(partial(capacity, since=since, until=until, host=host))
+
+    async def slurm_usage(self, group: str, *, since: float, until: float,
+                          host: str | None = None) -> list[SlurmUsageRow]:
+        """GPU-hours per Slurm account or partition (hour granularity, like usage_by_user)."""
+        return await self._read(partial(slurm.usage_by, group=group, since=since, until=until, host=host))
+
+    async def slurm_jobs(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], SlurmJobRow]:
+        """What Slurm said of these (host, job id) pairs, as last stored."""
+        return await self._read(partial(slurm.jobs_of, keys=keys))
 
     async def events(self, *, host: str | None = None, since: float, until: float) -> list[EventRow]:
         return await self._read(partial(queries.events, host=host, since=since, until=until))

@@ -45,12 +45,17 @@ def credit(dt: float, typical: float | None) -> tuple[float, float | None]:
 
 def account(acc: dict[UsageKey, list[float]], cap: dict[CapacityKey, list[float]], params: Thresholds,
             host_id: int, gpu_id: int, gpu: wire.GpuSample, ts: float, seconds: float,
-            last_holders: frozenset[str]) -> frozenset[str]:
+            last_holders: frozenset[str],
+            jobs: dict[UsageKey, list[float]] | None = None) -> frozenset[str]:
     """Add one GPU sample's ``seconds`` to its holders (``acc``) and the GPU's capacity (``cap``), per hour.
 
     Wasted seconds go to the users :func:`classify.waste_users` names (the users of the ``wasted`` and
     ``stale`` alerts); memory in use with no process visible (``orphaned_memory``) is held and wasted by the
     GPU's ``last_holders``. Returns the holders to remember for the next sample.
+
+    ``jobs`` (keyed by Slurm job id instead of user) gets the same seconds for each Slurm job holding memory,
+    wasted when its process's user is wasting: one definition of waste for users and jobs. Orphaned memory
+    stays with the users only (no process left, so no cgroup and no job id).
     """
     if seconds <= 0 or gpu.error is not None:
         return last_holders
@@ -62,16 +67,23 @@ def account(acc: dict[UsageKey, list[float]], cap: dict[CapacityKey, list[float]
     if is_free(gpu, params):
         c[1] += seconds
     held: set[str] = set()
+    job_users: dict[str, str] = {}
     for proc in gpu.processes:
         if proc.gpu_memory is not None and proc.gpu_memory <= 0:
             continue  # listed but holding nothing
-        held.add(user_of(proc))
+        user = user_of(proc)
+        held.add(user)
+        if proc.job is not None:
+            job_users[proc.job] = user
     if held:
         util = gpu.util_gpu
         used = seconds * util / 100.0 if util is not None else 0.0
         wasting = set(waste_users(gpu, params))
         for user in held:
             _add(acc, (hour, host_id, gpu_id, user), seconds, used, seconds if user in wasting else 0.0)
+        if jobs is not None:
+            for job, user in job_users.items():
+                _add(jobs, (hour, host_id, gpu_id, job), seconds, used, seconds if user in wasting else 0.0)
         return frozenset(held)
     if last_holders and orphaned_bytes(gpu, params) is not None:
         for user in last_holders:  # their process is gone from the list; its memory is not

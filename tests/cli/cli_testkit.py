@@ -30,6 +30,7 @@ from gpufleet.collector.store.records import (
     ProcessSpan,
     SeriesPoint,
     SilenceRecord,
+    SlurmUsageRow,
     UsageRow,
 )
 
@@ -365,6 +366,10 @@ class StandinStore:
             )
         ]
 
+    async def slurm_usage(self, group: str, *, since: float, until: float,
+                          host: str | None = None) -> list[SlurmUsageRow]:
+        return []
+
     async def load_alerts(self, *, active_only: bool = True, since: float | None = None) -> list[AlertRecord]:
         if active_only:
             return [a for a in self.alerts if a.state != "resolved"]
@@ -460,6 +465,19 @@ async def run_cli(
     out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
     assert proc.returncode is not None
     return Result(proc.returncode, out.decode(), err.decode())
+
+
+async def until(check: Any, timeout: float = 30.0) -> Any:
+    """Poll ``check`` (async) every 0.3 s until it returns something true; that is the result."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    last: Any = None
+    while loop.time() < deadline:
+        last = await check()
+        if last:
+            return last
+        await asyncio.sleep(0.3)
+    raise AssertionError(f"condition not met in {timeout} s; last: {last}")
 
 
 def glob_any(value: str, patterns: list[str]) -> bool:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_testkit import Result, cli_env, gpufleet_argv, run_cli
+from cli_testkit import Result, cli_env, gpufleet_argv, run_cli, until
 
 pytest.importorskip("gpufleet.collector.daemon")
 from gpufleet.cli.demo import DEMO_HOSTS  # noqa: E402
@@ -42,18 +42,6 @@ rules:
   wasted:
     for: 1s
 """)
-
-
-async def until(check: Any, timeout: float = 30.0) -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    last: Any = None
-    while loop.time() < deadline:
-        last = await check()
-        if last:
-            return last
-        await asyncio.sleep(0.3)
-    raise AssertionError(f"condition not met in {timeout} s; last: {last}")
 
 
 async def test_collector_run_and_cli(home: Path) -> None:

@@ -57,15 +57,20 @@ def _report(rows: list[tuple[str, str, float]], shard: str | None, observed: flo
 
 
 def test_report_round_trips_through_its_json() -> None:
-    from gpufleet.collector.report import _assemble, render_report, report_from_dict
+    from gpufleet.collector.report import UsageLine, _assemble, merge_reports, render_report, report_from_dict
     from gpufleet.collector.store.records import UsageRow
 
     rep = _assemble(since=0.0, until=7200.0, host=None, observed=10.0, free=2.5, alerts=[],
                     faults={"n1": {"xid": 2}}, generated_at=5.0,
-                    rows=[UsageRow("alice", "n1", 3.0, 2.0, 0.5), UsageRow("bob", "n2", 1.0, 0.1, 0.9)])
+                    rows=[UsageRow("alice", "n1", 3.0, 2.0, 0.5), UsageRow("bob", "n2", 1.0, 0.1, 0.9)],
+                    slurm={"account": [UsageLine("nlp", 3.0, 2.0, 0.5)],
+                           "partition": [UsageLine("a100", 4.0, 2.1, 1.4)]})
     again = report_from_dict(json.loads(render_report(rep, "json")))
+    assert "By Slurm account" in render_report(again)
     for fmt in ("text", "markdown", "json"):
         assert render_report(again, fmt) == render_report(rep, fmt)
+    twice = merge_reports([rep, again])
+    assert twice.slurm["account"][0].held == 6.0 and twice.slurm["partition"][0].name == "a100"
 
 
 def test_report_sums_shards_and_takes_one_answer_per_shard() -> None:

@@ -307,3 +307,29 @@ def test_at_80_columns_the_script_is_shown_not_the_interpreter_and_a_lost_gpu_ke
     assert "python3 llama_finetune_from" in wide  # with room the interpreter is named too
     [lost] = [line for line in lines if "lost:" in line]
     assert lost.endswith("… lost"), lost  # the cut error, a space, then its flag
+
+
+def test_a_named_slurm_job_is_shown_after_the_command_where_it_fits() -> None:
+    """Wide: ``[90210 train-llm]`` after the command (the command is cut for it); narrower only where the
+    command leaves room (from about 90 columns for a short command; at 80 the command column is too
+    narrow), never at the command's cost; ``gpufleet top``'s process table names it too."""
+    from gpufleet.cli.render_status import status_lines
+    from gpufleet.cli.top import _process_lines as process_lines
+
+    live = synthetic_live({"n1": "busy"}, gpus=3)
+    snap = live.hosts["n1"].snapshot
+    assert snap is not None
+    p0, p1 = snap.gpus[0].processes[0], snap.gpus[1].processes[0]
+    p0.command, p0.job, p0.job_name, p0.job_account = "jupyter", "90210", "train-llm", "nlp"
+    p1.command, p1.job, p1.job_name = "python3 llama_finetune_from_checkpoint.py", "90211", "finetune"
+    v = query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=time.time())
+
+    def screen(width: int) -> str:
+        return "\n".join(line.plain for line in status_lines(v, width))
+
+    assert "[90210 train-llm]" in screen(200) and "[90211 finetune]" in screen(200)
+    narrow = screen(90)
+    assert "jupyter [90210 train-llm]" in narrow and "90211" not in narrow  # no room beside a long script
+    assert "llama_fine" in narrow and "llama_fine" in screen(80) and "90210" not in screen(80)
+    top = "\n".join(line.plain for line in process_lines(v.hosts[0].gpus[0], 120))
+    assert "90210 train-llm" in top

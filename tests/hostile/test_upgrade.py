@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from gpufleet.agent import wire
 from hostile_testkit import collector_over, line, snapshot
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "cli"))
@@ -52,4 +53,5 @@ async def test_unknown_major_version_is_a_clear_error(caplog: pytest.LogCaptureF
         await fleet.wait(lambda: fleet.state("major").bad_frames >= 1, "the stream refused")
         assert fleet.state("major").status != "up"
     closed = [r.getMessage() for r in caplog.records if "closing the agent stream" in r.getMessage()]
-    assert any("agent speaks protocol 2.0, this side speaks 1.0 (major versions differ)" in m for m in closed)
+    want = f"agent speaks protocol 2.0, this side speaks {wire.PROTO_VERSION} (major versions differ)"
+    assert any(want in m for m in closed)

@@ -10,7 +10,7 @@ from gpufleet.agent import wire
 from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.report import build_report, render_report, send_report
 from gpufleet.collector.settings import AlertingConfig, StorageConfig
-from gpufleet.collector.store.records import AlertRecord, CapacityRow, EventRow, UsageRow
+from gpufleet.collector.store.records import AlertRecord, CapacityRow, EventRow, SlurmUsageRow, UsageRow
 
 SINCE, UNTIL = 1_700_000_000.0 - 7 * 86400, 1_700_000_000.0
 
@@ -19,6 +19,7 @@ class Usage:
     def __init__(self, rows: list[UsageRow]) -> None:
         self.rows = rows
         self.calls: list[dict[str, object]] = []
+        self.slurm: dict[str, list[SlurmUsageRow]] = {}
 
     async def usage_by_user(self, *, since: float, until: float, host: str | None = None,
                             by_host: bool = False) -> list[UsageRow]:
@@ -34,6 +35,10 @@ class Usage:
 
     async def events(self, *, host: str | None = None, since: float, until: float) -> list[EventRow]:
         return []
+
+    async def slurm_usage(self, group: str, *, since: float, until: float,
+                          host: str | None = None) -> list[SlurmUsageRow]:
+        return self.slurm.get(group, [])
 
 
 ROWS = [
@@ -78,6 +83,26 @@ async def test_renders_text_markdown_json():
     assert len(data["rows"]) == 4
     with pytest.raises(ValueError):
         render_report(report, "html")  # type: ignore[arg-type]
+
+
+async def test_slurm_accounts_and_partitions_get_their_sections():
+    source = Usage(ROWS)
+    source.slurm = {"account": [SlurmUsageRow("nlp", 100.0, 20.0, 70.0, 3),
+                                SlurmUsageRow("vision", 50.0, 45.0, 2.0, 1)],
+                    "partition": [SlurmUsageRow("h100", 150.0, 65.0, 72.0, 4)]}
+    report = await build_report(source, since=SINCE, until=UNTIL, now=UNTIL)
+    text = render_report(report, "text")
+    lines = text.splitlines()
+    at = lines.index("By Slurm account (GPU-hours):")
+    assert lines[at + 1].split() == ["ACCOUNT", "HELD", "USED", "WASTED", "WASTED", "%"]
+    assert lines[at + 2].split() == ["nlp", "100.0", "20.0", "70.0", "70", "%"]
+    assert "By Slurm partition (GPU-hours):" in lines
+    assert "### By Slurm partition" in render_report(report, "markdown")
+    data = json.loads(render_report(report, "json"))
+    assert [a["name"] for a in data["by_slurm_account"]] == ["nlp", "vision"]
+    assert data["by_slurm_partition"][0]["gpu_hours_wasted"] == 72.0
+    # no Slurm anywhere: no section at all
+    assert "Slurm" not in render_report(await build_report(Usage(ROWS), since=SINCE, until=UNTIL))
 
 
 async def test_empty_period():

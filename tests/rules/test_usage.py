@@ -191,3 +191,21 @@ def test_wasted_keep_command_is_scoped_to_the_user(runner, w):
         "keep it with `gpufleet silence add --host n3 --gpu 1 --user alice --rule wasted --for 2h "
         "--comment keep`.")
     assert "--user bob" in by_user["bob"].description
+
+
+def test_slurm_names_go_to_annotations_and_the_summary_never_to_labels(runner, w):
+    """The agent names a job seconds after first reporting it: the alert keeps its fingerprint."""
+    from gpufleet.collector.alerts.fingerprint import fingerprint
+
+    r = runner("wasted")
+    bare = w.proc(4242, command="python train.py", job="90210")
+    named = w.proc(4242, command="python train.py", job="90210", job_name="train-llm", job_user="alice",
+                   job_account="nlp", job_partition="h100", job_state="RUNNING")
+    [before] = r.feed(w.snap(w.gpu(0, util=0, procs=[bare])), 0.0)
+    [after] = r.feed(w.snap(w.gpu(0, util=0, procs=[named])), 1.0)
+    assert before.labels == after.labels and fingerprint(before.labels) == fingerprint(after.labels)
+    assert not any(k.startswith("slurm") for k in before.annotations)
+    assert {k: v for k, v in after.annotations.items() if k.startswith("slurm")} == {
+        "slurm_job_name": "train-llm", "slurm_user": "alice", "slurm_account": "nlp",
+        "slurm_partition": "h100", "slurm_state": "RUNNING"}
+    assert after.summary.startswith("alice's python train.py (pid 4242) in Slurm job 90210 train-llm holds")

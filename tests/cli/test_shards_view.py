@@ -162,8 +162,9 @@ async def test_two_hundred_hosts_over_ssh(home: Path) -> None:
 async def _report_and_history(fleet: SimFleet, sockets: dict[tuple[int, int], str], every: list[str],
                               names: list[str], env: dict[str, str]) -> None:
     """`report` sums the shards' GPU-hours, one replica per shard (never both); `history` is answered by
-    the shard that watches the host. The fleet stops first, so the GPU-hours hold still meanwhile."""
-    await fleet.stop()
+    the shard that watches the host. Once every replica has credited GPU time to each of its hosts (a
+    host that came up last on a loaded runner may have had one sample only: nothing held yet), the fleet
+    stops, so the GPU-hours hold still meanwhile."""
 
     async def reports() -> dict[tuple[int, int], Any]:
         out = {}
@@ -172,6 +173,13 @@ async def _report_and_history(fleet: SimFleet, sockets: dict[tuple[int, int], st
             assert r.rc == 0, r.err
             out[k] = json.loads(r.out)
         return out
+
+    async def every_host_held() -> bool:
+        return all({h["name"] for h in rep["by_host"] if h["gpu_hours_held"] > 0}
+                   >= {n for n in names if shard_of(n, 2) == s} for (s, _r), rep in (await reports()).items())
+
+    await until(every_host_held, timeout=120)
+    await fleet.stop()
 
     async def still() -> Any:  # the last frames credited and written: two reads in a row agree
         first = await reports()

@@ -272,7 +272,7 @@ def test_notify_users_needs_a_way_to_mail(fail: Any) -> None:
 def test_metrics_listen_accepts_only_what_the_metrics_server_can_bind(fail: Any, load: Any) -> None:
     """config check used to pass unbracketed or unbalanced IPv6 and an empty [] host, which the metrics
     server then refused (or, for [], bound on every interface) at start-up."""
-    from gpufleet.collector.metrics import parse_listen
+    from gpufleet.collector.config import parse_listen
 
     for bad in ("::1:9835", "[::1:9835", "[]:9835", "127.0.0.1:+80", "127.0.0.1:0", "h:65536"):
         e = only(fail(f'metrics: {{listen: "{bad}"}}\n'))

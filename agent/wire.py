@@ -488,8 +488,13 @@ def _gpu_info(raw: Any, where: str, notes: DecodeNotes) -> GpuInfo:
 
 
 def _ts(obj: dict[str, Any], where: str) -> float:
-    """A frame's time: finite (the receiver bounds it by its own clock)."""
-    return float(_typed(obj, "ts", _NUM, where, required=True))
+    """A frame's time: finite (the receiver bounds it by its own clock). An int too large for a float (JSON
+    allows 4300 digits) is malformed, not an OverflowError."""
+    value = _typed(obj, "ts", _NUM, where, required=True)
+    try:
+        return float(value)
+    except OverflowError:
+        raise MalformedFrame(f"{where}: field 'ts' = {str(value)[:40]}... is not a finite time") from None
 
 
 def from_object(obj: Any, notes: DecodeNotes | None = None) -> Frame:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Final, TypeVar
 
 import aiosqlite
 from gpufleet.agent import wire
@@ -51,17 +51,28 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+#: The store queue holds at least this many snapshots, and QUEUE_PER_HOST a host (Tuning.for_fleet).
+QUEUE_MIN: Final = 5000
+QUEUE_PER_HOST: Final = 4
+
+
 @dataclass(slots=True, frozen=True)
 class Tuning:
     """Knobs that are not user configuration (tests and the benchmark turn them)."""
 
-    queue_max: int = 5000  # snapshots held in memory before the oldest are dropped
+    queue_max: int = QUEUE_MIN  # snapshots held in memory before the oldest are dropped
     queue_max_bytes: int = 256 << 20  # ... or this much memory (estimated) held by the queue
     retry_interval: float = 1.0  # seconds between retries while writes fail
     delete_batch: int = 5000  # rows per retention transaction
     rollup_grace: float = 10.0  # a minute is rolled up this long after it ends
     vacuum_slack: int = 1024  # free pages kept before incremental_vacuum shrinks the file
     close_timeout: float = 30.0
+
+    @classmethod
+    def for_fleet(cls, hosts: int) -> Tuning:
+        """The daemon's tuning for ``hosts`` hosts: a queue of at least 4 snapshots a host, so a fleet of
+        5,000 can ride out a few seconds of slow disk before shedding (a fixed 5,000 was one second of it)."""
+        return cls(queue_max=max(QUEUE_MIN, QUEUE_PER_HOST * hosts))
 
 
 class Store:

@@ -30,7 +30,7 @@ from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import jobs, nflog, queries, rollup, schema
 from gpufleet.collector.store._db import call, connect, is_corrupt, setup_reader, setup_writer, storage_error
 from gpufleet.collector.store.guard import FileGuard
-from gpufleet.collector.store.ingest import FrameItem, HostStateItem, IngestState
+from gpufleet.collector.store.ingest import ACCRUE_INTERVAL, FrameItem, HostStateItem, IngestState
 from gpufleet.collector.store.records import (
     AlertRecord,
     CapacityRow,
@@ -67,6 +67,9 @@ class Tuning:
     rollup_grace: float = 10.0  # a minute is rolled up this long after it ends
     vacuum_slack: int = 1024  # free pages kept before incremental_vacuum shrinks the file
     close_timeout: float = 30.0
+    #: Seconds between writes of process spans and GPU-hours (0: every batch). Readers see them up to this
+    #: late; a crash loses at most this much of them, never samples (store/ingest.py).
+    accrue_interval: float = ACCRUE_INTERVAL
 
     @classmethod
     def for_fleet(cls, hosts: int) -> Tuning:
@@ -135,7 +138,7 @@ class Store:
             if isinstance(exc, (sqlite3.Error, OSError, StorageError)):
                 raise storage_error(exc, where) from exc
             raise
-        state = IngestState(thresholds or DEFAULT_THRESHOLDS)
+        state = IngestState(thresholds or DEFAULT_THRESHOLDS, accrue_interval=tuning.accrue_interval)
         store = cls(path, config, reader, writer_conn, None, tuning)
         store._guard = guard
         store._writer = Writer(writer_conn, where, state, max_rows=config.batch_max_rows,

@@ -9,9 +9,10 @@ Running totals -- process spans, GPU-hours (usage) and capacity -- are written e
 seconds (10 by default; 0: with every batch, as before), not with every batch: they are upserts of one row a
 process or GPU-user-hour, so written each batch (every 0.5 s at fleet scale) they cost more than the samples.
 Between writes they are held in :class:`Totals`, merged only after the batch that produced them committed, so
-a rolled-back batch adds nothing twice. The trade-off: readers see spans and GPU-hours up to
+a rolled-back batch adds nothing twice. The trade-off: a reader of the file sees spans and GPU-hours up to
 ``accrue_interval`` late, and a crash (kill -9, power) loses at most that much of those totals, never a
-sample. A flush someone awaits (:meth:`Store.flush`) and a clean stop write them.
+sample. A flush someone awaits (:meth:`Store.flush`), a clean stop, and the store's own reads of spans and
+GPU-hours (``Writer.write_totals`` first) write them.
 
 A sample older than or equal to the GPU's newest one (a replay, or late) is still inserted with
 ``INSERT OR IGNORE`` but adds nothing to process spans or usage, so replays are idempotent. A sample for a

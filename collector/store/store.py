@@ -11,6 +11,7 @@ The store is also a :class:`~gpufleet.collector.live.FleetSink` (``host_state`` 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sqlite3
@@ -54,6 +55,8 @@ T = TypeVar("T")
 #: The store queue holds at least this many snapshots, and QUEUE_PER_HOST a host (Tuning.for_fleet).
 QUEUE_MIN: Final = 5000
 QUEUE_PER_HOST: Final = 4
+#: How long a read of spans / GPU-hours waits for the held totals to be written (Store._totals_current).
+TOTALS_WAIT: Final = 5.0
 
 
 @dataclass(slots=True, frozen=True)
@@ -304,19 +307,32 @@ class Store:
         return await self._read(partial(queries.gpu_history, host=host, gpu=gpu, since=since, until=until,
                                         max_points=max_points))
 
+    async def _totals_current(self) -> None:
+        """Before reading spans or GPU-hours: have the writer write the running totals it holds (they are
+        written every ``accrue_interval`` otherwise). Writes failing or slow: read what is written."""
+        if self._writer is None or not self._tuning.accrue_interval:
+            return
+        try:
+            await asyncio.wait_for(self._writer.write_totals(), TOTALS_WAIT)
+        except (StorageError, asyncio.TimeoutError) as exc:
+            log.debug("%s: reading spans / GPU-hours without the last held totals: %s", self.path, exc)
+
     async def process_history(self, host: str | None = None, *, gpu: int | None = None,
                               user: str | None = None, since: float, until: float) -> list[ProcessSpan]:
+        await self._totals_current()
         return await self._read(partial(queries.process_history, host=host, gpu=gpu, user=user, since=since,
                                         until=until))
 
     async def usage_by_user(self, *, since: float, until: float, host: str | None = None,
                             by_host: bool = False, gpu: int | None = None) -> list[UsageRow]:
         """GPU-hours held / used / wasted per user (hour granularity: the range widens to whole hours)."""
+        await self._totals_current()
         return await self._read(partial(usage_by_user, since=since, until=until, host=host, by_host=by_host,
                                         gpu=gpu))
 
     async def capacity(self, *, since: float, until: float, host: str | None = None) -> list[CapacityRow]:
         """GPU-hours observed and free per host (hour granularity, like usage_by_user)."""
+        await self._totals_current()
         return await self._read(partial(capacity, since=since, until=until, host=host))
 
     async def events(self, *, host: str | None = None, since: float, until: float) -> list[EventRow]:

@@ -237,6 +237,18 @@ class Writer:
         self.put(JobItem(fn, fut, standalone))
         return await fut
 
+    async def write_totals(self) -> None:
+        """Write the held running totals (see :mod:`ingest`) with the next batch, ahead of whatever is queued:
+        what readers of spans and GPU-hours ask this collector is current without waiting for a long queue."""
+        if self._closing:
+            raise StorageError(f"{self._where}: store is closed")
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        item = FlushItem(fut)
+        self._q.appendleft(item)
+        self._count(item, 1)
+        self._wake.set()
+        await fut
+
     async def flush(self) -> None:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.put(FlushItem(fut))

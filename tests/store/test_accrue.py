@@ -77,3 +77,21 @@ async def test_the_same_totals_whatever_the_interval(tmp_path: Path) -> None:
     spans, usage = results[0]
     assert spans[0][:5] == (7, 100.0, 139.0, float(sum(10 * (i % 5) for i in range(40))), 40)
     assert usage[0][0] == "alice" and usage[0][1] == 39.0
+
+
+async def test_reads_through_the_store_see_the_held_totals(config: StorageConfig) -> None:
+    s = await Store.open(config, tuning=Tuning(accrue_interval=3600.0))
+    try:
+        for i in range(3):
+            s.submit_snapshot(*_sample(i))  # type: ignore[arg-type]
+        await _committed(s, 1)
+        for i in range(3, 6):
+            s.submit_snapshot(*_sample(i))  # type: ignore[arg-type]
+        await _committed(s, 2)
+        assert _totals(s.path)[0][0][2] == 102.0  # the file: held back
+        spans = await s.process_history("h1", since=0, until=1e10)
+        usage = await s.usage_by_user(since=0, until=1e10)
+    finally:
+        await s.close()
+    assert max(sp.last_seen for sp in spans if sp.pid == 7) == 105.0
+    assert {u.user: round(u.gpu_hours_held * 3600) for u in usage} == {"alice": 5, "bob": 5}

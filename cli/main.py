@@ -32,6 +32,7 @@ from gpufleet.cli.options import (
     status_view,
     stderr_line,
     time_range,
+    users_view,
     where_options,
 )
 from gpufleet.cli.silences import silence
@@ -126,11 +127,10 @@ def status(
 
     def frame(width: int) -> RenderableType:
         from gpufleet.cli.render_status import render_by_user, render_status
-        from gpufleet.collector.query import by_user
 
-        view = status_view(backend, args)
         if by == "user":
-            return render_by_user(view, by_user(view), width)
+            return render_by_user(*users_view(backend, {k: v for k, v in args.items() if k != "form"}), width)
+        view = status_view(backend, args)
         return render_status(view, width, height=state.console.height)
 
     if watch is not None:
@@ -405,8 +405,12 @@ def _apply_shard(config: Any, shard: str | None) -> Any:
 def collector_run(state: State, shard: str | None, log_level: str) -> None:
     """Run the collector in the foreground until SIGTERM / Ctrl-C."""
     import asyncio
+    import faulthandler
     import logging
 
+    # A fatal signal inside SQLite (SIGBUS when its -shm file is truncated under it, SIGSEGV) otherwise ends
+    # the process with no line in the journal: this prints the signal and every thread's stack to stderr.
+    faulthandler.enable(all_threads=True)
     config = _apply_shard(_load_config(state), shard)
     logging.basicConfig(
         level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -14,7 +14,7 @@ import click
 from gpufleet.cli.client import EXIT_USAGE, Backend, CliError, Endpoints, connect
 
 if TYPE_CHECKING:
-    from gpufleet.collector.query import FleetView
+    from gpufleet.collector.query import FleetView, UserUsage
     from rich.console import Console
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -126,6 +126,32 @@ def status_later(backend: Backend, args: dict[str, Any]) -> Callable[[], FleetVi
 
 def status_view(backend: Backend, args: dict[str, Any]) -> FleetView:
     return status_later(backend, args)()
+
+
+def users_view(backend: Backend, args: dict[str, Any]) -> tuple[FleetView, list[UserUsage]]:
+    """``status --by user``: the view's header and the per-user lines. One collector works them out itself
+    (the ``users`` form: a few KB instead of the whole fleet); several collectors, or one too old for the
+    form, send the fleet and the lines are made here from the merged view."""
+    from gpufleet.cli.client import ApiError
+    from gpufleet.collector.query import (
+        ROWS_FORM,
+        USERS_FORM,
+        by_user,
+        fleet_view_from_dict,
+        user_usage_from_dict,
+    )
+
+    if getattr(backend, "status_later", None) is None:
+        try:
+            d = backend.call("status", **{**args, "form": USERS_FORM})
+        except ApiError as exc:
+            if "'form'" not in str(exc):  # an older collector names the argument it does not know
+                raise
+        else:
+            if isinstance(d, dict) and d.get("form") == USERS_FORM:
+                return fleet_view_from_dict(d["view"]), [user_usage_from_dict(u) for u in d["users"]]
+    view = status_view(backend, {**args, "form": ROWS_FORM})
+    return view, by_user(view)
 
 
 def print_json(obj: Any) -> None:

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from gpufleet.collector.errors import ConfigError
+
+log = logging.getLogger(__name__)
+_S = TypeVar("_S", bound="HttpServer")
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -125,3 +129,95 @@ async def respond(writer: asyncio.StreamWriter, status: int, body: bytes, conten
     if not head_only:
         writer.write(body)
     await asyncio.wait_for(writer.drain(), timeout)
+
+
+# ----------------------------------------------------------------------------------------- server
+
+class HttpServer:
+    """One listener speaking the little HTTP/1.1 above: bind, connection bound and tracking, shutdown.
+
+    /metrics and the web page differ only in how they answer a parsed request (:meth:`_route`) and in the
+    headers of a plain-text answer (:meth:`_text`); the connection's life (the bound, a bad head answered
+    with its status, a failing handler never killing the server, the writer closed) is written here once.
+    """
+
+    what = "http"  # for the log: "metrics", "web page"
+
+    def __init__(self, listen: str, key: str, *, read_timeout: float, write_timeout: float,
+                 max_header_bytes: int, max_connections: int, path: str = "/") -> None:
+        from gpufleet.collector.config import parse_listen  # config's parser owns the listen syntax
+
+        self.listen, self.listen_key, self.path = listen, key, path
+        self._host, self._want_port = parse_listen(listen)
+        self.read_timeout = read_timeout
+        self.write_timeout = write_timeout
+        self.max_header_bytes = max_header_bytes
+        self.max_connections = max_connections
+        self._server: asyncio.AbstractServer | None = None
+        self._port: int | None = None
+        self._conns: set[asyncio.Task[Any]] = set()
+
+    @property
+    def port(self) -> int:
+        """The bound port (the real one when listen asked for port 0)."""
+        if self._port is None:
+            raise RuntimeError(f"{self.what} server not started")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        return http_url(self._host, self.port, self.path)
+
+    def _listening_note(self) -> str:
+        """Said after the URL in the log line (the web page: whether a token is needed)."""
+        return ""
+
+    async def start(self) -> None:
+        self._server, self._port = await bind_tcp(self._handle, self._host, self._want_port,
+                                                  limit=self.max_header_bytes, listen=self.listen,
+                                                  key=self.listen_key)
+        log.info("%s on %s%s", self.what, self.url, self._listening_note())
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await close_server(self._server, self._conns)
+            self._server = None
+
+    async def __aenter__(self: _S) -> _S:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _route(self, req: Request, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+    async def _text(self, writer: asyncio.StreamWriter, status: int, text: str,
+                    extra: Sequence[tuple[str, str]] = ()) -> None:
+        await respond(writer, status, (text + "\n").encode(), "text/plain; charset=utf-8",
+                      timeout=self.write_timeout, extra=extra)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns.add(task)
+        try:
+            if len(self._conns) > self.max_connections:
+                await self._text(writer, 503, "too many connections")
+                return
+            try:
+                req = await read_request(reader, self.read_timeout)
+                if req is not None:  # None: the client left before finishing its request
+                    await self._route(req, writer)
+            except HttpError as exc:
+                await self._text(writer, exc.status, str(exc))
+        except (ConnectionError, asyncio.TimeoutError):
+            pass
+        except Exception:  # noqa: BLE001 - a bad request must never kill the server
+            log.exception("%s: request failed", self.what)
+            with contextlib.suppress(Exception):
+                await self._text(writer, 500, "internal error")
+        finally:
+            self._conns.discard(task)
+            await close_writer(writer)

@@ -8,6 +8,7 @@ engine and the silences, whose permission checks ask the server's :class:`~.acce
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import math
@@ -48,7 +49,7 @@ WRITE_TIMEOUT = 30.0
 DEFAULT_SINCE = 24 * 3600.0
 MAX_POINTS_LIMIT = 10_000
 STATUS_CACHE_TTL = 0.5  # seconds an unfiltered status answer is reused; 0 turns the cache off
-STATUS_FORMS = ("objects", query.ROWS_FORM)
+STATUS_FORMS = ("objects", query.ROWS_FORM, query.USERS_FORM)
 STATUS_FILTERS = ("host", "tag", "user")
 
 Handler = Callable[["Args"], Awaitable[Any]]
@@ -429,7 +430,11 @@ class StoreOps:
 
     @staticmethod
     def shaped(view: query.FleetView, form: str) -> Any:
-        """The view in the asked-for form: the model itself (encoded as objects) or its rows form."""
+        """The view in the asked-for form: the model itself (encoded as objects), its rows form, or its
+        header with the per-user lines (``users``)."""
+        if form == query.USERS_FORM:
+            return {"form": query.USERS_FORM, "view": dataclasses.replace(view, hosts=[]),
+                    "users": query.by_user(view)}
         return query.fleet_view_rows(view) if form == query.ROWS_FORM else view
 
     def table(self) -> dict[str, Handler]:

@@ -6,6 +6,9 @@ by the kernel when the process dies, so a kill -9 never leaves a stale lock) ref
 the pid of the first. A database file deleted or replaced under a running collector keeps being written
 through the old inode, and that history vanishes at the next restart: :meth:`FileGuard.problem` compares
 the path's inode with the one opened, for the maintenance loop to raise the ``storage`` alert.
+SQLite's -wal and -shm files left behind by another user (a collector once run as root, a restored backup)
+make the first write fail with "attempt to write a readonly database", which names neither file:
+:func:`check_sidecars` names the one in the way, its owner and mode, and the fix.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import pwd
+import stat
 from pathlib import Path
 
 from gpufleet.collector.errors import StorageError
@@ -67,3 +72,31 @@ class FileGuard:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+SIDECARS = ("-wal", "-shm")
+
+
+def _owner(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def check_sidecars(path: Path) -> None:
+    """Refuse, naming the file, when SQLite's -wal or -shm file next to ``path`` is not ours to write."""
+    for suffix in SIDECARS:
+        side = path.with_name(path.name + suffix)
+        try:
+            st = os.stat(side)
+        except FileNotFoundError:
+            continue
+        if not stat.S_ISREG(st.st_mode):
+            raise StorageError(f"{side}: not a regular file; SQLite needs to write it: remove it while no "
+                               "collector runs")
+        if not os.access(side, os.R_OK | os.W_OK):
+            raise StorageError(
+                f"{side}: not writable by {_owner(os.geteuid())} (owner {_owner(st.st_uid)}, mode "
+                f"{stat.S_IMODE(st.st_mode):04o}); SQLite cannot write the database without it: "
+                f"chown it to the collector's user, or remove it while no collector runs")

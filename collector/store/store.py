@@ -30,7 +30,7 @@ from gpufleet.collector.live import HostState
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import jobs, nflog, queries, rollup, schema
 from gpufleet.collector.store._db import call, connect, is_corrupt, setup_reader, setup_writer, storage_error
-from gpufleet.collector.store.guard import FileGuard
+from gpufleet.collector.store.guard import FileGuard, check_sidecars
 from gpufleet.collector.store.ingest import ACCRUE_INTERVAL, FrameItem, HostStateItem, IngestState
 from gpufleet.collector.store.records import (
     AlertRecord,
@@ -127,6 +127,7 @@ class Store:
             guard = FileGuard(path)
             guard.acquire()  # one writing collector per file
             guard.remember_file()
+            check_sidecars(path)
             writer_conn = await connect(path, readonly=False)
             await call(writer_conn, setup_writer)
             await call(writer_conn, schema.migrate)

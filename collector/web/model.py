@@ -23,16 +23,14 @@ arguments, so it runs in a worker thread.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
-import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.collector import query
 from gpufleet.collector.classify import Thresholds
+from gpufleet.collector.gcpause import no_cycle_collection
 from gpufleet.collector.live import HostState
 from gpufleet.collector.store.records import AlertRecord
 
@@ -53,28 +51,6 @@ class Inputs:
     alerts: list[AlertRecord]
     wasted_hours: dict[str, float]  # user -> wasted GPU-hours over the last 24 h (store.usage_by_user)
     now: float
-
-
-_GC_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def no_cycle_collection() -> Iterator[None]:
-    """Hold off the cycle collector while a build makes its ~100,000 short-lived objects.
-
-    They are all freed by reference counting when the build is done, but while they are alive each
-    collection promotes them, so building every second at 1,000 hosts made the collector walk the whole
-    heap (the live view included) every few seconds: 100-200 ms pauses of the event loop, in whichever
-    thread they fell. The build makes no reference cycles, so nothing is left for the collector afterwards.
-    """
-    with _GC_LOCK:
-        was = gc.isenabled()
-        gc.disable()
-        try:
-            yield
-        finally:
-            if was:
-                gc.enable()
 
 
 def freeze_hosts(states: Iterable[HostState]) -> list[HostState]:

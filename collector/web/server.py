@@ -31,18 +31,17 @@ import hmac
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import resources
 from typing import Any, Protocol
 
 from gpufleet.collector import query
-from gpufleet.collector.aioserver import bind_tcp, close_server, close_writer, http_url
+from gpufleet.collector.aioserver import HttpServer
 from gpufleet.collector.classify import thresholds_of
-from gpufleet.collector.config import parse_listen
 from gpufleet.collector.live import LiveView
 from gpufleet.collector.settings import Config, WebConfig
 from gpufleet.collector.web import model
-from gpufleet.collector.web.http import HttpError, Request, read_request, respond, response_head
+from gpufleet.collector.web.http import HttpError, Request, respond, response_head
 
 log = logging.getLogger(__name__)
 
@@ -217,86 +216,37 @@ class Broadcaster:
             self._task = None
 
 
-class WebServer:
+class WebServer(HttpServer):
     """Serves the page on ``web.listen``; ``stop()`` closes every connection, streams included."""
+
+    what = "web page"
 
     def __init__(self, source: WebSource, web: WebConfig, *, read_timeout: float = 5.0,
                  write_timeout: float = 10.0, max_header_bytes: int = 16384, heartbeat: float = 15.0,
                  interval: float = 1.0, soft_budget: int = 30_000) -> None:
+        # streams, plus room for page loads and API calls
+        super().__init__(web.listen, "web.listen", read_timeout=read_timeout, write_timeout=write_timeout,
+                         max_header_bytes=max_header_bytes, max_connections=web.max_clients + 32)
         self.source = source
         self.web = web
-        self._host, self._want_port = parse_listen(web.listen)
-        self.read_timeout = read_timeout
-        self.write_timeout = write_timeout
-        self.max_header_bytes = max_header_bytes
         self.heartbeat = heartbeat
-        self.max_connections = web.max_clients + 32  # streams, plus room for page loads and API calls
         self.broadcaster = Broadcaster(source, web, interval=interval, soft_budget=soft_budget)
         self._assets = {name: _asset(name) for name in STATIC}
         self._cookie = (hmac.new(web.token.encode(), b"gpufleet-web-cookie", hashlib.sha256).hexdigest()
                         if web.token else None)
-        self._server: asyncio.AbstractServer | None = None
-        self._port: int | None = None
-        self._conns: set[asyncio.Task[Any]] = set()
         self._builds = asyncio.Semaphore(2)  # JSON builds at once (~0.1 s each at 8,000 GPUs)
 
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise RuntimeError("web server not started")
-        return self._port
-
-    @property
-    def url(self) -> str:
-        return http_url(self._host, self.port, "/")
-
-    async def start(self) -> None:
-        self._server, self._port = await bind_tcp(self._handle, self._host, self._want_port,
-                                                  limit=self.max_header_bytes, listen=self.web.listen,
-                                                  key="web.listen")
-        log.info("web page on %s%s", self.url, " (token required)" if self.web.token else "")
+    def _listening_note(self) -> str:
+        return " (token required)" if self.web.token else ""
 
     async def stop(self) -> None:
         await self.broadcaster.stop()
-        if self._server is not None:
-            await close_server(self._server, self._conns)
-            self._server = None
-
-    async def __aenter__(self) -> WebServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
+        await super().stop()
 
     # -------------------------------------------------------------------------------------- requests
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._conns.add(task)
-        try:
-            if len(self._conns) > self.max_connections:
-                await self._text(writer, 503, "too many connections")
-                return
-            try:
-                req = await read_request(reader, self.read_timeout)
-                if req is not None:
-                    await self._route(req, writer)
-            except HttpError as exc:
-                await self._text(writer, exc.status, str(exc))
-        except (ConnectionError, asyncio.TimeoutError):
-            pass
-        except Exception:  # noqa: BLE001 - a bad request must never kill the server
-            log.exception("web: request failed")
-            with contextlib.suppress(Exception):
-                await self._text(writer, 500, "internal error")
-        finally:
-            self._conns.discard(task)
-            await close_writer(writer)
-
     async def _text(self, writer: asyncio.StreamWriter, status: int, text: str,
-                    extra: tuple[tuple[str, str], ...] = ()) -> None:
+                    extra: Sequence[tuple[str, str]] = ()) -> None:
         await respond(writer, status, (text + "\n").encode(), "text/plain; charset=utf-8",
                       timeout=self.write_timeout, extra=extra)
 

@@ -65,6 +65,24 @@ async def test_status_view(server: QueryServer) -> None:
     assert view["hosts"][5]["flags"] == ["down"] and view["hosts"][5]["reason"] == "ssh: connection refused"
 
 
+async def test_users_form_is_by_user_of_the_whole_view(server: QueryServer) -> None:
+    """``status --by user`` asks for the users form: the collector's per-user lines are the ones the CLI
+    would make from the whole view, and the hosts stay home."""
+    from gpufleet.collector.query import by_user, fleet_view_from_dict, user_usage_from_dict
+
+    [full, users, tagged] = await ask(server.path, {"op": "status", "args": {"form": "rows"}, "v": 1},
+                                      {"op": "status", "args": {"form": "users"}, "v": 1},
+                                      {"op": "status", "args": {"form": "users", "tag": ["h100"]}, "v": 1})
+    assert full["ok"] and users["ok"] and tagged["ok"], (users, tagged)
+    view = fleet_view_from_dict(full["result"])
+    got = [user_usage_from_dict(u) for u in users["result"]["users"]]
+    assert got == by_user(view) and {u.user for u in got} >= {"alice", "dave"}
+    header = fleet_view_from_dict(users["result"]["view"])
+    assert header.hosts == [] and header.totals == view.totals and header.source == "live"
+    assert len(json.dumps(users)) < len(json.dumps(full)) / 3
+    assert {h for u in tagged["result"]["users"] for h in u["hosts"]} <= {"n3", "n4"}
+
+
 async def test_status_filters(server: QueryServer) -> None:
     [by_host, by_glob, by_tag, by_user] = await ask(
         server.path,

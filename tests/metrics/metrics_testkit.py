@@ -78,10 +78,17 @@ class StandIn:
         return dict(self.stat_values)
 
 
-def exposition(source: MetricsSource, *, openmetrics: bool = False) -> str:
-    """What a scrape of ``source`` returns (text format 0.0.4, or OpenMetrics)."""
+def exposition(source: MetricsSource, *, openmetrics: bool = False, dcgm_names: bool = False) -> str:
+    """What a scrape of ``source`` returns (text format 0.0.4, or OpenMetrics), as the server writes it."""
+    coll = FleetCollector(source, dcgm_names=dcgm_names)
+    return coll.build(coll.freeze()).render(openmetrics=openmetrics).decode()
+
+
+def reference_exposition(source: MetricsSource, *, openmetrics: bool = False,
+                         dcgm_names: bool = False) -> str:
+    """The same scrape by prometheus_client's own encoders from a registry (the format's reference)."""
     registry = CollectorRegistry()
-    registry.register(FleetCollector(source))
+    registry.register(FleetCollector(source, dcgm_names=dcgm_names))
     return (generate_openmetrics if openmetrics else generate_latest)(registry).decode()
 
 

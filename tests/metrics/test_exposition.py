@@ -8,7 +8,7 @@ import pytest
 from gpufleet.agent import wire
 from gpufleet.collector.live import HostState, LiveView
 from gpufleet.collector.metrics import METRIC_NAMES, UNATTRIBUTED_USER, FleetCollector, MetricsSource
-from metrics_testkit import GIB, StandIn, exposition, run_promtool, snapshot
+from metrics_testkit import GIB, StandIn, exposition, reference_exposition, run_promtool, snapshot
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -219,6 +219,22 @@ def test_promtool_check_metrics_passes(source: StandIn, promtool: str) -> None:
     for src in (source, full_source(), broken()):
         res = run_promtool(promtool, "check", "metrics", stdin=exposition(src))
         assert res.returncode == 0 and not res.stdout.strip() and not res.stderr.strip(), res
+
+
+@pytest.mark.parametrize("openmetrics", [False, True])
+@pytest.mark.parametrize("dcgm_names", [False, True])
+def test_served_text_is_prometheus_clients_byte_for_byte(source: StandIn, openmetrics: bool,
+                                                         dcgm_names: bool) -> None:
+    """The server writes the text itself (collector/exposition.py, for speed); prometheus_client's encoders
+    are the reference, over every kind of source and label values that need escaping."""
+    odd = snapshot()
+    odd.gpus[0].name = 'A"B\\C\nD {x="1"}'
+    odd.gpus[0].processes[0].user = "jürgen \\ \"q\""
+    source.live.hosts["gpu01"].snapshot = odd
+    for src in (source, full_source(), broken()):
+        mine = exposition(src, openmetrics=openmetrics, dcgm_names=dcgm_names)
+        assert mine == reference_exposition(src, openmetrics=openmetrics, dcgm_names=dcgm_names)
+        assert mine.count("\n") >= (1 if src is source else 0)
 
 
 @pytest.mark.parametrize("name, user", [('A"B\\C\nD', "jürgen"), ("{weird}", "a b")])

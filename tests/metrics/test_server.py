@@ -8,9 +8,10 @@ import socket
 from collections.abc import AsyncIterator
 
 import pytest
+from gpufleet.collector.config import parse_listen
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.live import LiveView
-from gpufleet.collector.metrics import MetricsServer, parse_listen
+from gpufleet.collector.metrics import MetricsServer
 from metrics_testkit import StandIn
 from prometheus_client import REGISTRY, generate_latest
 

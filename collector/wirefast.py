@@ -6,14 +6,15 @@ processes), which is most of the collector's CPU at fleet scale. msgspec parses 
 from bytes, into typed Structs built here from the wire dataclasses, with a range per numeric field
 (:data:`RANGES`). The agent never imports this module: it stays standard library only.
 
-The fast path is all or nothing, so behaviour never depends on which path ran. It takes only a snapshot or a
-heartbeat of this exact protocol version, with no field this side does not know, every number within its
-range, and text that needs no sanitising (the line is ASCII, no backslash escape, no DEL). Any other line --
-an event or hello, a newer minor version, an unknown field, a reading out of range, a lone surrogate, NUL,
-a huge int, deep nesting, not JSON -- goes to the reference decoder, which raises its own errors, sanitises,
-nulls or clamps, and counts in :class:`DecodeNotes` exactly as before. The fast ranges are never wider than
-what the reference accepts unchanged (percentages: 0..100, where the reference clamps), so a frame the fast
-path accepts decodes to the same objects either way; tests/test_wirefast.py checks that over a corpus.
+The fast path is all or nothing, so behaviour never depends on which path ran. It takes only a snapshot
+or a heartbeat of this protocol version (or an older minor one), with no field this side does not know,
+every number within its range, and text that needs no sanitising (the line is ASCII, no backslash escape,
+no DEL). Any other line -- an event or hello, a newer minor version, an unknown field, a reading out of
+range, a lone surrogate, NUL, a huge int, deep nesting, not JSON -- goes to the reference decoder, which
+raises its own errors, sanitises, nulls or clamps, and counts in :class:`DecodeNotes` exactly as before.
+The fast ranges are never wider than what the reference accepts unchanged (percentages: 0..100, where the
+reference clamps), so a frame the fast path accepts decodes to the same objects either way;
+tests/test_wirefast.py checks that over a corpus.
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 from gpufleet.agent import wire
 from msgspec import Meta
+
+#: The protocol versions whose every field this side knows (this major; this minor or an older one). A frame
+#: of a newer minor goes to the reference, which counts the fields this side does not know.
+_KNOWN_VERSIONS: Final = tuple(f"{wire.PROTO_MAJOR}.{m}" for m in range(wire.PROTO_MINOR + 1))
 
 Range = tuple[float, float]
 _PCT: Final[Range] = (0, 100)
@@ -104,7 +109,7 @@ def _struct(cls: type, structs: dict[type, Any], tag: str | None = None) -> Any:
         if f.name == "type":
             continue
         if f.name == "proto":
-            spec.insert(0, (f.name, Literal[wire.PROTO_VERSION]))  # required: before the defaults
+            spec.insert(0, (f.name, Literal[_KNOWN_VERSIONS]))  # required: before the defaults
             continue
         kind = _fast_type(cls, f.name, hints[f.name], structs)
         if f.default is not dataclasses.MISSING:

@@ -99,11 +99,12 @@ class Collector:
         from gpufleet.collector.classify import thresholds_of
         from gpufleet.collector.jobs import JobTracker
         from gpufleet.collector.notify import NotificationDispatcher, build_notifiers
-        from gpufleet.collector.store.store import Store
+        from gpufleet.collector.store.store import Store, Tuning
         from gpufleet.collector.transport.manager import FleetTransport
 
         cfg = self.config
-        self._store = await Store.open(cfg.storage, thresholds=thresholds_of(cfg.rules))
+        self._store = await Store.open(cfg.storage, thresholds=thresholds_of(cfg.rules),
+                                       tuning=Tuning.for_fleet(len(cfg.hosts)))
         try:
             seeded = self.live.carry_over(await self._store.hosts(), await self._store.latest())
             if seeded:

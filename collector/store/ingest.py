@@ -5,6 +5,15 @@ processes without a start time). It only ever reflects committed data plus the b
 batch rolls back the writer calls :meth:`IngestState.reset` and everything is re-read from the database, so
 a retried batch is converted again from the same starting point (no double-counted usage).
 
+Running totals -- process spans, GPU-hours (usage) and capacity -- are written every ``accrue_interval``
+seconds (10 by default; 0: with every batch, as before), not with every batch: they are upserts of one row a
+process or GPU-user-hour, so written each batch (every 0.5 s at fleet scale) they cost more than the samples.
+Between writes they are held in :class:`Totals`, merged only after the batch that produced them committed, so
+a rolled-back batch adds nothing twice. The trade-off: a reader of the file sees spans and GPU-hours up to
+``accrue_interval`` late, and a crash (kill -9, power) loses at most that much of those totals, never a
+sample. A flush someone awaits (:meth:`Store.flush`), a clean stop, and the store's own reads of spans and
+GPU-hours (``Writer.write_totals`` first) write them.
+
 A sample older than or equal to the GPU's newest one (a replay, or late) is still inserted with
 ``INSERT OR IGNORE`` but adds nothing to process spans or usage, so replays are idempotent. A sample for a
 minute that is already rolled up marks that minute in ``rollup_dirty`` for maintenance to roll up again.
@@ -14,9 +23,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, TypeVar
 
 from gpufleet.agent import wire
 from gpufleet.collector.classify import Thresholds
@@ -35,6 +45,7 @@ class FrameItem:
     host: str
     frame: wire.Frame
     received: float
+    size: int = 0  # the writer's estimate of the memory it holds, computed once (0: not yet)
 
 
 @dataclass(slots=True)
@@ -118,6 +129,77 @@ class Rows:
     slurm_usage: dict[UsageKey, list[float]] = field(default_factory=dict)  # (hour, host, gpu, job)
 
 
+@dataclass(slots=True)
+class Totals:
+    """Running totals of committed batches not written yet (IngestState.accrue_interval)."""
+
+    spans: dict[tuple[int, int, float], SpanAcc] = field(default_factory=dict)
+    usage: dict[UsageKey, list[float]] = field(default_factory=dict)
+    capacity: dict[CapacityKey, list[float]] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.spans or self.usage or self.capacity)
+
+    def take(self, rows: Rows) -> Totals:
+        """Move ``rows``' totals out of it (they will be written later)."""
+        out = Totals(rows.spans, rows.usage, rows.capacity)
+        rows.spans, rows.usage, rows.capacity = {}, {}, {}
+        return out
+
+    def put_into(self, rows: Rows) -> None:
+        """Add these (older) totals to ``rows``' (newer) without changing this object: if the batch rolls
+        back, these are still what has been committed but not written."""
+        for key, old in self.spans.items():
+            new = rows.spans.get(key)
+            if new is None:
+                rows.spans[key] = old
+            else:
+                _merge_span(new, old)
+        _add_sums(rows.usage, self.usage, copy=True)
+        _add_sums(rows.capacity, self.capacity, copy=True)
+
+    def absorb(self, newer: Totals) -> None:
+        """Add a committed batch's totals (newer than these)."""
+        for key, new in newer.spans.items():
+            old = self.spans.get(key)
+            if old is None:
+                self.spans[key] = new
+            else:
+                _merge_span(new, old)
+                self.spans[key] = new
+        _add_sums(self.usage, newer.usage, copy=False)
+        _add_sums(self.capacity, newer.capacity, copy=False)
+
+
+K = TypeVar("K")
+
+
+def _add_sums(dst: dict[K, list[float]], src: dict[K, list[float]], copy: bool) -> None:
+    """dst[k] += src[k], element by element; ``copy``: never share or change ``src``'s lists."""
+    for k, v in src.items():
+        mine = dst.get(k)
+        if mine is None:
+            dst[k] = list(v) if copy else v
+        elif copy:
+            dst[k] = [a + b for a, b in zip(mine, v, strict=True)]
+        else:
+            for i, x in enumerate(v):
+                mine[i] += x
+
+
+def _merge_span(new: SpanAcc, old: SpanAcc) -> None:
+    """Fold an older accumulation of the same span into a newer one (the newer sample's fields win)."""
+    new.first = min(new.first, old.first)
+    if old.max_mem is not None and (new.max_mem is None or old.max_mem > new.max_mem):
+        new.max_mem = old.max_mem
+    new.sm_sum += old.sm_sum
+    new.sm_count += old.sm_count
+
+
+#: Seconds between writes of the running totals (Tuning.accrue_interval; module docstring).
+ACCRUE_INTERVAL: Final = 10.0
+
+
 def _i(value: int | None) -> int | None:
     """SQLite integers are 64-bit; an absurd value from an agent becomes NULL instead of failing a batch."""
     if value is None or -_INT64 <= value <= _INT64:
@@ -155,15 +237,37 @@ EVENT_INSERT: Final = ("INSERT OR IGNORE INTO events (host_id, ts, kind, message
 class IngestState:
     """Id caches and per-GPU progress for the writer (single-threaded: only the writer's thread uses it)."""
 
-    def __init__(self, params: Thresholds) -> None:
+    def __init__(self, params: Thresholds, accrue_interval: float = ACCRUE_INTERVAL,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.params = params
+        self.accrue_interval = accrue_interval
+        self.totals = Totals()  # committed, not written yet
+        self._clock = clock
+        self._totals_at = float("-inf")  # when they were last written (the first batch writes them)
         self.hosts: dict[str, int] = {}
         self.gpus: dict[tuple[int, str], GpuState] = {}  # (host id, uuid): a GPU's identity
         self._rolled = float("-inf")  # minutes before this are rolled up already (meta m1_upto)
         self.slurm = slurm.SlurmSeen()
 
+    def hold(self, rows: Rows, force: bool = False) -> Totals | None:
+        """Before writing ``rows``: take its totals out to hold them (returned), or, when it is time (or
+        ``force``), add the held ones to it so they are written with it (returns None)."""
+        if force or self._clock() - self._totals_at >= self.accrue_interval:
+            self.totals.put_into(rows)
+            return None
+        return self.totals.take(rows)
+
+    def committed(self, held: Totals | None) -> None:
+        """After the commit of the batch :meth:`hold` saw: keep its totals, or forget the written ones."""
+        if held is None:
+            self.totals = Totals()
+            self._totals_at = self._clock()
+        else:
+            self.totals.absorb(held)
+
     def reset(self) -> None:
-        """Forget everything; used after a rollback so nothing refers to rows that no longer exist."""
+        """Forget everything; used after a rollback so nothing refers to rows that no longer exist. The held
+        totals stay: they are of committed batches."""
         self.hosts.clear()
         self.gpus.clear()
         self.slurm.clear()

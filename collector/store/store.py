@@ -11,6 +11,7 @@ The store is also a :class:`~gpufleet.collector.live.FleetSink` (``host_state`` 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sqlite3
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import Final, TypeVar
 
 import aiosqlite
 from gpufleet.agent import wire
@@ -30,7 +31,7 @@ from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import jobs, nflog, queries, rollup, schema, slurm
 from gpufleet.collector.store._db import call, connect, is_corrupt, setup_reader, setup_writer, storage_error
 from gpufleet.collector.store.guard import FileGuard, check_sidecars
-from gpufleet.collector.store.ingest import FrameItem, HostStateItem, IngestState
+from gpufleet.collector.store.ingest import ACCRUE_INTERVAL, FrameItem, HostStateItem, IngestState
 from gpufleet.collector.store.records import (
     AlertRecord,
     CapacityRow,
@@ -53,17 +54,33 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+#: The store queue holds at least this many snapshots, and QUEUE_PER_HOST a host (Tuning.for_fleet).
+QUEUE_MIN: Final = 5000
+QUEUE_PER_HOST: Final = 4
+#: How long a read of spans / GPU-hours waits for the held totals to be written (Store._totals_current).
+TOTALS_WAIT: Final = 5.0
+
+
 @dataclass(slots=True, frozen=True)
 class Tuning:
     """Knobs that are not user configuration (tests and the benchmark turn them)."""
 
-    queue_max: int = 5000  # snapshots held in memory before the oldest are dropped
+    queue_max: int = QUEUE_MIN  # snapshots held in memory before the oldest are dropped
     queue_max_bytes: int = 256 << 20  # ... or this much memory (estimated) held by the queue
     retry_interval: float = 1.0  # seconds between retries while writes fail
     delete_batch: int = 5000  # rows per retention transaction
     rollup_grace: float = 10.0  # a minute is rolled up this long after it ends
     vacuum_slack: int = 1024  # free pages kept before incremental_vacuum shrinks the file
     close_timeout: float = 30.0
+    #: Seconds between writes of process spans and GPU-hours (0: every batch). Readers see them up to this
+    #: late; a crash loses at most this much of them, never samples (store/ingest.py).
+    accrue_interval: float = ACCRUE_INTERVAL
+
+    @classmethod
+    def for_fleet(cls, hosts: int) -> Tuning:
+        """The daemon's tuning for ``hosts`` hosts: a queue of at least 4 snapshots a host, so a fleet of
+        5,000 can ride out a few seconds of slow disk before shedding (a fixed 5,000 was one second of it)."""
+        return cls(queue_max=max(QUEUE_MIN, QUEUE_PER_HOST * hosts))
 
 
 class Store:
@@ -127,7 +144,7 @@ class Store:
             if isinstance(exc, (sqlite3.Error, OSError, StorageError)):
                 raise storage_error(exc, where) from exc
             raise
-        state = IngestState(thresholds or DEFAULT_THRESHOLDS)
+        state = IngestState(thresholds or DEFAULT_THRESHOLDS, accrue_interval=tuning.accrue_interval)
         store = cls(path, config, reader, writer_conn, None, tuning)
         store._guard = guard
         store._writer = Writer(writer_conn, where, state, max_rows=config.batch_max_rows,
@@ -293,19 +310,32 @@ class Store:
         return await self._read(partial(queries.gpu_history, host=host, gpu=gpu, since=since, until=until,
                                         max_points=max_points))
 
+    async def _totals_current(self) -> None:
+        """Before reading spans or GPU-hours: have the writer write the running totals it holds (they are
+        written every ``accrue_interval`` otherwise). Writes failing or slow: read what is written."""
+        if self._writer is None or not self._tuning.accrue_interval:
+            return
+        try:
+            await asyncio.wait_for(self._writer.write_totals(), TOTALS_WAIT)
+        except (StorageError, asyncio.TimeoutError) as exc:
+            log.debug("%s: reading spans / GPU-hours without the last held totals: %s", self.path, exc)
+
     async def process_history(self, host: str | None = None, *, gpu: int | None = None,
                               user: str | None = None, since: float, until: float) -> list[ProcessSpan]:
+        await self._totals_current()
         return await self._read(partial(queries.process_history, host=host, gpu=gpu, user=user, since=since,
                                         until=until))
 
     async def usage_by_user(self, *, since: float, until: float, host: str | None = None,
                             by_host: bool = False, gpu: int | None = None) -> list[UsageRow]:
         """GPU-hours held / used / wasted per user (hour granularity: the range widens to whole hours)."""
+        await self._totals_current()
         return await self._read(partial(usage_by_user, since=since, until=until, host=host, by_host=by_host,
                                         gpu=gpu))
 
     async def capacity(self, *, since: float, until: float, host: str | None = None) -> list[CapacityRow]:
         """GPU-hours observed and free per host (hour granularity, like usage_by_user)."""
+        await self._totals_current()
         return await self._read(partial(capacity, since=since, until=until, host=host))
 
     async def slurm_usage(self, group: str, *, since: float, until: float,

@@ -85,15 +85,23 @@ _ITEM, _GPU, _PROC = 200, 1000, 600
 
 
 def _size(item: Item) -> int:
+    """The estimate; a frame's is computed once and kept on it (an item is counted in and out of the queue,
+    and again when a failed batch goes back)."""
     if isinstance(item, FrameItem):
-        frame = item.frame
-        if isinstance(frame, wire.Snapshot):
-            return _ITEM + sum(_GPU + sum(_PROC + len(p.command or "") for p in g.processes)
-                               for g in frame.gpus)
-        if isinstance(frame, wire.Event):
-            return _ITEM + len(frame.message)
-        if isinstance(frame, wire.Hello):
-            return _ITEM + _GPU * len(frame.gpus)
+        if not item.size:
+            item.size = _estimate(item.frame)
+        return item.size
+    return _ITEM
+
+
+def _estimate(frame: wire.Frame) -> int:
+    if isinstance(frame, wire.Snapshot):
+        return _ITEM + sum(_GPU + _PROC * len(g.processes) + sum(len(p.command or "") for p in g.processes)
+                           for g in frame.gpus)
+    if isinstance(frame, wire.Event):
+        return _ITEM + len(frame.message)
+    if isinstance(frame, wire.Hello):
+        return _ITEM + _GPU * len(frame.gpus)
     return _ITEM
 
 
@@ -112,12 +120,14 @@ def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:
 
 
 def _write_batch(conn: sqlite3.Connection, state: IngestState, items: Sequence[IngestItem],
-                 jobs: Sequence[Callable[[sqlite3.Connection], Any]]) -> list[Any]:
-    """One transaction: the frames' rows, then each awaited write in its own savepoint."""
+                 jobs: Sequence[Callable[[sqlite3.Connection], Any]], totals: bool = False) -> list[Any]:
+    """One transaction: the frames' rows, then each awaited write in its own savepoint. The running totals
+    go with it when they are due or ``totals`` (a flush, a clean stop): see :mod:`ingest`."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         rows = Rows()
         state.apply(conn, items, rows)
+        held = state.hold(rows, force=totals)
         write_rows(conn, rows)
         results: list[Any] = []
         for fn in jobs:
@@ -132,6 +142,7 @@ def _write_batch(conn: sqlite3.Connection, state: IngestState, items: Sequence[I
                 conn.execute("RELEASE job")
                 results.append(_Failed(exc))
         conn.execute("COMMIT")
+        state.committed(held)
         return results
     except BaseException:
         rollback(conn)
@@ -226,6 +237,18 @@ class Writer:
         self.put(JobItem(fn, fut, standalone))
         return await fut
 
+    async def write_totals(self) -> None:
+        """Write the held running totals (see :mod:`ingest`) with the next batch, ahead of whatever is queued:
+        what readers of spans and GPU-hours ask this collector is current without waiting for a long queue."""
+        if self._closing:
+            raise StorageError(f"{self._where}: store is closed")
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        item = FlushItem(fut)
+        self._q.appendleft(item)
+        self._count(item, 1)
+        self._wake.set()
+        await fut
+
     async def flush(self) -> None:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.put(FlushItem(fut))
@@ -313,6 +336,7 @@ class Writer:
         while True:
             if not self._q:
                 if self._closing:
+                    await self._write_totals()
                     return
                 if self.healthy:
                     await self._wait(None)
@@ -341,10 +365,11 @@ class Writer:
         ingest = [i for i in batch if isinstance(i, (FrameItem, HostStateItem))]
         jobs = [i for i in batch if isinstance(i, JobItem)]
         flushes = [i for i in batch if isinstance(i, FlushItem)]
-        if ingest or jobs:
+        totals = bool(flushes) and bool(self._state.totals)  # a flush means everything submitted is written
+        if ingest or jobs or totals:
             try:
                 results = await call(self._conn, partial(_write_batch, state=self._state, items=ingest,
-                                                         jobs=[j.fn for j in jobs]))
+                                                         jobs=[j.fn for j in jobs], totals=bool(flushes)))
             except Exception as exc:  # noqa: BLE001 - classified below
                 await self._failed(exc, ingest, jobs, flushes)
                 return
@@ -396,6 +421,16 @@ class Writer:
             _fail(job.future, err)
             return
         _resolve(job.future, result)
+
+    async def _write_totals(self) -> None:
+        """A clean stop: the running totals held back (see :mod:`ingest`) are written."""
+        if not self._state.totals:
+            return
+        try:
+            await call(self._conn, partial(_write_batch, state=self._state, items=[], jobs=[], totals=True))
+        except Exception as exc:  # noqa: BLE001 - closing: say what is lost, do not raise
+            log.error("%s: closing: running totals (spans, GPU-hours) of the last seconds not written: %s",
+                      self._where, storage_error(exc, self._where))
 
     async def _probe(self) -> None:
         try:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from gpufleet.agent import wire
+from gpufleet.collector import wirefast
 from gpufleet.collector.live import FleetSink, HostState
 from gpufleet.collector.settings import DEFAULT_MAX_CLOCK_SKEW, HostBudget
 from gpufleet.collector.transport.budget import UUID_WINDOW, StreamBudget
@@ -209,7 +210,7 @@ class AgentStream:
             return
         notes = wire.DecodeNotes()
         try:
-            frame = wire.decode(line, self.framer.max_line_bytes, notes)
+            frame = wirefast.decode(line, self.framer.max_line_bytes, notes)
         except wire.IgnoredFrame as exc:  # a newer agent's frame type: skipped, counted, stream kept
             self.state.ignored(exc)
             log.debug("%s: %s", self.state.name, exc)

@@ -4,6 +4,11 @@ The real agent runs its real NVML code path against the fake libnvidia-ml.so.1 (
 holding 64 processes. The processes are real ``sleep`` processes, so /proc attribution (user, command,
 start time, cgroup) does the work it does on a real host. Target: under 1 % of one core and under 40 MB.
 
+Beside it, over the same window and interval, runs a minimal pynvml + /proc loop (:data:`MINIMAL_LOOP`:
+the same NVML readings and /proc files, one ``json.dumps`` per sample, no tiers, no events, no validation):
+the floor of what any agent does. Target (issue 13): the agent's CPU per sample within 10 % of the loop's.
+Exits 1 when a target is missed.
+
     .venv/bin/python tests/bench/agent_overhead.py [--seconds 60] [--gpus 8] [--procs 64] [--interval 1]
 """
 
@@ -26,6 +31,64 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fakenvml"))
 import fakelib  # noqa: E402
 
 CPU_TARGET_PCT = 1.0
+RATIO_TARGET = 1.10  # agent CPU per sample / the minimal loop's
+
+#: The floor: what a minimal agent does per sample (run as its own process, like the agent, on the fake lib).
+MINIMAL_LOOP = r"""
+import json, os, sys, time
+import pynvml as n
+n.nvmlInit()
+hs = [n.nvmlDeviceGetHandleByIndex(i) for i in range(n.nvmlDeviceGetCount())]
+uuids = [n.nvmlDeviceGetUUID(h) for h in hs]
+interval = float(sys.argv[1])
+static = {}  # (pid, start) -> what does not change: read once, as the agent does
+def proc(pid):
+    out = {"pid": pid}
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+        rest = stat[stat.rindex(")") + 2:].split()
+        key = (pid, rest[19])
+        if key not in static:
+            with open(f"/proc/{pid}/status") as f:
+                status = f.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+            with open(f"/proc/{pid}/cgroup") as f:
+                cgroup = f.read()
+            static[key] = {"uid": int(status.split("Uid:", 1)[1].split()[0]), "cgroup": cgroup[:60],
+                           "command": cmd.replace(b"\0", b" ").decode(errors="replace").strip()}
+    except OSError:
+        return out
+    out.update(static[key], state=rest[0], ppid=int(rest[1]), start=int(rest[19]))
+    return out
+def opt(fn, *a):
+    try:
+        return fn(*a)
+    except n.NVMLError:
+        return None
+ts = 0
+while True:
+    t0 = time.monotonic()
+    gpus = []
+    for h, u in zip(hs, uuids):
+        util = n.nvmlDeviceGetUtilizationRates(h)
+        mem = n.nvmlDeviceGetMemoryInfo(h)
+        procs = [proc(p.pid) | {"mem": p.usedGpuMemory} for p in n.nvmlDeviceGetComputeRunningProcesses(h)]
+        sm = {s.pid: s.smUtil for s in (opt(n.nvmlDeviceGetProcessUtilization, h, ts) or [])}
+        for p in procs:
+            p["sm"] = sm.get(p["pid"])
+        gpus.append({"uuid": u, "util": util.gpu, "util_mem": util.memory, "used": mem.used,
+                     "total": mem.total, "temp": n.nvmlDeviceGetTemperature(h, 0),
+                     "power": n.nvmlDeviceGetPowerUsage(h), "sm": n.nvmlDeviceGetClockInfo(h, 1),
+                     "memclk": n.nvmlDeviceGetClockInfo(h, 2),
+                     "throttle": opt(n.nvmlDeviceGetCurrentClocksThrottleReasons, h),
+                     "fan": opt(n.nvmlDeviceGetFanSpeed, h), "procs": procs})
+    ts = int(time.time() * 1e6)
+    sys.stdout.write(json.dumps({"type": "snapshot", "ts": time.time(), "gpus": gpus}) + "\n")
+    sys.stdout.flush()
+    time.sleep(max(0.0, interval - (time.monotonic() - t0)))
+"""
 RSS_TARGET_MB = 40.0
 GIB = 1 << 30
 
@@ -106,6 +169,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="gpufleet-bench-"))
     sleepers: list[subprocess.Popen[bytes]] = []
     agent: subprocess.Popen[bytes] | None = None
+    floor: subprocess.Popen[bytes] | None = None
     try:
         lib_dir = fakelib.build(work)
         sleepers = [subprocess.Popen(["sleep", "3600"]) for _ in range(args.procs)]
@@ -121,19 +185,27 @@ def main() -> int:
         assert agent.stdout is not None
         reader = threading.Thread(target=frames.read, args=(agent.stdout,), daemon=True)
         reader.start()
-        while frames.first_snapshot_at is None:
-            if agent.poll() is not None or time.monotonic() - started > 60:
-                print(f"agent produced no snapshot (exit {agent.poll()})", file=sys.stderr)
-                return 1
+        floor_frames = Frames()
+        floor = subprocess.Popen([sys.executable, "-c", MINIMAL_LOOP, str(args.interval)],
+                                 env=fakelib.env_for(lib_dir, state_path), stdout=subprocess.PIPE)
+        assert floor.stdout is not None
+        threading.Thread(target=floor_frames.read, args=(floor.stdout,), daemon=True).start()
+        while frames.first_snapshot_at is None or floor_frames.first_snapshot_at is None:
+            for name, proc in (("agent", agent), ("minimal loop", floor)):
+                if proc.poll() is not None or time.monotonic() - started > 60:
+                    print(f"{name} produced no snapshot (exit {proc.poll()})", file=sys.stderr)
+                    return 1
             time.sleep(0.05)
         startup_s = frames.first_snapshot_at - started
         startup_cpu = cpu_seconds(agent.pid)
         time.sleep(args.warmup)
-        cpu0, t0 = cpu_seconds(agent.pid), time.monotonic()
-        with frames.lock:
-            n0 = len(frames.sizes.get("snapshot", []))
+        cpu0, t0, fcpu0 = cpu_seconds(agent.pid), time.monotonic(), cpu_seconds(floor.pid)
+        with frames.lock, floor_frames.lock:
+            n0, f0 = len(frames.sizes.get("snapshot", [])), len(floor_frames.sizes.get("snapshot", []))
         time.sleep(args.seconds)
-        cpu1, t1 = cpu_seconds(agent.pid), time.monotonic()
+        cpu1, t1, fcpu1 = cpu_seconds(agent.pid), time.monotonic(), cpu_seconds(floor.pid)
+        with floor_frames.lock:
+            floor_measured = len(floor_frames.sizes.get("snapshot", [])) - f0
         hwm_kb, rss_kb = status_kb(agent.pid, "VmHWM"), status_kb(agent.pid, "VmRSS")
         with frames.lock:
             snaps = frames.sizes.get("snapshot", [])
@@ -148,12 +220,18 @@ def main() -> int:
                 agent.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 agent.kill()
+        if floor is not None:
+            floor.kill()
+            floor.wait()
         for p in sleepers:
             p.kill()
             p.wait()
         shutil.rmtree(work, ignore_errors=True)
 
     cpu_per_min = (cpu1 - cpu0) / (t1 - t0) * 60
+    per_sample = (cpu1 - cpu0) / max(1, measured) * 1000
+    floor_per_sample = (fcpu1 - fcpu0) / max(1, floor_measured) * 1000
+    ratio = per_sample / floor_per_sample if floor_per_sample > 0 else float("inf")
     pct = cpu_per_min / 60 * 100
     procs = [p for g in last.get("gpus", []) for p in g.get("processes", [])]
     attributed = sum(1 for p in procs if p.get("attributed", True) and p.get("command"))
@@ -166,6 +244,9 @@ def main() -> int:
         ("start-up", f"{startup_s:.2f} s to first snapshot, {startup_cpu:.2f} CPU s"),
         ("CPU per minute", f"{cpu_per_min:.2f} s"),
         ("share of one core", f"{pct:.2f} %  (target < {CPU_TARGET_PCT:g} %)"),
+        ("CPU per sample", f"{per_sample:.2f} ms; minimal pynvml + /proc loop beside it "
+                           f"{floor_per_sample:.2f} ms ({floor_measured} samples) = {ratio:.2f}x  "
+                           f"(target <= {RATIO_TARGET:.2f}x)"),
         (
             "peak RSS (VmHWM)",
             f"{hwm_kb / 1024:.1f} MB, now {rss_kb / 1024:.1f} MB  (target < {RSS_TARGET_MB:g} MB)",
@@ -181,7 +262,7 @@ def main() -> int:
     print(f"gpufleet-agent overhead, fake NVML, {args.gpus} GPUs, {args.procs} processes")
     for key, value in rows:
         print(f"  {key:<{width}}  {value}")
-    ok = pct < CPU_TARGET_PCT and hwm_kb / 1024 < RSS_TARGET_MB
+    ok = pct < CPU_TARGET_PCT and hwm_kb / 1024 < RSS_TARGET_MB and ratio <= RATIO_TARGET
     print("  result" + " " * (width - 4) + ("within targets" if ok else "OVER TARGET"))
     return 0 if ok else 1
 

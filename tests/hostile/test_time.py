@@ -64,8 +64,10 @@ async def test_clock_stepped_back_600s_is_restamped_flagged_and_credited() -> No
         st = fleet.state("back")
         assert st.clock_skew is not None and abs(st.clock_skew - 600) < 5, st.clock_skew
         assert fleet.state("good").clock_skew is None
+        await fleet.collector.store.flush()  # GPU-hours and spans are written every 10 s, or on a flush
         credited = _usage(db, "GPU-back-0")
         await asyncio.sleep(2.0)
+        await fleet.collector.store.flush()
         assert _usage(db, "GPU-back-0") - credited > 1.0  # the 600 s step does not stop accounting
         spans = _q(db, "SELECT start_time, last_seen FROM processes WHERE pid = 777")
         assert len(spans) == 1 and float(spans[0][1]) > time.time() - 2, spans  # the span goes on

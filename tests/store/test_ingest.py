@@ -309,6 +309,13 @@ async def test_full_queue_sheds_and_drops_snapshots_only(config: StorageConfig) 
     assert len(events) == 10
 
 
+def test_queue_bound_grows_with_the_fleet() -> None:
+    """Issue 13: a fixed 5,000 snapshots is one second of a 5,000-host fleet."""
+    assert Tuning.for_fleet(10).queue_max == 5000 == Tuning().queue_max
+    assert Tuning.for_fleet(5000).queue_max == 20_000
+    assert Tuning.for_fleet(5000).queue_max_bytes == Tuning().queue_max_bytes
+
+
 async def test_queue_is_bounded_in_bytes_not_only_in_snapshots(config: StorageConfig) -> None:
     """Issue 12: the queue counted snapshots, so 5,000 snapshots of 10,000 GPUs each were all held."""
     s = await Store.open(config, tuning=Tuning(queue_max=5000, queue_max_bytes=8 << 20))

@@ -1,0 +1,97 @@
+"""Running totals (process spans, GPU-hours) are written every ``Tuning.accrue_interval`` seconds, on an
+awaited flush and on a clean stop; never counted twice, whatever the interval."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+from builders import proc, snap
+from builders import store_gpu as gpu
+from gpufleet.collector.settings import StorageConfig
+from gpufleet.collector.store import Store, Tuning
+
+
+def _totals(path: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        spans = con.execute("SELECT pid, first_seen, last_seen, sm_sum, sm_count, max_gpu_memory "
+                            "FROM processes ORDER BY pid").fetchall()
+        usage = con.execute("SELECT user, round(held, 6), round(used, 6) FROM usage ORDER BY user").fetchall()
+    finally:
+        con.close()
+    return spans, usage
+
+
+async def _committed(store: Store, n: int) -> None:
+    """Until the writer has made ``n`` commits in all (without a flush: that would write the totals)."""
+    for _ in range(500):
+        if store._writer is not None and store._writer.commits >= n and store.queue_depth == 0:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no commit {n}")
+
+
+def _sample(i: int) -> tuple[str, object, float]:
+    procs = [proc(7, "alice", mem_gib=1 + i % 3, sm=10 * (i % 5)), proc(8, "bob", mem_gib=2, sm=3)]
+    return "h1", snap(gpu(0, util=40 + i, procs=procs), ts=100.0 + i), 0.0
+
+
+async def test_totals_wait_for_the_interval_a_flush_or_a_clean_stop(config: StorageConfig) -> None:
+    path = config.resolved_path()
+    s = await Store.open(config, tuning=Tuning(accrue_interval=3600.0))
+    for i in range(3):
+        s.submit_snapshot(*_sample(i))  # type: ignore[arg-type]
+    await _committed(s, 1)  # the first batch after start writes them
+    first = _totals(path)
+    assert [row[0] for row in first[0]] == [7, 8] and first[0][0][2] == 102.0
+    for i in range(3, 6):
+        s.submit_snapshot(*_sample(i))  # type: ignore[arg-type]
+    await _committed(s, 2)
+    assert _totals(path) == first, "held back: the interval has not passed"
+    await s.flush()
+    flushed = _totals(path)
+    assert flushed[0][0][2] == 105.0 and flushed != first
+    for i in range(6, 9):
+        s.submit_snapshot(*_sample(i))  # type: ignore[arg-type]
+    await _committed(s, 4)
+    assert _totals(path) == flushed
+    await s.close()  # a clean stop writes what was held
+    assert _totals(path)[0][0][2] == 108.0
+
+
+async def test_the_same_totals_whatever_the_interval(tmp_path: Path) -> None:
+    results = []
+    for interval in (0.0, 3600.0):
+        config = StorageConfig(path=str(tmp_path / f"{interval}.db"), batch_max_delay=0.0)
+        s = await Store.open(config, tuning=Tuning(accrue_interval=interval))
+        for i in range(40):
+            s.submit_snapshot(*_sample(i))  # type: ignore[arg-type]
+            if i % 7 == 0:
+                await asyncio.sleep(0.02)  # several batches
+        await s.close()
+        assert s._writer is not None and s._writer.commits > 3
+        results.append(_totals(config.resolved_path()))
+    assert results[0] == results[1]
+    spans, usage = results[0]
+    assert spans[0][:5] == (7, 100.0, 139.0, float(sum(10 * (i % 5) for i in range(40))), 40)
+    assert usage[0][0] == "alice" and usage[0][1] == 39.0
+
+
+async def test_reads_through_the_store_see_the_held_totals(config: StorageConfig) -> None:
+    s = await Store.open(config, tuning=Tuning(accrue_interval=3600.0))
+    try:
+        for i in range(3):
+            s.submit_snapshot(*_sample(i))  # type: ignore[arg-type]
+        await _committed(s, 1)
+        for i in range(3, 6):
+            s.submit_snapshot(*_sample(i))  # type: ignore[arg-type]
+        await _committed(s, 2)
+        assert _totals(s.path)[0][0][2] == 102.0  # the file: held back
+        spans = await s.process_history("h1", since=0, until=1e10)
+        usage = await s.usage_by_user(since=0, until=1e10)
+    finally:
+        await s.close()
+    assert max(sp.last_seen for sp in spans if sp.pid == 7) == 105.0
+    assert {u.user: round(u.gpu_hours_held * 3600) for u in usage} == {"alice": 5, "bob": 5}

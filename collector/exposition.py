@@ -56,18 +56,25 @@ LabelStrings = dict[tuple[tuple[str, ...], tuple[str, ...]], str]
 class Scrape:
     """The samples of one scrape, filled by family name; None values are skipped (no sample, not 0).
 
+    Each sample is written as its line when it is added (the label string made once, the value formatted
+    once per distinct value), so :meth:`render` only joins. ``samples``: also keep the label values and
+    numbers, for :meth:`metrics` (a registry's collect; the server's scrapes do without).
+
     ``previous``: the label strings of the scrape before (:attr:`label_strings`): a fleet's label sets
     hardly change between scrapes, so most are reused rather than escaped again; what the previous scrape
     had and this one does not is forgotten with it (memory stays at two scrapes' label sets at most)."""
 
-    def __init__(self, specs: Iterable[Spec], previous: LabelStrings | None = None) -> None:
+    def __init__(self, specs: Iterable[Spec], previous: LabelStrings | None = None, *,
+                 samples: bool = False) -> None:
         self.specs: dict[str, Spec] = {s.name: s for s in specs}
-        #: family name -> its samples as (label names, label values, label string, value)
-        self.rows: dict[str, list[tuple[tuple[str, ...], tuple[str, ...], str, float]]] = {
-            n: [] for n in self.specs}
+        self.lines: dict[str, list[str]] = {n: [] for n in self.specs}  # family name -> its sample lines
+        #: family name -> (label names, label values, value) of each line, when ``samples``
+        self.samples: dict[str, list[tuple[tuple[str, ...], tuple[str, ...], float]]] | None = (
+            {n: [] for n in self.specs} if samples else None)
         self.label_strings: LabelStrings = {}
         self._previous: LabelStrings = previous or {}
         self._escaped: dict[str, str] = {}
+        self._floats: dict[float, str] = {}
         self._order = {s.labels: _sorted_order(s.labels) for s in self.specs.values()}
 
     def add(self, name: str, labels: Sequence[str], value: float | None) -> None:
@@ -77,7 +84,7 @@ class Scrape:
         if len(labels) != len(names):  # a missing label value would silently shift the others
             raise ValueError(f"{name}: {len(labels)} label values for {len(names)} labels")
         values = tuple(labels)
-        self.rows[name].append((names, values, self.label_string(names, values), float(value)))
+        self.put(name, names, values, self.label_string(names, values), value)
 
     def label_string(self, names: tuple[str, ...], values: tuple[str, ...]) -> str:
         """``{gpu="0",host="n1"}`` for these label names and values, escaped once per distinct set."""
@@ -103,32 +110,47 @@ class Scrape:
             value: float | None) -> None:
         """:meth:`add` with the label string already made by :meth:`label_string` (one GPU's labels serve
         its ~25 series). ``names`` may extend the family's labels (a MIG instance's series in dcgm names)."""
-        if value is not None:
-            self.rows[name].append((names, values, label_string, float(value)))
+        if value is None:
+            return
+        v = float(value)
+        fs = self._floats.get(v) if v else None  # (0.0 and -0.0 are equal keys but print apart)
+        if fs is None:
+            fs = floatToGoString(v)  # type: ignore[no-untyped-call]
+            if v:
+                self._floats[v] = fs
+        self.lines[name].append(f"{name}{label_string} {fs}\n")
+        if self.samples is not None:
+            self.samples[name].append((names, values, v))
 
     def add_spec(self, spec: Spec) -> None:
         """A family known only at scrape time (a collector statistic); kept if already there."""
         if spec.name not in self.specs:
             self.specs[spec.name] = spec
-            self.rows[spec.name] = []
+            self.lines[spec.name] = []
+            if self.samples is not None:
+                self.samples[spec.name] = []
             self._order.setdefault(spec.labels, _sorted_order(spec.labels))
 
     def mark(self) -> dict[str, int]:
-        return {n: len(r) for n, r in self.rows.items()}
+        return {n: len(r) for n, r in self.lines.items()}
 
     def rollback(self, marks: dict[str, int]) -> None:
         """Drop what was added since :meth:`mark` (a section that failed half-way)."""
-        for n, r in self.rows.items():
+        for n, r in self.lines.items():
             del r[marks.get(n, 0):]
+        for n, kept in (self.samples or {}).items():
+            del kept[marks.get(n, 0):]
 
     def metrics(self) -> list[Metric]:
-        """The non-empty families as prometheus_client objects (for a registry)."""
+        """The non-empty families as prometheus_client objects (for a registry); needs ``samples``."""
+        if self.samples is None:
+            raise ValueError("this scrape keeps lines only (Scrape(samples=True) keeps the values)")
         out: list[Metric] = []
-        for name, rows in self.rows.items():
+        for name, rows in self.samples.items():
             if rows:
                 fam = self.specs[name].family()
                 fam.samples.extend(Sample(name, dict(zip(names, values, strict=True)), value)
-                                   for names, values, _ls, value in rows)
+                                   for names, values, value in rows)
                 out.append(fam)
         return out
 
@@ -136,9 +158,8 @@ class Scrape:
         """The exposition, as prometheus_client's ``generate_latest`` (or its OpenMetrics one) writes
         :meth:`metrics` followed by ``extra``."""
         out: list[str] = []
-        floats: dict[float, str] = {}
-        for name, rows in self.rows.items():
-            if not rows:
+        for name, lines in self.lines.items():
+            if not lines:
                 continue
             spec = self.specs[name]
             shown = name[: -len("_total")] if openmetrics and spec.kind == "counter" else name
@@ -146,11 +167,7 @@ class Scrape:
             if openmetrics:
                 doc = doc.replace('"', r"\"")
             out.append(f"# HELP {shown} {doc}\n# TYPE {shown} {spec.kind}\n")
-            for _names, _values, ls, value in rows:
-                fs = floats.get(value)
-                if fs is None:
-                    fs = floats[value] = floatToGoString(value)  # type: ignore[no-untyped-call]
-                out.append(f"{name}{ls} {fs}\n")
+            out.append("".join(lines))
         for metric in extra:  # families from elsewhere (the process collector): prometheus_client writes them
             one = _One(metric)
             encode = generate_openmetrics if openmetrics else generate_latest

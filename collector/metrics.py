@@ -240,7 +240,7 @@ class FleetCollector:
         return fams
 
     def collect(self) -> Iterable[Metric]:
-        return self.build(self.freeze()).metrics()
+        return self.build(self.freeze(), samples=True).metrics()
 
     def freeze(self) -> ScrapeView:
         """Copy what a scrape needs from the source. Cheap; call it on the loop that mutates the source."""
@@ -280,10 +280,11 @@ class FleetCollector:
                         out[(h.name, g.index)] = set(flags)
         return out
 
-    def build(self, view: ScrapeView) -> Scrape:
-        """The samples of one scrape from a :meth:`freeze` copy; touches nothing else (thread-safe)."""
+    def build(self, view: ScrapeView, *, samples: bool = False) -> Scrape:
+        """The samples of one scrape from a :meth:`freeze` copy; touches nothing else (thread-safe).
+        ``samples``: keep the values too, for :meth:`Scrape.metrics` (a registry's collect)."""
         batch = Scrape((*_SPECS, *metrics_dcgm.SPECS) if self.dcgm_names else _SPECS,
-                       previous=self._label_strings)
+                       previous=self._label_strings, samples=samples)
         hosts = view.hosts
         self._section(batch, "hosts", lambda: self._hosts(batch, hosts))
         self._section(batch, "gpus", lambda: self._gpus(batch, view))

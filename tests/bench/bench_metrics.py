@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -78,9 +79,16 @@ def _ms(t: float) -> float:
     return (time.perf_counter() - t) * 1000
 
 
-async def _stall(src: Any) -> tuple[float, float]:
-    """Longest gap between 1 ms ticks of the event loop while a real HTTP scrape is served, and the scrape."""
+async def _stall(src: Any) -> tuple[float, list[float]]:
+    """Real HTTP scrapes: four in a row (the first with nothing cached; Prometheus keeps scraping), timed,
+    then one more while a task ticks the event loop every 1 ms, for the longest gap between its ticks
+    (the ticking itself slows that scrape, so it is not among the timed ones)."""
     async with MetricsServer(src, "127.0.0.1:0") as srv:
+        scrapes = []
+        for _ in range(4):
+            t = time.perf_counter()
+            await asyncio.to_thread(_scrape, srv.url)
+            scrapes.append(_ms(t))
         loop = asyncio.get_running_loop()
         worst = 0.0
         done = False
@@ -94,12 +102,10 @@ async def _stall(src: Any) -> tuple[float, float]:
                 worst, last = max(worst, now - last), now
 
         ticker = asyncio.create_task(tick())
-        t = time.perf_counter()
         await asyncio.to_thread(_scrape, srv.url)
-        scrape = _ms(t)
         done = True
         await ticker
-        return worst * 1000, scrape
+        return worst * 1000, scrapes
 
 
 SCRAPE_TARGET_MS = 500.0  # /metrics at 1,000 hosts (issue 13)
@@ -131,8 +137,10 @@ def main() -> int:
                       f"{loop_ms:.0f} ms; in thread: build {build_ms:.0f} ms + text {render_ms:.0f} ms "
                       f"(prometheus_client's encoder beside it: {ref_ms:.0f} ms); "
                       f"{len(body) / 1e6:.1f} MB ({len(ref) / 1e6:.1f}), {lines} lines")
-            stall, scrape = asyncio.run(_stall(src))
-            print(f"  HTTP scrape {scrape:.0f} ms; longest event-loop stall meanwhile {stall:.0f} ms")
+            stall, scrapes = asyncio.run(_stall(src))
+            scrape = statistics.median(scrapes[1:])
+            print(f"  HTTP scrape {scrape:.0f} ms (median of the next three; the first {scrapes[0]:.0f} ms); "
+                  f"longest event-loop stall meanwhile {stall:.0f} ms")
             if kind is BulkSource and hosts <= 1000 and scrape > SCRAPE_TARGET_MS:
                 missed.append(f"{hosts} hosts: HTTP scrape {scrape:.0f} ms (target {SCRAPE_TARGET_MS:.0f})")
     for line in missed:

@@ -31,7 +31,7 @@ def test_build_reads_the_frozen_copy_not_the_live_view(source: StandIn) -> None:
     up.snapshot = wire.Snapshot(ts=2.0, seq=8, gpus=[])
     source.live.hosts["gpu04"] = HostState(name="gpu04", status="up")
     source.flag_map.clear()
-    fams = coll.build(view).metrics()
+    fams = coll.build(view, samples=True).metrics()
     assert _values(fams, "gpufleet_host_up") == {(("host", "gpu01"),): 1, (("host", "gpu02"),): 0,
                                                  (("host", "gpu03"),): 0}
     assert _values(fams, "gpufleet_host_frames_total")[(("host", "gpu01"),)] == 120

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -20,6 +22,7 @@ from gpufleet.collector.errors import ConfigError
 
 log = logging.getLogger(__name__)
 _S = TypeVar("_S", bound="HttpServer")
+_T = TypeVar("_T")
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -141,7 +144,7 @@ class HttpServer:
     with its status, a failing handler never killing the server, the writer closed) is written here once.
     """
 
-    what = "http"  # for the log: "metrics", "web page"
+    what = "http"  # for the log and thread names: "metrics", "web page"
 
     def __init__(self, listen: str, key: str, *, read_timeout: float, write_timeout: float,
                  max_header_bytes: int, max_connections: int, path: str = "/") -> None:
@@ -156,6 +159,14 @@ class HttpServer:
         self._server: asyncio.AbstractServer | None = None
         self._port: int | None = None
         self._conns: set[asyncio.Task[Any]] = set()
+        self._executor: ThreadPoolExecutor | None = None
+
+    async def in_thread(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` on this server's own two threads, never the default executor: whatever else holds
+        those (getaddrinfo, a hanging library call) cannot delay a scrape or a page, nor they it."""
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"gpufleet-{self.what}")
+        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args))
 
     @property
     def port(self) -> int:
@@ -182,6 +193,9 @@ class HttpServer:
         if self._server is not None:
             await close_server(self._server, self._conns)
             self._server = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
     async def __aenter__(self: _S) -> _S:
         await self.start()

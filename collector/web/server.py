@@ -307,7 +307,7 @@ class WebServer(HttpServer):
         elif path == "/api/state":
             async with self._builds:
                 state = await self.broadcaster.current()
-                body = await asyncio.to_thread(model.encode_state, state, self.broadcaster.seq)
+                body = await self.in_thread(model.encode_state, state, self.broadcaster.seq)
             await self._json(writer, body, head_only)
         elif path == "/api/status":
             async with self._builds:
@@ -339,7 +339,7 @@ class WebServer(HttpServer):
                             p.command = None
             return json.dumps(view, default=query.jsonable, separators=(",", ":")).encode()
 
-        return await asyncio.to_thread(build)
+        return await self.in_thread(build)
 
     async def _history(self, req: Request) -> bytes:
         host, gpu_s, rng = req.query.get("host", ""), req.query.get("gpu", ""), req.query.get("range", "1h")

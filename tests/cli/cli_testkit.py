@@ -12,6 +12,7 @@ import fnmatch
 import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -542,3 +543,30 @@ async def tmux_start(sock: str, cmd: str, width: int, height: int, env: dict[str
     """A detached session ``gf`` of ``width`` x ``height`` running the shell command ``cmd``."""
     await tmux(sock, "-f", "/dev/null", "new-session", "-d", "-s", "gf", "-x", str(width), "-y", str(height),
                cmd, env=env)
+
+
+def write_config(path: Path, fleet: Any, home: Path, agent_args: Sequence[str] | None = None) -> None:
+    """A gpufleet.yaml for ``fleet`` (a SimFleet): its hosts at 0.2 s, the history and socket under ``home``,
+    wasted after 1 s. ``agent_args``: every host's agent arguments instead of the simulator's."""
+    hosts = []
+    for h in fleet.host_configs():
+        hosts.append(f"""  - name: {h.name}
+    address: {h.address}
+    port: {h.port}
+    user: {h.user}
+    key: {h.key}
+    known_hosts: {h.known_hosts}
+    interval: 0.2s
+    agent_args: [{", ".join(h.agent_args if agent_args is None else agent_args)}]
+    tags: [sim]""")
+    path.write_text(f"""hosts:
+{chr(10).join(hosts)}
+storage:
+  path: {home / "gpufleet.db"}
+  batch_max_delay: 100ms
+api:
+  socket: {home / "gpufleet.sock"}
+rules:
+  wasted:
+    for: 1s
+""")

@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_testkit import cli_env, gpufleet_argv, run_cli
+from cli_testkit import cli_env, gpufleet_argv, run_cli, until, write_config
 from gpufleet.collector.simfleet import SimFleet
-from test_e2e import until, write_config
 
 pytestmark = pytest.mark.slow
 

@@ -10,38 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_testkit import Result, cli_env, gpufleet_argv, run_cli, until
+from cli_testkit import Result, cli_env, gpufleet_argv, run_cli, until, write_config
 
 pytest.importorskip("gpufleet.collector.daemon")
 from gpufleet.cli.demo import DEMO_HOSTS  # noqa: E402
 from gpufleet.collector.simfleet import SimFleet  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-def write_config(path: Path, fleet: SimFleet, home: Path) -> None:
-    hosts = []
-    for h in fleet.host_configs():
-        hosts.append(f"""  - name: {h.name}
-    address: {h.address}
-    port: {h.port}
-    user: {h.user}
-    key: {h.key}
-    known_hosts: {h.known_hosts}
-    interval: 0.2s
-    agent_args: [{", ".join(h.agent_args)}]
-    tags: [sim]""")
-    path.write_text(f"""hosts:
-{chr(10).join(hosts)}
-storage:
-  path: {home / "gpufleet.db"}
-  batch_max_delay: 100ms
-api:
-  socket: {home / "gpufleet.sock"}
-rules:
-  wasted:
-    for: 1s
-""")
 
 
 async def test_collector_run_and_cli(home: Path) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_testkit import Result, cli_env, gpufleet_argv, run_cli, until
+from cli_testkit import Result, cli_env, gpufleet_argv, run_cli, until, write_config
 from slurm.slurm_standin import install
 
 pytest.importorskip("gpufleet.collector.daemon")
@@ -43,28 +43,6 @@ JOBS = {"700": {"name": "notebook", "user": "alice", "uid": 1001, "account": "vi
         "701": {"name": "train-resnet", "user": "bob", "uid": 1002, "account": "nlp", "partition": "h100"}}
 
 
-def _config(path: Path, fleet: SimFleet, home: Path, scenario: Path, scontrol: Path) -> None:
-    [h] = fleet.host_configs()
-    path.write_text(f"""hosts:
-  - name: {h.name}
-    address: {h.address}
-    port: {h.port}
-    user: {h.user}
-    key: {h.key}
-    known_hosts: {h.known_hosts}
-    interval: 0.2s
-    agent_args: [--fake, {scenario}, --scontrol, {scontrol}]
-storage:
-  path: {home / "gpufleet.db"}
-  batch_max_delay: 100ms
-api:
-  socket: {home / "gpufleet.sock"}
-rules:
-  wasted:
-    for: 1s
-""")
-
-
 async def test_slurm_names_through_agent_collector_and_cli(home: Path) -> None:
     scontrol, _state = install(home, {"jobs": JOBS})
     scenario = home / "slurm.yaml"
@@ -72,7 +50,7 @@ async def test_slurm_names_through_agent_collector_and_cli(home: Path) -> None:
     cfg = home / "gpufleet.yaml"
     env = cli_env(home, COLUMNS="200")
     async with SimFleet({"n1": str(scenario)}, interval=0.2, workdir=home / "fleet") as fleet:
-        _config(cfg, fleet, home, scenario, scontrol)
+        write_config(cfg, fleet, home, agent_args=["--fake", str(scenario), "--scontrol", str(scontrol)])
         proc = await asyncio.create_subprocess_exec(
             *gpufleet_argv(), "collector", "run", "-c", str(cfg), env=env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)

@@ -10,9 +10,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from cli_testkit import cli_env, gpufleet_argv, run_cli
+from cli_testkit import cli_env, gpufleet_argv, run_cli, until, write_config
 from gpufleet.collector.simfleet import SimFleet
-from test_e2e import until, write_config
 
 pytestmark = pytest.mark.slow
 HOSTS = 6

@@ -20,9 +20,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from cli_testkit import cli_env, gpufleet_argv
+from cli_testkit import cli_env, gpufleet_argv, until, write_config
 from gpufleet.collector.simfleet import SimFleet
-from test_e2e import until, write_config
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import asyncio
 import functools
 import socket
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterator
 from typing import Any
 
 from gpufleet.agent import wire
@@ -93,6 +93,29 @@ class FakeClock:
 
     def advance(self, seconds: float) -> None:
         self.t += seconds
+
+
+def scenario_frames(samples: int = 12, step: float = 5.0) -> Iterator[wire.Frame]:
+    """Every bundled fake scenario's frames as the real sampler makes them (hello, then ``samples``
+    snapshots ``step`` s apart with their events): the corpus the wire's encoder and decoders are
+    checked on."""
+    from gpufleet.agent import scenarios
+    from gpufleet.agent.fake import FakeNvml, FakeProcs, load_scenario
+    from gpufleet.agent.nvml import Gateway
+    from gpufleet.agent.sampler import Sampler
+
+    for name in scenarios.names():
+        clock = FakeClock(1000.0)
+        sc = load_scenario(name)
+        lib = FakeNvml(sc, clock=clock, sleep=lambda s: None)
+        sampler = Sampler(Gateway(lib, backend="fake"), FakeProcs(lib), clock=clock)
+        sampler.open()
+        yield sampler.hello(sc.hostname, "0")
+        for _ in range(samples):
+            frame, events = sampler.sample()
+            yield frame
+            yield from events
+            clock.advance(step)
 
 
 def free_port() -> int:

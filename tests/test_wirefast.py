@@ -15,11 +15,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from builders import FakeClock
-from gpufleet.agent import scenarios, wire
-from gpufleet.agent.fake import FakeNvml, FakeProcs, load_scenario
-from gpufleet.agent.nvml import Gateway
-from gpufleet.agent.sampler import Sampler
+from builders import scenario_frames
+from gpufleet.agent import wire
 from gpufleet.collector import wirefast
 from gpufleet.collector.simfleet import FrameGenerator
 
@@ -36,19 +33,13 @@ def _outcome(decode: Any, line: bytes | str) -> tuple[Any, ...]:
 
 
 def _scenario_lines() -> Iterator[bytes]:
-    for name in scenarios.names():
-        clock = FakeClock(1000.0)
-        sc = load_scenario(name)
-        lib = FakeNvml(sc, clock=clock, sleep=lambda s: None)
-        sampler = Sampler(Gateway(lib, backend="fake"), FakeProcs(lib), clock=clock)
-        sampler.open()
-        yield wire.encode(sampler.hello(sc.hostname, "0"))
-        for _ in range(12):
-            snap, events = sampler.sample()
-            yield wire.encode(snap)
-            yield from (wire.encode(e) for e in events)
-            clock.advance(5.0)
-        yield wire.encode(wire.Heartbeat(ts=clock(), seq=3))
+    last = 1000.0
+    for frame in scenario_frames():
+        if isinstance(frame, wire.Hello) and last > 1000.0:
+            yield wire.encode(wire.Heartbeat(ts=last, seq=3))  # one after each scenario, as before
+        last = frame.ts
+        yield wire.encode(frame)
+    yield wire.encode(wire.Heartbeat(ts=last, seq=3))
 
 
 def _base() -> dict[str, Any]:

@@ -6,26 +6,12 @@ import math
 from collections.abc import Iterator
 
 import pytest
-from builders import FakeClock, gpu, proc, snap
-from gpufleet.agent import scenarios, wire
-from gpufleet.agent.fake import FakeNvml, FakeProcs, load_scenario
-from gpufleet.agent.nvml import Gateway
-from gpufleet.agent.sampler import Sampler
+from builders import gpu, proc, scenario_frames, snap
+from gpufleet.agent import wire
 
 
 def _frames() -> Iterator[wire.Frame]:
-    for name in scenarios.names():
-        clock = FakeClock(1000.0)
-        sc = load_scenario(name)
-        lib = FakeNvml(sc, clock=clock, sleep=lambda s: None)
-        sampler = Sampler(Gateway(lib, backend="fake"), FakeProcs(lib), clock=clock)
-        sampler.open()
-        yield sampler.hello(sc.hostname, "0")
-        for _ in range(12):
-            frame, events = sampler.sample()
-            yield frame
-            yield from events
-            clock.advance(5.0)
+    yield from scenario_frames()
     full = wire.ProcessSample(pid=1, kind="graphics", gpu_memory=5, sm_util=1, mem_util=2, user="jörg",
                               uid=3, command="a\tb \ud800 😀 \"q\"", start_time=1.5, state="S", ppid=0,
                               container="c", pod="p", job="7", attributed=False)

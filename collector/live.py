@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Literal, Protocol
 from gpufleet.agent import wire
 
 if TYPE_CHECKING:
-    from gpufleet.collector.store.records import GpuLatest, HostRow
+    from gpufleet.collector.model import HostRecord
+    from gpufleet.collector.store.records import GpuLatest
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ class LiveView:
     def remove_host(self, name: str) -> None:
         self.hosts.pop(name, None)
 
-    def carry_over(self, rows: Iterable[HostRow], latest: Iterable[GpuLatest]) -> int:
+    def carry_over(self, rows: Iterable[HostRecord], latest: Iterable[GpuLatest]) -> int:
         """Seed the configured hosts from the store after a restart: last seen, versions, the last GPUs.
 
         The status stays ``connecting`` until a fresh attempt succeeds or fails, but a host that stays down

@@ -1,13 +1,43 @@
-"""The fleet view model: what ``gpufleet status``, ``hosts`` and ``--json`` show, whichever source built it.
+"""The fleet model shared across threads and processes: what ``gpufleet status``, ``hosts`` and ``--json``
+show whichever source built it, and a host's record as the store writes and reads it.
 
-Plain dataclasses, no behaviour; :mod:`gpufleet.collector.query` builds them (from the live view or stored
-rows) and re-exports them, so ``from gpufleet.collector.query import GpuView`` keeps working.
+Plain dataclasses, no behaviour; :mod:`gpufleet.collector.query` builds the views (from the live view or
+stored rows) and re-exports them, so ``from gpufleet.collector.query import GpuView`` keeps working. The
+live, mutable state of a host is :class:`gpufleet.collector.live.HostState`; :class:`HostRecord` is its
+copy at one moment, for the store's writer thread and back out of the store.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpufleet.collector.live import HostState
+
+
+@dataclass(slots=True)
+class HostRecord:
+    """One host's identity and connection facts at a moment: what the writer stores (a copy, as the live
+    view keeps mutating its HostState) and what the store's ``hosts`` answers."""
+
+    name: str
+    status: str  # connecting | up | down
+    reason: str | None = None
+    last_seen: float | None = None
+    agent_version: str | None = None
+    driver_version: str | None = None
+    tags: list[str] = field(default_factory=list)
+    since: float | None = None  # when the status last changed
+    nvml_version: str | None = None
+    cuda_version: int | None = None
+    reported_hostname: str | None = None  # what hello claimed; informational only
+    backend: str | None = None
+
+    @classmethod
+    def of(cls, s: HostState) -> HostRecord:
+        return cls(s.name, s.status, s.reason, s.last_seen, s.agent_version, s.driver_version, list(s.tags),
+                   s.since, s.nvml_version, s.cuda_version, s.reported_hostname, s.backend)
 
 
 @dataclass(slots=True)

@@ -32,7 +32,8 @@ __all__ = ["FleetView", "GpuView", "HostInfo", "HostView", "ProcView", "Totals",
 
 if TYPE_CHECKING:  # annotations only: the CLI's status path must not pay for importing the store package
     from gpufleet.collector.live import HostState
-    from gpufleet.collector.store.records import AlertRecord, GpuLatest, HostRow
+    from gpufleet.collector.model import HostRecord
+    from gpufleet.collector.store.records import AlertRecord, GpuLatest
 
 #: Rule names as the alert engine knows them -> the short flag a person reads on the status screen.
 FLAG_NAMES: dict[str, str] = {
@@ -309,7 +310,7 @@ def flags_from_alerts(alerts: Iterable[AlertRecord]) -> FlagSource:
 
 
 def build_fleet_view_from_store(
-    hosts: Iterable[HostRow],
+    hosts: Iterable[HostRecord],
     latest: Iterable[GpuLatest],
     alerts: Iterable[AlertRecord],
     *,
@@ -438,7 +439,7 @@ def host_infos(states: Iterable[HostState], shed: Mapping[str, int] | None = Non
     return out
 
 
-def host_infos_from_store(rows: Iterable[HostRow], latest: Iterable[GpuLatest]) -> list[HostInfo]:
+def host_infos_from_store(rows: Iterable[HostRecord], latest: Iterable[GpuLatest]) -> list[HostInfo]:
     counts: dict[str, int] = {}
     for g in latest:
         counts[g.host] = counts.get(g.host, 0) + 1

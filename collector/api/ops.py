@@ -22,6 +22,7 @@ from gpufleet.collector.api.access import Access, AccessDenied, Peer, this_proce
 from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds, thresholds_of
 from gpufleet.collector.errors import QueryError
 from gpufleet.collector.live import LiveView
+from gpufleet.collector.model import HostRecord
 from gpufleet.collector.settings import DEFAULT_RULES, Config
 from gpufleet.collector.store.records import (
     AlertRecord,
@@ -29,7 +30,6 @@ from gpufleet.collector.store.records import (
     EventRow,
     GpuLatest,
     GpuSeries,
-    HostRow,
     JobRecord,
     ProcessSpan,
     SilenceRecord,
@@ -62,7 +62,7 @@ Handler = Callable[["Args"], Awaitable[Any]]
 class StoreLike(Protocol):
     @property
     def shed_by_host(self) -> dict[str, int]: ...
-    async def hosts(self) -> list[HostRow]: ...
+    async def hosts(self) -> list[HostRecord]: ...
     async def latest(self, host: str | None = None) -> list[GpuLatest]: ...
     async def gpu_history(
         self, host: str, *, gpu: int | None = None, since: float, until: float, max_points: int = 500

@@ -30,7 +30,7 @@ from typing import Any, Final, TypeAlias, TypeVar
 
 from gpufleet.agent import wire
 from gpufleet.collector.classify import Thresholds
-from gpufleet.collector.live import HostState
+from gpufleet.collector.model import HostRecord
 from gpufleet.collector.store import slurm, usage
 from gpufleet.collector.store.usage import CapacityKey, UsageKey
 
@@ -48,30 +48,7 @@ class FrameItem:
     size: int = 0  # the writer's estimate of the memory it holds, computed once (0: not yet)
 
 
-@dataclass(slots=True)
-class HostStateItem:
-    """A copy of a :class:`HostState`'s fields (the transport keeps mutating the original)."""
-
-    name: str
-    status: str
-    reason: str | None
-    since: float
-    last_seen: float | None
-    tags: list[str]
-    agent_version: str | None
-    driver_version: str | None
-    nvml_version: str | None
-    cuda_version: int | None
-    reported_hostname: str | None
-    backend: str | None
-
-    @classmethod
-    def of(cls, s: HostState) -> HostStateItem:
-        return cls(s.name, s.status, s.reason, s.since, s.last_seen, list(s.tags), s.agent_version,
-                   s.driver_version, s.nvml_version, s.cuda_version, s.reported_hostname, s.backend)
-
-
-IngestItem: TypeAlias = FrameItem | HostStateItem
+IngestItem: TypeAlias = FrameItem | HostRecord
 
 
 @dataclass(slots=True)
@@ -333,7 +310,7 @@ class IngestState:
         mark = conn.execute("SELECT value FROM meta WHERE key = 'm1_upto'").fetchone()
         self._rolled = float(mark[0]) if mark is not None else float("-inf")
         for item in items:
-            if isinstance(item, HostStateItem):
+            if isinstance(item, HostRecord):
                 self._host_state(conn, item)
                 continue
             frame = item.frame
@@ -349,7 +326,7 @@ class IngestState:
                 hid = self.host_id(conn, item.host)
                 rows.host_seen[hid] = max(rows.host_seen.get(hid, item.received), item.received)
 
-    def _host_state(self, conn: sqlite3.Connection, s: HostStateItem) -> None:
+    def _host_state(self, conn: sqlite3.Connection, s: HostRecord) -> None:
         hid = self.host_id(conn, s.name)
         conn.execute(
             "UPDATE hosts SET status = ?1, reason = ?2, since = ?3, tags = ?4, "

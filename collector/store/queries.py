@@ -16,12 +16,12 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gpufleet.collector.model import HostRecord
 from gpufleet.collector.store.records import (
     AlertRecord,
     EventRow,
     GpuLatest,
     GpuSeries,
-    HostRow,
     ProcessRow,
     ProcessSpan,
     SeriesPoint,
@@ -40,11 +40,12 @@ def meta_float(conn: sqlite3.Connection, key: str) -> float | None:
 # -------------------------------------------------------------------------------------------- fleet
 
 
-def hosts(conn: sqlite3.Connection) -> list[HostRow]:
-    rows = conn.execute("SELECT name, status, reason, last_seen, agent_version, driver_version, tags "
+def hosts(conn: sqlite3.Connection) -> list[HostRecord]:
+    rows = conn.execute("SELECT name, status, reason, last_seen, agent_version, driver_version, tags, since, "
+                        "nvml_version, cuda_version, reported_hostname, backend "
                         "FROM hosts ORDER BY name").fetchall()
-    return [HostRow(name=r[0], status=r[1], reason=r[2], last_seen=r[3], agent_version=r[4],
-                    driver_version=r[5], tags=list(json.loads(r[6] or "[]"))) for r in rows]
+    return [HostRecord(r[0], r[1], r[2], r[3], r[4], r[5], list(json.loads(r[6] or "[]")), *r[7:])
+            for r in rows]
 
 
 def latest(conn: sqlite3.Connection, host: str | None) -> list[GpuLatest]:

@@ -12,17 +12,6 @@ AlertState = Literal["pending", "firing", "resolved"]
 
 
 @dataclass(slots=True)
-class HostRow:
-    name: str
-    status: str  # connecting | up | down
-    reason: str | None
-    last_seen: float | None
-    agent_version: str | None
-    driver_version: str | None
-    tags: list[str] = field(default_factory=list)
-
-
-@dataclass(slots=True)
 class ProcessRow:
     pid: int
     user: str | None

@@ -27,18 +27,18 @@ from gpufleet.agent import wire
 from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds
 from gpufleet.collector.errors import StorageError
 from gpufleet.collector.live import HostState
+from gpufleet.collector.model import HostRecord
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import jobs, nflog, queries, rollup, schema, slurm
 from gpufleet.collector.store._db import call, connect, is_corrupt, setup_reader, setup_writer, storage_error
 from gpufleet.collector.store.guard import FileGuard, check_sidecars
-from gpufleet.collector.store.ingest import ACCRUE_INTERVAL, FrameItem, HostStateItem, IngestState
+from gpufleet.collector.store.ingest import ACCRUE_INTERVAL, FrameItem, IngestState
 from gpufleet.collector.store.records import (
     AlertRecord,
     CapacityRow,
     EventRow,
     GpuLatest,
     GpuSeries,
-    HostRow,
     JobRecord,
     ProcessSpan,
     SilenceRecord,
@@ -258,7 +258,7 @@ class Store:
         self._w().put(FrameItem("heartbeat", host, beat, received))
 
     def submit_host_state(self, state: HostState) -> None:
-        self._w().put(HostStateItem.of(state))
+        self._w().put(HostRecord.of(state))
 
     async def flush(self) -> None:
         """Return once everything submitted so far is committed; StorageError/StorageFull if it cannot be."""
@@ -297,7 +297,7 @@ class Store:
                 self._writer.set_fault(f"the database file is damaged ({exc}); restore it from a backup")
             raise storage_error(exc, str(self.path)) from exc
 
-    async def hosts(self) -> list[HostRow]:
+    async def hosts(self) -> list[HostRecord]:
         return await self._read(queries.hosts)
 
     async def latest(self, host: str | None = None) -> list[GpuLatest]:

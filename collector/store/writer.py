@@ -34,10 +34,10 @@ from typing import Any, TypeAlias
 import aiosqlite
 from gpufleet.agent import wire
 from gpufleet.collector.errors import StorageError
+from gpufleet.collector.model import HostRecord
 from gpufleet.collector.store._db import call, in_tx, is_transient, rollback, storage_error
 from gpufleet.collector.store.ingest import (
     FrameItem,
-    HostStateItem,
     IngestItem,
     IngestState,
     Rows,
@@ -62,7 +62,7 @@ class JobItem:
     standalone: bool = False
 
 
-Item: TypeAlias = FrameItem | HostStateItem | FlushItem | JobItem
+Item: TypeAlias = FrameItem | HostRecord | FlushItem | JobItem
 
 
 @dataclass(slots=True)
@@ -362,7 +362,7 @@ class Writer:
         if len(batch) == 1 and isinstance(batch[0], JobItem) and batch[0].standalone:
             await self._standalone(batch[0])
             return
-        ingest = [i for i in batch if isinstance(i, (FrameItem, HostStateItem))]
+        ingest = [i for i in batch if isinstance(i, (FrameItem, HostRecord))]
         jobs = [i for i in batch if isinstance(i, JobItem)]
         flushes = [i for i in batch if isinstance(i, FlushItem)]
         totals = bool(flushes) and bool(self._state.totals)  # a flush means everything submitted is written

@@ -19,6 +19,7 @@ from typing import Any
 
 from gpufleet.agent import wire
 from gpufleet.collector.live import HostState, LiveView
+from gpufleet.collector.model import HostRecord
 from gpufleet.collector.settings import Config, HostConfig
 from gpufleet.collector.store.records import (
     AlertRecord,
@@ -26,7 +27,6 @@ from gpufleet.collector.store.records import (
     EventRow,
     GpuLatest,
     GpuSeries,
-    HostRow,
     ProcessRow,
     ProcessSpan,
     SeriesPoint,
@@ -208,9 +208,9 @@ class StandinStore:
         self.alerts: list[AlertRecord] = []
         self.shed_by_host: dict[str, int] = {}  # what the writer shed per host (none: keeping up)
 
-    async def hosts(self) -> list[HostRow]:
+    async def hosts(self) -> list[HostRecord]:
         return [
-            HostRow(
+            HostRecord(
                 name=h.name,
                 status=h.status,
                 reason=h.reason,

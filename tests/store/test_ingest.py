@@ -11,6 +11,7 @@ from builders import store_proc as proc
 from gpufleet.agent import wire
 from gpufleet.collector.classify import Thresholds
 from gpufleet.collector.live import HostState
+from gpufleet.collector.model import HostRecord
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import Store, Tuning
 from gpufleet.collector.store.usage import GAP_FACTOR
@@ -35,6 +36,18 @@ async def test_host_state_and_hello(store: Store) -> None:
     assert rows["h1"].last_seen == 1000.0
     assert rows["h2"].status == "down" and rows["h2"].reason == "connection refused"
     assert rows["h2"].last_seen is None
+
+
+async def test_a_host_record_goes_in_and_comes_back_whole(store: Store) -> None:
+    """One host record both ways (collector/model.py): what the writer stores of a HostState is what the
+    store's ``hosts`` answers, every field (the carry-over after a restart reads it)."""
+    state = HostState(name="h9", status="down", reason="ssh: refused", since=900.0, last_seen=950.0,
+                      tags=["h100"], agent_version="0.2.0", driver_version="550.54", nvml_version="12.550",
+                      cuda_version=12040, reported_hostname="node-9.lab", backend="nvml")
+    store.submit_host_state(state)
+    await store.flush()
+    (back,) = [h for h in await store.hosts() if h.name == "h9"]
+    assert back == HostRecord.of(state)
 
 
 async def test_latest_is_newest_sample_with_its_processes(store: Store) -> None:

@@ -48,6 +48,10 @@ NAMES: Final = frozenset(f.name for f in FIELDS)
 SPECS: Final = tuple(Spec(f.name, "gauge", f.doc, LABELS) for f in FIELDS)
 
 
+def _mib(used: int | None) -> float | None:
+    return None if used is None else used / MIB
+
+
 def _free_mib(total: int | None, used: int | None, reserved: int | None) -> float | None:
     if total is None or used is None:
         return None
@@ -63,30 +67,26 @@ def add_samples(scrape: Scrape, hosts: Iterable[HostState]) -> None:
             if g.error is not None:
                 continue  # a lost GPU has no readings; DCGM exports nothing for it either
             lab = _labels(h.name, g)
-            ls = scrape.label_string(LABELS, lab)
-
-            def put(name: str, value: float | None, lab: tuple[str, ...] = lab, ls: str = ls) -> None:
-                scrape.put(name, LABELS, lab, ls, value)
-
-            put("DCGM_FI_DEV_GPU_TEMP", g.temperature)
-            put("DCGM_FI_DEV_POWER_USAGE", g.power_draw)
-            put("DCGM_FI_DEV_SM_CLOCK", g.clock_sm)
-            put("DCGM_FI_DEV_MEM_CLOCK", g.clock_mem)
-            put("DCGM_FI_DEV_GPU_UTIL", g.util_gpu)
-            put("DCGM_FI_DEV_MEM_COPY_UTIL", g.util_mem)
-            put("DCGM_FI_DEV_FB_USED", None if g.memory_used is None else g.memory_used / MIB)
-            put("DCGM_FI_DEV_FB_FREE", _free_mib(g.memory_total, g.memory_used, g.memory_reserved))
-            put("DCGM_FI_DEV_XID_ERRORS", h.last_xid.get(g.index, 0))
-            put("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", g.ecc_uncorrected)
-            put("DCGM_FI_PROF_SM_ACTIVE", None if g.sm_active is None else g.sm_active / 100)
+            ls, put = scrape.label_string(LABELS, lab), scrape.put
+            put("DCGM_FI_DEV_GPU_TEMP", LABELS, lab, ls, g.temperature)
+            put("DCGM_FI_DEV_POWER_USAGE", LABELS, lab, ls, g.power_draw)
+            put("DCGM_FI_DEV_SM_CLOCK", LABELS, lab, ls, g.clock_sm)
+            put("DCGM_FI_DEV_MEM_CLOCK", LABELS, lab, ls, g.clock_mem)
+            put("DCGM_FI_DEV_GPU_UTIL", LABELS, lab, ls, g.util_gpu)
+            put("DCGM_FI_DEV_MEM_COPY_UTIL", LABELS, lab, ls, g.util_mem)
+            put("DCGM_FI_DEV_FB_USED", LABELS, lab, ls, _mib(g.memory_used))
+            put("DCGM_FI_DEV_FB_FREE", LABELS, lab, ls,
+                _free_mib(g.memory_total, g.memory_used, g.memory_reserved))
+            put("DCGM_FI_DEV_XID_ERRORS", LABELS, lab, ls, h.last_xid.get(g.index, 0))
+            put("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", LABELS, lab, ls, g.ecc_uncorrected)
+            put("DCGM_FI_PROF_SM_ACTIVE", LABELS, lab, ls, None if g.sm_active is None else g.sm_active / 100)
             for m in g.mig_instances:
                 # a MIG instance's series shares the device series' name, with two more labels (as DCGM does)
                 mlab = (*lab, str(m.gi_id), m.profile or "")
                 mls = scrape.label_string(MIG_LABELS, mlab)
-                scrape.put("DCGM_FI_DEV_FB_USED", MIG_LABELS, mlab, mls,
-                           None if m.memory_used is None else m.memory_used / MIB)
-                scrape.put("DCGM_FI_DEV_FB_FREE", MIG_LABELS, mlab, mls,
-                           _free_mib(m.memory_total, m.memory_used, None))
+                put("DCGM_FI_DEV_FB_USED", MIG_LABELS, mlab, mls, _mib(m.memory_used))
+                put("DCGM_FI_DEV_FB_FREE", MIG_LABELS, mlab, mls,
+                    _free_mib(m.memory_total, m.memory_used, None))
 
 
 def _labels(host: str, g: wire.GpuSample) -> tuple[str, ...]:

@@ -5,14 +5,14 @@ processes without a start time). It only ever reflects committed data plus the b
 batch rolls back the writer calls :meth:`IngestState.reset` and everything is re-read from the database, so
 a retried batch is converted again from the same starting point (no double-counted usage).
 
-Running totals -- process spans, GPU-hours (usage) and capacity -- are written every ``accrue_interval``
-seconds (10 by default; 0: with every batch, as before), not with every batch: they are upserts of one row a
-process or GPU-user-hour, so written each batch (every 0.5 s at fleet scale) they cost more than the samples.
-Between writes they are held in :class:`Totals`, merged only after the batch that produced them committed, so
-a rolled-back batch adds nothing twice. The trade-off: a reader of the file sees spans and GPU-hours up to
-``accrue_interval`` late, and a crash (kill -9, power) loses at most that much of those totals, never a
-sample. A flush someone awaits (:meth:`Store.flush`), a clean stop, and the store's own reads of spans and
-GPU-hours (``Writer.write_totals`` first) write them.
+Running totals -- process spans, GPU-hours (usage, per user and per Slurm job) and capacity -- are written
+every ``accrue_interval`` seconds (10 by default; 0: with every batch, as before), not with every batch: they
+are upserts of one row a process or GPU-user-hour, so written each batch (every 0.5 s at fleet scale) they
+cost more than the samples. Between writes they are held in :class:`Totals`, merged only after the batch that
+produced them committed, so a rolled-back batch adds nothing twice. The trade-off: a reader of the file sees
+spans and GPU-hours up to ``accrue_interval`` late, and a crash (kill -9, power) loses at most that much of
+those totals, never a sample. A flush someone awaits (:meth:`Store.flush`), a clean stop, and the store's own
+reads of spans and GPU-hours (``Writer.write_totals`` first) write them.
 
 A sample older than or equal to the GPU's newest one (a replay, or late) is still inserted with
 ``INSERT OR IGNORE`` but adds nothing to process spans or usage, so replays are idempotent. A sample for a
@@ -113,14 +113,15 @@ class Totals:
     spans: dict[tuple[int, int, float], SpanAcc] = field(default_factory=dict)
     usage: dict[UsageKey, list[float]] = field(default_factory=dict)
     capacity: dict[CapacityKey, list[float]] = field(default_factory=dict)
+    slurm_usage: dict[UsageKey, list[float]] = field(default_factory=dict)  # GPU-hours per Slurm job
 
     def __bool__(self) -> bool:
-        return bool(self.spans or self.usage or self.capacity)
+        return bool(self.spans or self.usage or self.capacity or self.slurm_usage)
 
     def take(self, rows: Rows) -> Totals:
         """Move ``rows``' totals out of it (they will be written later)."""
-        out = Totals(rows.spans, rows.usage, rows.capacity)
-        rows.spans, rows.usage, rows.capacity = {}, {}, {}
+        out = Totals(rows.spans, rows.usage, rows.capacity, rows.slurm_usage)
+        rows.spans, rows.usage, rows.capacity, rows.slurm_usage = {}, {}, {}, {}
         return out
 
     def put_into(self, rows: Rows) -> None:
@@ -134,6 +135,7 @@ class Totals:
                 _merge_span(new, old)
         _add_sums(rows.usage, self.usage, copy=True)
         _add_sums(rows.capacity, self.capacity, copy=True)
+        _add_sums(rows.slurm_usage, self.slurm_usage, copy=True)
 
     def absorb(self, newer: Totals) -> None:
         """Add a committed batch's totals (newer than these)."""
@@ -146,6 +148,7 @@ class Totals:
                 self.spans[key] = new
         _add_sums(self.usage, newer.usage, copy=False)
         _add_sums(self.capacity, newer.capacity, copy=False)
+        _add_sums(self.slurm_usage, newer.slurm_usage, copy=False)
 
 
 K = TypeVar("K")

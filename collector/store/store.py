@@ -341,6 +341,7 @@ class Store:
     async def slurm_usage(self, group: str, *, since: float, until: float,
                           host: str | None = None) -> list[SlurmUsageRow]:
         """GPU-hours per Slurm account or partition (hour granularity, like usage_by_user)."""
+        await self._totals_current()
         return await self._read(partial(slurm.usage_by, group=group, since=since, until=until, host=host))
 
     async def slurm_jobs(self, keys: list[tuple[str, str]]) -> dict[tuple[str, str], SlurmJobRow]:

@@ -1,5 +1,6 @@
-"""Running totals (process spans, GPU-hours) are written every ``Tuning.accrue_interval`` seconds, on an
-awaited flush and on a clean stop; never counted twice, whatever the interval."""
+"""Running totals (process spans, GPU-hours per user and per Slurm job) are written every
+``Tuning.accrue_interval`` seconds, on an awaited flush and on a clean stop; never counted twice, whatever the
+interval."""
 
 from __future__ import annotations
 
@@ -12,16 +13,20 @@ from builders import store_gpu as gpu
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import Store, Tuning
 
+Rows = list[tuple[object, ...]]
 
-def _totals(path: Path) -> tuple[list[tuple[object, ...]], list[tuple[object, ...]]]:
+
+def _totals(path: Path) -> tuple[Rows, Rows, Rows]:
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         spans = con.execute("SELECT pid, first_seen, last_seen, sm_sum, sm_count, max_gpu_memory "
                             "FROM processes ORDER BY pid").fetchall()
         usage = con.execute("SELECT user, round(held, 6), round(used, 6) FROM usage ORDER BY user").fetchall()
+        jobs = con.execute("SELECT job, round(held, 6), round(used, 6) FROM slurm_usage "
+                           "ORDER BY job").fetchall()
     finally:
         con.close()
-    return spans, usage
+    return spans, usage, jobs
 
 
 async def _committed(store: Store, n: int) -> None:
@@ -34,7 +39,7 @@ async def _committed(store: Store, n: int) -> None:
 
 
 def _sample(i: int) -> tuple[str, object, float]:
-    procs = [proc(7, "alice", mem_gib=1 + i % 3, sm=10 * (i % 5)), proc(8, "bob", mem_gib=2, sm=3)]
+    procs = [proc(7, "alice", mem_gib=1 + i % 3, sm=10 * (i % 5), job="700"), proc(8, "bob", mem_gib=2, sm=3)]
     return "h1", snap(gpu(0, util=40 + i, procs=procs), ts=100.0 + i), 0.0
 
 
@@ -74,9 +79,10 @@ async def test_the_same_totals_whatever_the_interval(tmp_path: Path) -> None:
         assert s._writer is not None and s._writer.commits > 3
         results.append(_totals(config.resolved_path()))
     assert results[0] == results[1]
-    spans, usage = results[0]
+    spans, usage, jobs = results[0]
     assert spans[0][:5] == (7, 100.0, 139.0, float(sum(10 * (i % 5) for i in range(40))), 40)
     assert usage[0][0] == "alice" and usage[0][1] == 39.0
+    assert jobs == [("700", usage[0][1], usage[0][2])]  # alice's only process is Slurm job 700
 
 
 async def test_reads_through_the_store_see_the_held_totals(config: StorageConfig) -> None:

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from gpufleet.collector.errors import ConfigError
@@ -136,6 +136,12 @@ async def respond(writer: asyncio.StreamWriter, status: int, body: bytes, conten
 
 # ----------------------------------------------------------------------------------------- server
 
+class InThread(Protocol):
+    """:meth:`HttpServer.in_thread`'s shape, for the parts of a server that build off its loop."""
+
+    def __call__(self, fn: Callable[..., _T], *args: Any) -> Awaitable[_T]: ...
+
+
 class HttpServer:
     """One listener speaking the little HTTP/1.1 above: bind, connection bound and tracking, shutdown.
 
@@ -165,7 +171,8 @@ class HttpServer:
         """``fn(*args)`` on this server's own two threads, never the default executor: whatever else holds
         those (getaddrinfo, a hanging library call) cannot delay a scrape or a page, nor they it."""
         if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix=f"gpufleet-{self.what}")
+            name = f"gpufleet-{self.what.replace(' ', '-')}"
+            self._executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix=name)
         return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args))
 
     @property

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import functools
 import hashlib
 import hmac
 import json
@@ -36,7 +37,7 @@ from importlib import resources
 from typing import Any, Protocol
 
 from gpufleet.collector import query
-from gpufleet.collector.aioserver import HttpServer
+from gpufleet.collector.aioserver import HttpServer, InThread
 from gpufleet.collector.classify import thresholds_of
 from gpufleet.collector.live import LiveView
 from gpufleet.collector.settings import Config, WebConfig
@@ -103,10 +104,11 @@ def sse(kind: str, seq: int, data: bytes) -> bytes:
 class Broadcaster:
     """Builds the page model for every open stream at once and sends each the same deltas."""
 
-    def __init__(self, source: WebSource, web: WebConfig, *, interval: float = 1.0,
+    def __init__(self, source: WebSource, web: WebConfig, *, in_thread: InThread, interval: float = 1.0,
                  soft_budget: int = 30_000, queue_size: int = 16,
                  clock: Callable[[], float] = time.time) -> None:
         self.source = source
+        self.in_thread = in_thread  # where builds run: the web server's own threads (HttpServer.in_thread)
         self.web = web
         self.interval = interval
         self.soft_budget = soft_budget  # bytes of changed readings per tick (structure always goes)
@@ -147,8 +149,8 @@ class Broadcaster:
 
     async def current(self) -> model.State:
         inp = await self.inputs()
-        return await asyncio.to_thread(model.build_state, inp, self.thresholds,
-                                       show_commands=self.web.show_commands)
+        return await self.in_thread(functools.partial(model.build_state, inp, self.thresholds,
+                                                      show_commands=self.web.show_commands))
 
     async def join(self, max_clients: int) -> tuple[Client, bytes] | None:
         """A new stream and its first event (the full state the deltas then apply to); None when
@@ -162,7 +164,7 @@ class Broadcaster:
                 self._full = None
             if self._full is None or self._full[0] != self.seq:
                 sent, seq = self.sent, self.seq
-                self._full = (seq, await asyncio.to_thread(model.encode_state, sent, seq))
+                self._full = (seq, await self.in_thread(model.encode_state, sent, seq))
             client = Client(self.queue_size)
             self.clients.add(client)
             first = sse("full", self.seq, self._full[1])
@@ -191,7 +193,8 @@ class Broadcaster:
                 return
             started = time.perf_counter()
             cur = await self.current()
-            body, deferred = await asyncio.to_thread(model.diff, self.sent, cur, soft_budget=self.soft_budget)
+            body, deferred = await self.in_thread(
+                functools.partial(model.diff, self.sent, cur, soft_budget=self.soft_budget))
             self.stats["deferred"] = deferred
             self.stats["tick_ms_max"] = max(self.stats["tick_ms_max"], (time.perf_counter() - started) * 1000)
             if body is None:
@@ -230,7 +233,8 @@ class WebServer(HttpServer):
         self.source = source
         self.web = web
         self.heartbeat = heartbeat
-        self.broadcaster = Broadcaster(source, web, interval=interval, soft_budget=soft_budget)
+        self.broadcaster = Broadcaster(source, web, interval=interval, soft_budget=soft_budget,
+                                       in_thread=self.in_thread)
         self._assets = {name: _asset(name) for name in STATIC}
         self._cookie = (hmac.new(web.token.encode(), b"gpufleet-web-cookie", hashlib.sha256).hexdigest()
                         if web.token else None)

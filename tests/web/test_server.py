@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import threading
 import time
+from typing import Any
 
 import pytest
 from gpufleet.collector.classify import thresholds_of
@@ -97,6 +99,25 @@ async def test_a_stream_that_does_not_read_is_dropped_and_the_others_go_on() -> 
         assert deltas >= 5
         stuck.close()
         writer.close()
+
+
+async def test_the_stream_builds_on_the_servers_own_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page's builds never queue on the default executor that getaddrinfo and library calls share
+    (issue 11.2): they run on the web server's own threads."""
+    built_on: list[str] = []
+    real = model.build_state
+
+    def spy(*args: Any, **kw: Any) -> Any:
+        built_on.append(threading.current_thread().name)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(model, "build_state", spy)
+    src = Source(hosts=4, gpus=2)
+    async with WebServer(src, WebConfig(enabled=True, listen="127.0.0.1:0"), interval=0.02) as srv:
+        reader, writer = await _open_stream(srv.port)
+        await asyncio.wait_for(reader.readuntil(b"event: full"), 10)  # the page's first state, built
+        writer.close()
+    assert built_on and all(name.startswith("gpufleet-web-page") for name in built_on), built_on
 
 
 async def test_streams_are_capped_and_only_get_is_served() -> None:

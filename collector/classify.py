@@ -172,8 +172,14 @@ def waste_users(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> list[str]:
     """Every user whose holding of this sample is waste, by any waste rule: idle or stuck holders (``wasted``)
     and zombies still holding at least ``min_memory_bytes`` (``stale``). GPU-hours "wasted" counts these;
     orphaned memory is credited to the last holders by the accounting (it needs the GPU's past)."""
-    users = set(wasting_users(g, t))
-    for p in g.processes:
+    return waste_of(activity(g, t), holders(g, t), g.processes, t)
+
+
+def waste_of(kind: Activity | None, held: Mapping[str, Any], processes: Sequence[Any],
+             t: Thresholds = DEFAULT_THRESHOLDS) -> list[str]:
+    """:func:`waste_users` from a sample's activity and holders already worked out (collector/facts.py)."""
+    users = set(held) if kind in ("idle", "stuck") else set()
+    for p in processes:
         if is_zombie(p) and p.gpu_memory is not None and p.gpu_memory >= t.min_memory_bytes:
             users.add(user_of(p))
     return sorted(users)

@@ -97,13 +97,15 @@ class Collector:
         from gpufleet.collector.alerts.engine import AlertEngine
         from gpufleet.collector.api import QueryServer
         from gpufleet.collector.classify import thresholds_of
+        from gpufleet.collector.facts import FleetFacts
         from gpufleet.collector.jobs import JobTracker
         from gpufleet.collector.notify import NotificationDispatcher, build_notifiers
         from gpufleet.collector.store.store import Store, Tuning
         from gpufleet.collector.transport.manager import FleetTransport
 
         cfg = self.config
-        self._store = await Store.open(cfg.storage, thresholds=thresholds_of(cfg.rules),
+        thresholds = thresholds_of(cfg.rules)  # the one classification's, for the store, rules and jobs
+        self._store = await Store.open(cfg.storage, thresholds=thresholds,
                                        tuning=Tuning.for_fleet(len(cfg.hosts)))
         try:
             seeded = self.live.carry_over(await self._store.hosts(), await self._store.latest())
@@ -114,7 +116,9 @@ class Collector:
             self._dispatcher = NotificationDispatcher(
                 notifiers, queue_size=cfg.alerting.queue_size, clock=self.clock, store=self._store,
                 backoff=cfg.alerting.retry_backoff, max_backoff=cfg.alerting.retry_backoff_max)
-            self._alerts = AlertEngine(cfg, self._store, clock=self.clock, dispatcher=self._dispatcher)
+            facts = FleetFacts(thresholds)  # each snapshot classified once for the rules and the job tracker
+            self._alerts = AlertEngine(cfg, self._store, clock=self.clock, dispatcher=self._dispatcher,
+                                       facts=facts)
             self._store.on_health_change = self._alerts.storage_health
             self._store.on_overload_change = self._alerts.collector_overload
             await self._alerts.start()
@@ -134,7 +138,7 @@ class Collector:
 
             self._jobs = JobTracker(self._store.save_jobs, flags=self.gpu_flags,
                                     intervals={h.name: h.interval for h in cfg.hosts},
-                                    thresholds=thresholds_of(cfg.rules),
+                                    facts=facts,
                                     note=self._job_note if cfg.alerting.job_notes else None)
             self.live.listeners = [self._store, self._alerts, self._jobs]
             self._transport = FleetTransport(cfg.hosts, self.live, clock=self.clock,

@@ -34,12 +34,18 @@ def job_key(host: str, p: Any) -> str:
 
 def group_key(host: str, p: Any) -> str:
     """The job key, with processes of one launcher (same parent, same command but digits) grouped."""
+    return keys(host, p)[1]
+
+
+def keys(host: str, p: Any) -> tuple[str, str]:
+    """(:func:`job_key`, :func:`group_key`) of a process, the job key worked out once for both."""
+    job = job_key(host, p)
     if getattr(p, "job", None) or getattr(p, "container", None):
-        return job_key(host, p)
+        return job, job
     ppid = getattr(p, "ppid", None)
     if ppid in _NO_LAUNCHER:
-        return job_key(host, p)
-    return _launcher_key(host, ppid, getattr(p, "command", None) or "")
+        return job, job
+    return job, _launcher_key(host, ppid, getattr(p, "command", None) or "")
 
 
 @lru_cache(maxsize=8192)  # the same processes recur every sample

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from gpufleet.agent import wire
-from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds, user_of, waste_users
-from gpufleet.collector.jobkey import job_key
+from gpufleet.collector.classify import DEFAULT_THRESHOLDS, user_of
+from gpufleet.collector.facts import FleetFacts
 from gpufleet.collector.live import HostState
 from gpufleet.collector.procname import short_command
 from gpufleet.collector.store.records import JobRecord
@@ -57,7 +57,7 @@ class _Job:
     first_seen: float
     seen: dict[str, float] = field(default_factory=dict)  # host -> last snapshot that showed the job
     present: set[str] = field(default_factory=set)  # hosts still showing it (not gone for GONE_INTERVALS)
-    gpus: set[str] = field(default_factory=set)  # "host:index"
+    gpus: set[tuple[str, int]] = field(default_factory=set)  # (host, GPU index)
     held: float = 0.0  # GPU-seconds
     util_seconds: float = 0.0  # sum of util * seconds over the held seconds with a util
     util_held: float = 0.0  # the held seconds that had a util
@@ -70,7 +70,8 @@ class _Job:
         hosts = sorted(self.seen)
         return JobRecord(
             key=self.key, user=self.user, started=self.started, ended=max(self.seen.values()),
-            hosts=hosts, gpus=sorted(self.gpus), command=self.command, gpu_hours=self.held / 3600.0,
+            hosts=hosts, gpus=[f"{h}:{i}" for h, i in sorted(self.gpus)], command=self.command,
+            gpu_hours=self.held / 3600.0,
             mean_util=self.util_seconds / self.util_held if self.util_held else None,
             peak_util=self.peak_util, peak_memory=self.peak_memory,
             waste_pct=100.0 * self.wasted / self.held if self.held else None,
@@ -82,12 +83,13 @@ class JobTracker:
 
     def __init__(self, save: Save | None, *, flags: GpuFlags | None = None,
                  intervals: dict[str, float] | None = None,
-                 thresholds: Thresholds = DEFAULT_THRESHOLDS, note: Note | None = None) -> None:
+                 facts: FleetFacts | None = None, note: Note | None = None) -> None:
         self.save = save
         self.note = note
         self.flags = flags
         self.intervals = intervals or {}  # host -> sampling interval (default 1 s)
-        self.thresholds = thresholds
+        #: a snapshot's job keys and waste, shared with the alert engine (whoever asks first works them out)
+        self.facts = facts if facts is not None else FleetFacts(DEFAULT_THRESHOLDS)
         self.jobs: dict[str, _Job] = {}
         self._on_host: dict[str, set[str]] = {}  # host -> keys of the jobs it still shows (present)
         self.finished: list[JobRecord] = []  # every record handed to save (tests, metrics)
@@ -112,24 +114,32 @@ class JobTracker:
             log.exception("job tracker failed on a frame from %s", host)
 
     def observe(self, host: str, snap: wire.Snapshot, now: float) -> None:
-        t = self.thresholds
         if self.flags is not None and abs(now - self._flags_at) >= FLAGS_EVERY:
             self._flags, self._flags_at = self.flags(), now
         shown: set[str] = set()
-        for g in snap.gpus:
+        on_host = self._on_host.setdefault(host, set())
+        for gf in self.facts.of(host, snap).gpus:
+            g = gf.gpu
             if g.error is not None:
                 continue
             last = self._last_sample.get((host, g.uuid))
             seconds, typical = credit(now - last[0], last[1]) if last is not None else (0.0, None)
             self._last_sample[(host, g.uuid)] = (now, typical)
             mine: dict[str, list[wire.ProcessSample]] = {}
+            jobs = gf.jobs
             for p in g.processes:
                 if p.gpu_memory is None or p.gpu_memory > 0:
-                    mine.setdefault(job_key(host, p), []).append(p)
+                    key = jobs[p.pid]
+                    if key in mine:
+                        mine[key].append(p)
+                    else:
+                        mine[key] = [p]
             if not mine:
                 continue
-            wasting = set(waste_users(g, t))
-            fired = self._flags.get((host, g.index), set())
+            wasting = gf.waste
+            fired = self._flags.get((host, g.index))
+            util = g.util_gpu
+            where = (host, g.index)
             for key, procs in mine.items():
                 shown.add(key)
                 job = self.jobs.get(key)
@@ -140,17 +150,19 @@ class JobTracker:
                                                 short_command(p.command, 120), now)
                 job.seen[host] = now
                 job.present.add(host)
-                self._on_host.setdefault(host, set()).add(key)
-                job.gpus.add(f"{host}:{g.index}")
+                on_host.add(key)
+                job.gpus.add(where)
                 memory = sum(q.gpu_memory or 0 for q in procs)
-                job.peak_memory = memory if job.peak_memory is None else max(job.peak_memory, memory)
-                if g.util_gpu is not None:
-                    job.peak_util = max(job.peak_util or 0.0, float(g.util_gpu))
-                job.diagnoses |= fired
+                if job.peak_memory is None or memory > job.peak_memory:
+                    job.peak_memory = memory
+                if util is not None and (job.peak_util is None or util > job.peak_util):
+                    job.peak_util = float(util)
+                if fired:
+                    job.diagnoses |= fired
                 if seconds > 0:
                     job.held += seconds
-                    if g.util_gpu is not None:
-                        job.util_seconds += seconds * g.util_gpu
+                    if util is not None:
+                        job.util_seconds += seconds * util
                         job.util_held += seconds
                     if job.user in wasting:
                         job.wasted += seconds

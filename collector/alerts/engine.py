@@ -29,6 +29,8 @@ from gpufleet.collector.alerts.grouping import Grouper
 from gpufleet.collector.alerts.lifecycle import Lifecycle, needs_resolved_notice
 from gpufleet.collector.alerts.notes import UserNotes
 from gpufleet.collector.alerts.silences import Silences, SilenceStore, inhibited
+from gpufleet.collector.classify import thresholds_of
+from gpufleet.collector.facts import FleetFacts
 from gpufleet.collector.live import HostState
 from gpufleet.collector.notify.base import Notification
 from gpufleet.collector.rules.base import HostContext
@@ -57,13 +59,15 @@ class AlertEngine:
     """Rules + alert lifecycle + notification scheduling. A FleetSink (collector/live.py)."""
 
     def __init__(self, config: Config, store: AlertStore | None, *, clock: Callable[[], float] = time.time,
-                 dispatcher: NotificationDispatcher | None = None) -> None:
+                 dispatcher: NotificationDispatcher | None = None, facts: FleetFacts | None = None) -> None:
         self.config = config
         self.alerting = config.alerting
         self.store = store
         self.clock = clock
         self.dispatcher = dispatcher
-        self.rules = build_rules(config.rules)
+        #: each host's latest snapshot classified once for every rule (and the job tracker, which shares it)
+        self.facts = facts if facts is not None else FleetFacts(thresholds_of(config.rules))
+        self.rules = build_rules(config.rules, self.facts.thresholds)
         self._counters: dict[str, int] = {"alerts_fired": 0, "alerts_resolved": 0, "notifications": 0,
                                           "user_notifications": 0, "save_errors": 0}
         self._hosts: dict[str, HostContext] = {}
@@ -189,6 +193,7 @@ class AlertEngine:
         ctx.last_frame = received
         if isinstance(frame, wire.Snapshot):
             ctx.snapshot, ctx.snapshot_received = frame, received
+            ctx.facts = self.facts.of(host, frame)
             for g in frame.gpus:
                 ctx.uuids[g.index] = g.uuid
             for rule in self.rules.values():

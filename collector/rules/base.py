@@ -16,6 +16,7 @@ from typing import Any, ClassVar, Final
 from gpufleet.agent import wire
 from gpufleet.collector import procname
 from gpufleet.collector.classify import Thresholds
+from gpufleet.collector.facts import SnapshotFacts
 from gpufleet.collector.live import HostState
 from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig, Selector
 from gpufleet.collector.store.records import AlertRecord
@@ -56,6 +57,7 @@ class HostContext:
     snapshot_received: float | None = None
     last_frame: float | None = None  # when any frame last arrived
     uuids: dict[int, str] = field(default_factory=dict)  # index -> uuid, from hello and snapshots
+    facts: SnapshotFacts | None = None  # the latest snapshot classified (the engine's FleetFacts)
 
 
 class Rule:
@@ -92,6 +94,15 @@ class Rule:
     def param_float(self, key: str, default: float) -> float:
         value = self.params.get(key, default)
         return float(value) if isinstance(value, (int, float)) else default
+
+    def facts(self, ctx: HostContext, snapshot: wire.Snapshot) -> SnapshotFacts:
+        """The snapshot classified under this rule's thresholds: the engine's shared answer (``ctx.facts``)
+        where it is this snapshot's under the same thresholds (always, for a config-built engine), else
+        worked out here (a rule built by hand with its own params)."""
+        facts = ctx.facts
+        if facts is None or not facts.agrees(snapshot, self.thresholds):
+            facts = ctx.facts = SnapshotFacts.build(ctx.name, snapshot, self.thresholds)
+        return facts
 
     def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
         """Update internal state from a new snapshot (``ctx.snapshot`` is already this one)."""

@@ -32,7 +32,7 @@ from gpufleet.collector.rules.base import (
     short_command,
     slurm_annotations,
 )
-from gpufleet.collector.rules.series import Window
+from gpufleet.collector.rules.series import Window, WindowMean
 from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.units import fmt_bytes, fmt_duration
 
@@ -41,18 +41,9 @@ ProcKey = tuple[int, float | None]  # pid, start time
 
 @dataclass(slots=True)
 class _ProcTrack:
-    window: Window[float]  # mean util of the GPUs the process holds, per sample
+    util: WindowMean  # mean util of the GPUs the process holds, per sample
     gpu: wire.GpuSample  # the first GPU it holds, latest sample
     proc: wire.ProcessSample
-    total: float = 0.0  # sum of the window's values
-
-    def add(self, ts: float, util: float) -> None:
-        dropped = self.window.add(ts, util)
-        if dropped is not None:
-            self.total += util - sum(dropped)
-
-    def mean(self) -> float:
-        return self.total / len(self.window) if len(self.window) else 0.0
 
 
 class UnderusedRule(Rule):
@@ -67,19 +58,20 @@ class UnderusedRule(Rule):
         old = self._procs.get(ctx.name, {})
         procs = self._procs[ctx.name] = {}  # processes gone from the snapshot drop out
         utils: dict[ProcKey, list[float]] = {}
-        for g in snapshot.gpus:
+        for gf in self.facts(ctx, snapshot).gpus:
+            g = gf.gpu
             if g.error or g.util_gpu is None:
                 continue
-            for plist in holders(g, self.thresholds).values():
+            for plist in gf.holders.values():
                 for p in plist:
                     key = (p.pid, p.start_time)
                     utils.setdefault(key, []).append(float(g.util_gpu))
                     if key not in procs:
-                        track = old.get(key) or _ProcTrack(Window(span), g, p)
+                        track = old.get(key) or _ProcTrack(WindowMean(span), g, p)
                         track.gpu, track.proc = g, p
                         procs[key] = track
         for key, values in utils.items():
-            procs[key].add(now, sum(values) / len(values))
+            procs[key].util.add(now, sum(values) / len(values))
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
@@ -88,9 +80,9 @@ class UnderusedRule(Rule):
         idle_below = self.thresholds.util_below  # under this the GPU is idle: the wasted rule's case
         out: list[Condition] = []
         for track in self._procs.get(ctx.name, {}).values():
-            if not track.window.full():
+            if not track.util.full():
                 continue
-            mean = track.mean()
+            mean = track.util.mean()
             if idle_below <= mean < below:
                 out.append(self._condition(ctx.name, track, mean))
         return out

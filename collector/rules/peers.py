@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpufleet.agent import wire
-from gpufleet.collector.classify import activity, holders, user_of
-from gpufleet.collector.jobkey import group_key, job_label
+from gpufleet.collector.classify import user_of
+from gpufleet.collector.jobkey import job_label
 from gpufleet.collector.rules.base import (
     DURATION,
     Condition,
@@ -60,6 +60,7 @@ class _HostPart:
     seen: float
     keep_for: float
     gpus: dict[str, _PeerGpu] = field(default_factory=dict)  # uuid -> GPU
+    by_group: dict[str, list[_PeerGpu]] = field(default_factory=dict)  # job group -> its GPUs here
 
 
 class IdlePeersRule(Rule):
@@ -74,24 +75,26 @@ class IdlePeersRule(Rule):
         span = self.param_float("window", 60.0)
         old = self._hosts.get(ctx.name)
         part = self._hosts[ctx.name] = _HostPart(now, 3 * ctx.interval + 5.0)
-        t = self.thresholds
-        for g in snapshot.gpus:
-            kind = activity(g, t)
+        for gf in self.facts(ctx, snapshot).gpus:
+            g, kind = gf.gpu, gf.activity
             if kind is None:
                 continue
             prev = old.gpus.get(g.uuid) if old is not None else None
             peer = prev or _PeerGpu(Window(span), g)
             peer.sample, peer.groups = g, {}
             peer.add(now, kind)
-            for procs in holders(g, t).values():
+            groups = gf.groups
+            for procs in gf.holders.values():
                 for p in procs:
-                    peer.groups.setdefault(group_key(ctx.name, p), []).append(p)
+                    peer.groups.setdefault(groups[p.pid], []).append(p)
             part.gpus[g.uuid] = peer
+            for key in peer.groups:
+                part.by_group.setdefault(key, []).append(peer)
         self._index(ctx.name, old, part)
 
     def _index(self, host: str, old: _HostPart | None, new: _HostPart | None) -> None:
-        before = {k for peer in old.gpus.values() for k in peer.groups} if old is not None else set()
-        after = {k for peer in new.gpus.values() for k in peer.groups} if new is not None else set()
+        before = old.by_group.keys() if old is not None else set()
+        after = new.by_group.keys() if new is not None else set()
         for key in before - after:
             hosts = self._members.get(key)
             if hosts is not None:
@@ -108,17 +111,20 @@ class IdlePeersRule(Rule):
         mine = self._hosts.get(ctx.name)
         if ctx.snapshot is None or mine is None:
             return None
+        min_gpus = int(self.param_float("min_gpus", 2))
         # job group -> every (host, GPU) it holds, across hosts
         members: dict[str, list[tuple[str, _PeerGpu]]] = {}
-        for key in {k for peer in mine.gpus.values() for k in peer.groups}:
+        for key, here in mine.by_group.items():
+            hosts = self._members.get(key, ())
+            if len(hosts) == 1 and len(here) < min_gpus:
+                continue  # one GPU of one host: no peers (the common case, a job per GPU)
             gpus = members[key] = []
-            for host in sorted(self._members.get(key, ())):
+            for host in sorted(hosts):
                 part = self._hosts.get(host)
                 if part is None or now - part.seen > part.keep_for:
                     self._drop(host)  # gone quiet
                     continue
-                gpus.extend((host, peer) for peer in part.gpus.values() if key in peer.groups)
-        min_gpus = int(self.param_float("min_gpus", 2))
+                gpus.extend((host, peer) for peer in part.by_group.get(key, ()))
         out: list[Condition] = []
         for key, gpus in sorted(members.items()):
             if len(gpus) < min_gpus or not all(peer.window.full() for _, peer in gpus):

@@ -32,14 +32,15 @@ RULE_TYPES: dict[str, type[Rule]] = {
 assert set(RULE_TYPES) == set(DEFAULT_RULES), "every default rule needs an implementation"
 
 
-def build_rules(configs: dict[str, RuleConfig]) -> dict[str, Rule]:
-    """The enabled rules; a rule missing from ``configs`` runs with its defaults."""
+def build_rules(configs: dict[str, RuleConfig], thresholds: Thresholds | None = None) -> dict[str, Rule]:
+    """The enabled rules; a rule missing from ``configs`` runs with its defaults. ``thresholds``: the
+    classification's as the configs set them (passed by a caller that shares the one object)."""
     unknown = set(configs) - set(RULE_TYPES)
     if unknown:
         raise ConfigError(f"unknown rule(s): {', '.join(sorted(unknown))}", key="rules")
     rules: dict[str, Rule] = {}
     # every rule classifies samples alike: the wasted/idle/orphaned_memory thresholds as configured
-    fleet = Thresholds.from_rules({name: cfg.params for name, cfg in configs.items()})
+    fleet = thresholds or Thresholds.from_rules({name: cfg.params for name, cfg in configs.items()})
     for name, cls in RULE_TYPES.items():
         cfg = configs.get(name) or RuleConfig(name=name)
         if cfg.enabled:

@@ -43,6 +43,10 @@ class Window(Generic[T]):
         """Seconds between the oldest and newest point."""
         return self._points[-1][0] - self._points[0][0] if len(self._points) > 1 else 0.0
 
+    def oldest(self) -> float | None:
+        """When the oldest point was added (None: empty)."""
+        return self._points[0][0] if self._points else None
+
     def full(self) -> bool:
         """The samples span (almost) the whole window: a verdict over it means something."""
         return self.covered() >= COVERAGE * self.span
@@ -52,3 +56,45 @@ class Window(Generic[T]):
 
     def __len__(self) -> int:
         return len(self._points)
+
+
+class WindowMean:
+    """The mean of the values of the last ``span`` seconds, at O(1) per value however fast they come.
+
+    Values are summed into buckets of ``span / buckets`` seconds, and the :class:`Window` holds the closed
+    buckets' (sum, count): every value counts (no sample is skipped, so a sawtooth cannot alias into the
+    mean), and a value costs a few additions until its bucket closes. The mean includes the open bucket.
+    """
+
+    __slots__ = ("window", "step", "total", "count", "_open_ts", "_open_sum", "_open_n")
+
+    def __init__(self, span: float, buckets: int = 256) -> None:
+        self.window: Window[tuple[float, int]] = Window(span, cap=buckets)
+        self.step = self.window.span / buckets
+        self.total = 0.0  # sum of every value in the window and the open bucket
+        self.count = 0
+        self._open_ts = float("-inf")
+        self._open_sum = 0.0
+        self._open_n = 0
+
+    def add(self, ts: float, value: float) -> None:
+        if ts - self._open_ts >= self.step:
+            if self._open_n:
+                bucket = (self._open_sum, self._open_n)
+                dropped = self.window.add(self._open_ts, bucket)
+                for old_sum, old_n in [bucket] if dropped is None else dropped:  # None: not kept
+                    self.total -= old_sum
+                    self.count -= old_n
+            self._open_ts, self._open_sum, self._open_n = ts, 0.0, 0
+        self._open_sum += value
+        self._open_n += 1
+        self.total += value
+        self.count += 1
+
+    def mean(self) -> float:
+        return self.total / self.count if self.count else 0.0
+
+    def full(self) -> bool:
+        """The values span (almost) the whole window (see :meth:`Window.full`), the open bucket included."""
+        oldest = self.window.oldest()
+        return oldest is not None and self._open_ts - oldest >= COVERAGE * self.window.span

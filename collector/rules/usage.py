@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass
 
 from gpufleet.agent import wire
-from gpufleet.collector.classify import activity, holders, is_free, is_zombie, orphaned_bytes, user_of
+from gpufleet.collector.classify import holders, is_free, is_zombie, orphaned_bytes, user_of
 from gpufleet.collector.rules.base import (
     DURATION,
     Condition,
@@ -84,10 +84,9 @@ class WastedRule(Rule):
         tau = 5 * max(tolerance, 1.0)
         old = self._streaks.get(ctx.name, {})
         streaks = self._streaks[ctx.name] = {}  # GPUs gone from the snapshot drop out
-        t = self.thresholds
-        for g in snapshot.gpus:
-            streak = streaks[g.uuid] = old.get(g.uuid) or _Streak()
-            kind = activity(g, t)
+        for gf in self.facts(ctx, snapshot).gpus:
+            streak = streaks[gf.gpu.uuid] = old.get(gf.gpu.uuid) or _Streak()
+            kind = gf.activity
             if kind is not None:
                 dt = min(max(now - streak.seen, 0.0), tau) if streak.seen is not None else 0.0
                 weight = 1.0 - math.exp(-dt / tau)
@@ -109,14 +108,14 @@ class WastedRule(Rule):
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
             return None
-        t = self.thresholds
         out: list[Condition] = []
         streaks = self._streaks.get(ctx.name, {})
-        for g in ctx.snapshot.gpus:
+        for gf in self.facts(ctx, ctx.snapshot).gpus:
+            g = gf.gpu
             streak = streaks.get(g.uuid)
             if streak is None or streak.low_since is None:
                 continue
-            for user, procs in sorted(holders(g, t).items()):
+            for user, procs in sorted(gf.holders.items()):
                 out.append(self._condition(ctx.name, g, user, procs, streak.stuck))
         return out
 
@@ -263,24 +262,30 @@ class StaleRule(Rule):
             return None
         idle_needed = self.param_float("no_session_idle", 3600.0)
         out: list[Condition] = []
+        unused_since = self._unused_since.get(ctx.name, {})
         for g in ctx.snapshot.gpus:
             for p in g.processes:
-                mem = f"holding {fmt_bytes(p.gpu_memory)}" if p.gpu_memory else "holding a GPU context"
-                who = f"{user_of(p)}'s {short_command(p.command)} (pid {p.pid}) on {ctx.name} GPU {g.index}"
                 if is_zombie(p) and (p.gpu_memory is None or p.gpu_memory > 0):
-                    out.append(self._cond(ctx.name, g, p, "zombie", f"{who} is a zombie {mem}",
+                    who = self._who(ctx.name, g, p)
+                    out.append(self._cond(ctx.name, g, p, "zombie", f"{who} is a zombie {_holding(p)}",
                                           "The process exited but was not reaped; the GPU memory stays "
                                           "allocated until its parent reaps it or is killed."))
                     continue
-                since = self._unused_since.get(ctx.name, {}).get((g.uuid, p.pid, p.start_time))
-                if p.ppid == 1 and since is not None and now - since >= idle_needed:
+                if p.ppid != 1:
+                    continue
+                since = unused_since.get((g.uuid, p.pid, p.start_time))
+                if since is not None and now - since >= idle_needed:
                     out.append(self._cond(
                         ctx.name, g, p, "orphaned",
-                        f"{who} lost its session (parent is init) and has not used the GPU for "
-                        f"{fmt_duration(now - since)}, {mem}",
+                        f"{self._who(ctx.name, g, p)} lost its session (parent is init) and has not used the "
+                        f"GPU for {fmt_duration(now - since)}, {_holding(p)}",
                         "Its launching shell or job step is gone; it is most likely forgotten.",
                     ))
         return out
+
+    @staticmethod
+    def _who(host: str, g: wire.GpuSample, p: wire.ProcessSample) -> str:
+        return f"{user_of(p)}'s {short_command(p.command)} (pid {p.pid}) on {host} GPU {g.index}"
 
     def _cond(self, host: str, g: wire.GpuSample, p: wire.ProcessSample, reason: str, summary: str,
               description: str) -> Condition:
@@ -315,6 +320,10 @@ class StaleRule(Rule):
 
     def forget_host(self, host: str) -> None:
         self._unused_since.pop(host, None)
+
+
+def _holding(p: wire.ProcessSample) -> str:
+    return f"holding {fmt_bytes(p.gpu_memory)}" if p.gpu_memory else "holding a GPU context"
 
 
 class OrphanedMemoryRule(Rule):

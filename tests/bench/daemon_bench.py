@@ -76,7 +76,9 @@ def run_size(hosts: int, args: argparse.Namespace, work: Path) -> dict[str, Any]
     assert sim.stdout is not None
     json.loads(sim.stdout.readline())  # the fleet is listening and the config is written
     env = {**os.environ, "HOME": str(d), "XDG_RUNTIME_DIR": str(d / "run"), "XDG_DATA_HOME": str(d / "data")}
-    coll = subprocess.Popen([sys.executable, "-m", "gpufleet.cli.main", "collector", "run", "-c", str(cfg)],
+    profile = ["-m", "cProfile", "-o", str(args.profile)] if args.profile else []  # the loop's thread only
+    coll = subprocess.Popen([sys.executable, *profile, "-m", "gpufleet.cli.main", "collector", "run", "-c",
+                             str(cfg)],
                             env=env, stdout=subprocess.DEVNULL, stderr=open(d / "collector.log", "wb"))
     sock = str(d / "fleet" / "api.sock")
     try:
@@ -137,6 +139,8 @@ def main() -> int:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--procs", type=int, default=8, help="processes per GPU")
     ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--profile", type=Path, help="run the collector under cProfile, stats to this file "
+                    "(its figures are then not the daemon's)")
     args = ap.parse_args()
     floor = _floor_ms(args.gpus, args.procs)
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs; frames of {args.gpus} GPUs x "

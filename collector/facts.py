@@ -1,0 +1,76 @@
+"""What the one classification (collector/classify.py) says of a whole snapshot, worked out once per snapshot.
+
+Every rule, and the job tracker, asks the same questions of each GPU sample: what is it doing, who holds it,
+whose holding is waste, which job each process belongs to. Asked separately, a snapshot of 8 GPUs x 8
+processes had its holders worked out five times and its job keys twice (issue 13's profile: per-process
+Python was most of the loop's cost). Here they are answered once, and :class:`FleetFacts` keeps each host's
+latest answer, so whoever asks first pays and the others read (the alert engine asks first, the job tracker
+after it: collector/daemon.py shares one instance).
+
+The answers are classify's and jobkey's, never a second definition: :meth:`SnapshotFacts.build` calls
+:func:`~gpufleet.collector.classify.activity`, :func:`~gpufleet.collector.classify.holders`,
+:func:`~gpufleet.collector.classify.waste_of` and :func:`~gpufleet.collector.jobkey.keys`. Samples are not
+changed after decode, so an answer stays true for its snapshot; a new snapshot (another object) is worked
+out afresh.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpufleet.agent import wire
+from gpufleet.collector.classify import Activity, Thresholds, activity, holders, waste_of
+from gpufleet.collector.jobkey import keys
+
+
+@dataclass(slots=True)
+class GpuFacts:
+    """One GPU sample, classified. ``jobs`` and ``groups`` are keyed by pid (one entry per process on it)."""
+
+    gpu: wire.GpuSample
+    activity: Activity | None
+    holders: dict[str, list[wire.ProcessSample]]  # user -> live processes holding min_memory (classify)
+    waste: list[str]  # users whose holding is waste (classify.waste_of): GPU-hours' and jobs' "wasted"
+    jobs: dict[int, str]  # pid -> job key (jobkey.job_key)
+    groups: dict[int, str]  # pid -> group key (jobkey.group_key), for idle_peers
+
+
+@dataclass(slots=True)
+class SnapshotFacts:
+    host: str
+    snapshot: wire.Snapshot
+    thresholds: Thresholds
+    gpus: list[GpuFacts]
+
+    @classmethod
+    def build(cls, host: str, snapshot: wire.Snapshot, thresholds: Thresholds) -> SnapshotFacts:
+        gpus = []
+        for g in snapshot.gpus:
+            kind = activity(g, thresholds)
+            held = holders(g, thresholds)
+            jobs, groups = {}, {}
+            for p in g.processes:
+                jobs[p.pid], groups[p.pid] = keys(host, p)
+            gpus.append(GpuFacts(g, kind, held, waste_of(kind, held, g.processes, thresholds), jobs, groups))
+        return cls(host, snapshot, thresholds, gpus)
+
+    def agrees(self, snapshot: wire.Snapshot, thresholds: Thresholds) -> bool:
+        """Are these the facts of this snapshot under these thresholds?"""
+        return self.snapshot is snapshot and (self.thresholds is thresholds or self.thresholds == thresholds)
+
+
+class FleetFacts:
+    """Each host's latest :class:`SnapshotFacts`: one per host, replaced by the next snapshot."""
+
+    def __init__(self, thresholds: Thresholds) -> None:
+        self.thresholds = thresholds
+        self._latest: dict[str, SnapshotFacts] = {}
+
+    def of(self, host: str, snapshot: wire.Snapshot) -> SnapshotFacts:
+        facts = self._latest.get(host)
+        if facts is None or facts.snapshot is not snapshot:
+            facts = self._latest[host] = SnapshotFacts.build(host, snapshot, self.thresholds)
+        return facts
+
+    def forget(self, host: str) -> None:
+        self._latest.pop(host, None)

@@ -71,6 +71,3 @@ class FleetFacts:
         if facts is None or facts.snapshot is not snapshot:
             facts = self._latest[host] = SnapshotFacts.build(host, snapshot, self.thresholds)
         return facts
-
-    def forget(self, host: str) -> None:
-        self._latest.pop(host, None)

@@ -129,11 +129,7 @@ class JobTracker:
             jobs = gf.jobs
             for p in g.processes:
                 if p.gpu_memory is None or p.gpu_memory > 0:
-                    key = jobs[p.pid]
-                    if key in mine:
-                        mine[key].append(p)
-                    else:
-                        mine[key] = [p]
+                    mine.setdefault(jobs[p.pid], []).append(p)
             if not mine:
                 continue
             wasting = gf.waste
@@ -167,15 +163,14 @@ class JobTracker:
                     if job.user in wasting:
                         job.wasted += seconds
         gone_after = GONE_INTERVALS * self.intervals.get(host, 1.0)
-        here = self._on_host.get(host, set())
         ended = []
-        for key in [k for k in here if k not in shown]:
+        for key in [k for k in on_host if k not in shown]:
             job = self.jobs.get(key)
             if job is None:
-                here.discard(key)
+                on_host.discard(key)
             elif now - job.seen[host] > gone_after:  # released its GPUs on this host
                 job.present.discard(host)
-                here.discard(key)
+                on_host.discard(key)
                 if not job.present:
                     ended.append(job)
         self._end(ended)

@@ -283,7 +283,10 @@ class Endpoints:
             except ConfigError as exc:
                 raise CliError(str(exc).splitlines()[0], EXIT_USAGE) from None
             api, storage = cfg.api, cfg.storage
-            self.config_collectors = list(cfg.collectors)
+            from gpufleet.collector.shards import worker_addresses
+
+            # the config's collectors, else its workers' sockets (workers: N): both are asked and merged
+            self.config_collectors = list(cfg.collectors) or worker_addresses(cfg)
             from gpufleet.collector.classify import thresholds_of
 
             self.thresholds = thresholds_of(cfg.rules)

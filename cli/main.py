@@ -401,9 +401,11 @@ def _apply_shard(config: Any, shard: str | None) -> Any:
 @click.option(
     "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True
 )
+@click.option("--worker", type=int, default=None, hidden=True,
+              help="Run worker I of the config's workers: (the supervisor starts them).")
 @pass_state
-def collector_run(state: State, shard: str | None, log_level: str) -> None:
-    """Run the collector in the foreground until SIGTERM / Ctrl-C."""
+def collector_run(state: State, shard: str | None, log_level: str, worker: int | None) -> None:
+    """Run the collector in the foreground until SIGTERM / Ctrl-C (with workers: N, N worker processes)."""
     import asyncio
     import faulthandler
     import logging
@@ -411,9 +413,27 @@ def collector_run(state: State, shard: str | None, log_level: str) -> None:
     # A fatal signal inside SQLite (SIGBUS when its -shm file is truncated under it, SIGSEGV) otherwise ends
     # the process with no line in the journal: this prints the signal and every thread's stack to stderr.
     faulthandler.enable(all_threads=True)
-    config = _apply_shard(_load_config(state), shard)
+    config = _load_config(state)
+    who = ""
+    if worker is not None:
+        from gpufleet.collector.shards import worker_config
+
+        try:
+            config = worker_config(config, worker)
+        except ValueError as exc:
+            raise CliError(f"--worker: {exc}", EXIT_USAGE) from None
+        who = f"worker {worker}/{config.shard.count if config.shard else 1} "
+    elif config.workers > 1:
+        if shard is not None:
+            raise CliError("--shard: this config runs workers (workers:), each a shard of it; drop one",
+                           EXIT_USAGE)
+        _supervise(state, config, log_level)
+        return
+    else:
+        config = _apply_shard(config, shard)
     logging.basicConfig(
-        level=log_level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=log_level.upper(), stream=sys.stderr,
+        format=f"%(asctime)s %(levelname)s {who}%(name)s: %(message)s"
     )
     from gpufleet.collector.daemon import run_collector
     from gpufleet.collector.errors import CollectorError
@@ -424,6 +444,28 @@ def collector_run(state: State, shard: str | None, log_level: str) -> None:
         pass
     except CollectorError as exc:
         raise CliError(str(exc)) from None
+
+
+def _supervise(state: State, config: Any, log_level: str) -> None:
+    """``workers: N``: this process starts and watches N ``collector run --worker I``
+    (collector/workers.py)."""
+    import asyncio
+    import logging
+
+    from gpufleet.collector.workers import Supervisor
+
+    path = state.ends.config_file()
+    assert path is not None, "workers come from a config file"
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s supervisor %(name)s: %(message)s")
+    argv = [sys.executable, "-m", "gpufleet.cli.main", "collector", "run", "-c", str(path.absolute()),
+            "--log-level", log_level]
+    supervisor = Supervisor(config.workers, lambda i: [*argv, "--worker", str(i)])
+    logging.getLogger("gpufleet.collector.workers").info(
+        "%d workers over %d hosts (%s)", config.workers, len(config.hosts), path)
+    rc = asyncio.run(supervisor.run())
+    if rc:
+        raise CliError("a worker did not stop cleanly (its lines above say why)")
 
 
 def _load_config(state: State) -> Any:
@@ -496,11 +538,20 @@ def config_check(state: State, shard: str | None) -> None:
     if cfg.collectors:
         click.echo(f"the CLI asks {plural(len(cfg.collectors), 'collector')} and merges them: "
                    + ", ".join(c.text for c in cfg.collectors))
+    if cfg.workers > 1:
+        from gpufleet.collector.shards import worker_config
+
+        for i in range(1, cfg.workers + 1):
+            w = worker_config(cfg, i)
+            click.echo(f"worker {i}/{cfg.workers}: {plural(len(w.hosts), 'host')}, socket "
+                       f"{w.api.resolved_socket()}, database {w.storage.resolved_path()}"
+                       + (f", metrics {w.metrics.listen}" if w.metrics.listen else ""))
     enabled = sum(1 for r in cfg.rules.values() if r.enabled)
+    where = (f"{cfg.workers} workers (sockets and databases above)" if cfg.workers > 1 else
+             f"socket {cfg.api.resolved_socket()}, database {cfg.storage.resolved_path()}")
     click.echo(
         f"{path}: ok: {plural(len(cfg.hosts), 'host')}, {plural(enabled, 'rule')} enabled, "
-        f"{plural(len(cfg.notifiers), 'notifier')}; "
-        f"socket {cfg.api.resolved_socket()}, database {cfg.storage.resolved_path()}"
+        f"{plural(len(cfg.notifiers), 'notifier')}; {where}"
     )
 
 

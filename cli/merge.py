@@ -21,6 +21,7 @@ from gpufleet.collector.query import (
     fleet_view_from_dict,
     fleet_view_rows,
     natural_key,
+    plain,
 )
 
 if TYPE_CHECKING:
@@ -69,8 +70,6 @@ def merge_status(answers: Sequence[dict[str, Any]], form: str | None = None) -> 
     """One status answer in its JSON shape (``--json``, scripts); the screen takes
     :func:`merge_status_views` instead and skips this re-encoding."""
     out = merge_status_views([fleet_view_from_dict(a) for a in answers])
-    from gpufleet.collector.api import plain
-
     result: dict[str, Any] = plain(fleet_view_rows(out) if form == ROWS_FORM else out)
     return result
 

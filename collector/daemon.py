@@ -116,7 +116,8 @@ class Collector:
             self._dispatcher = NotificationDispatcher(
                 notifiers, queue_size=cfg.alerting.queue_size, clock=self.clock, store=self._store,
                 backoff=cfg.alerting.retry_backoff, max_backoff=cfg.alerting.retry_backoff_max)
-            facts = FleetFacts(thresholds)  # each snapshot classified once for the rules and the job tracker
+            facts = FleetFacts(thresholds)  # each snapshot classified once: rules, job tracker, GPU-hours
+            self._store.facts = facts
             self._alerts = AlertEngine(cfg, self._store, clock=self.clock, dispatcher=self._dispatcher,
                                        facts=facts)
             self._store.on_health_change = self._alerts.storage_health

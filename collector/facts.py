@@ -11,12 +11,15 @@ The answers are classify's and jobkey's, never a second definition: :meth:`Snaps
 :func:`~gpufleet.collector.classify.activity`, :func:`~gpufleet.collector.classify.holders`,
 :func:`~gpufleet.collector.classify.waste_of` and :func:`~gpufleet.collector.jobkey.keys`. Samples are not
 changed after decode, so an answer stays true for its snapshot; a new snapshot (another object) is worked
-out afresh.
+out afresh, except each process's job and group keys: they depend only on what identifies the process
+(pid, start time, Slurm job, container, parent, command), so a process seen in the host's previous snapshot
+with all of these the same keeps the keys worked out then (most processes live for many samples).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
 
 from gpufleet.agent import wire
 from gpufleet.collector.classify import Activity, Thresholds, activity, holders, waste_of
@@ -35,24 +38,43 @@ class GpuFacts:
     groups: dict[int, str]  # pid -> group key (jobkey.group_key), for idle_peers
 
 
+#: every input of jobkey.keys but the host: equal identities have equal keys
+ProcIdentity: TypeAlias = tuple[Any, ...]
+
+
+def _identity(p: wire.ProcessSample) -> ProcIdentity:
+    return (p.pid, p.start_time, p.job, p.container, p.ppid, p.command)
+
+
 @dataclass(slots=True)
 class SnapshotFacts:
     host: str
     snapshot: wire.Snapshot
     thresholds: Thresholds
     gpus: list[GpuFacts]
+    #: the keys of this snapshot's processes by identity, for the next snapshot of the host to reuse
+    known_keys: dict[ProcIdentity, tuple[str, str]] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def build(cls, host: str, snapshot: wire.Snapshot, thresholds: Thresholds) -> SnapshotFacts:
+    def build(cls, host: str, snapshot: wire.Snapshot, thresholds: Thresholds,
+              previous: SnapshotFacts | None = None) -> SnapshotFacts:
+        """``previous``: the host's last facts, whose processes' keys carry over (module docstring)."""
         gpus = []
+        before = previous.known_keys if previous is not None and previous.host == host else {}
+        known: dict[ProcIdentity, tuple[str, str]] = {}
         for g in snapshot.gpus:
             kind = activity(g, thresholds)
             held = holders(g, thresholds)
             jobs, groups = {}, {}
             for p in g.processes:
-                jobs[p.pid], groups[p.pid] = keys(host, p)
+                ident = _identity(p)
+                pair = before.get(ident)
+                if pair is None:
+                    pair = keys(host, p)
+                known[ident] = pair
+                jobs[p.pid], groups[p.pid] = pair
             gpus.append(GpuFacts(g, kind, held, waste_of(kind, held, g.processes, thresholds), jobs, groups))
-        return cls(host, snapshot, thresholds, gpus)
+        return cls(host, snapshot, thresholds, gpus, known)
 
     def agrees(self, snapshot: wire.Snapshot, thresholds: Thresholds) -> bool:
         """Are these the facts of this snapshot under these thresholds?"""
@@ -69,5 +91,5 @@ class FleetFacts:
     def of(self, host: str, snapshot: wire.Snapshot) -> SnapshotFacts:
         facts = self._latest.get(host)
         if facts is None or facts.snapshot is not snapshot:
-            facts = self._latest[host] = SnapshotFacts.build(host, snapshot, self.thresholds)
+            facts = self._latest[host] = SnapshotFacts.build(host, snapshot, self.thresholds, facts)
         return facts

@@ -8,6 +8,7 @@ model, so both paths look the same. No I/O here.
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields, is_dataclass
@@ -478,6 +479,29 @@ def jsonable(obj: Any) -> Any:
     if isinstance(obj, (set, frozenset, tuple)):
         return list(obj)
     raise TypeError(f"cannot encode {type(obj).__name__} as JSON")
+
+
+def plain(obj: Any) -> Any:
+    """``obj`` as the JSON-shaped value ``json.loads(json.dumps(obj, default=jsonable))`` would give, without
+    the text in between (the read-only fallback answers in-process; the CLI's merge of several collectors).
+    Here, beside :func:`jsonable`, so the CLI shapes an answer without importing the query server."""
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if isinstance(obj, dict):
+        return {_plain_key(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [plain(v) for v in obj]
+    return plain(jsonable(obj))
+
+
+def _plain_key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, bool):
+        return json.dumps(key)
+    if isinstance(key, (int, float)):
+        return json.dumps(key)
+    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
 
 
 _PROC_FIELDS = tuple(f.name for f in fields(ProcView))

@@ -250,6 +250,10 @@ class WebConfig:
     max_clients: int = 32  # open live streams at once; more are refused with 503
 
 
+#: The most worker processes one collector runs (``workers:``).
+MAX_WORKERS = 64
+
+
 @dataclass(slots=True)
 class Config:
     hosts: list[HostConfig] = field(default_factory=list)
@@ -263,6 +267,9 @@ class Config:
     max_concurrent_connects: int = 32  # SSH handshakes at once (CPU-bound); TCP connects are not limited
     max_hosts: int = 10000  # the host list may name no more (ranges are counted before they are expanded)
     shard: Shard | None = None  # several collectors: this one watches shard I of N (collector/shards.py)
+    #: worker processes on this machine, each a shard of the hosts (collector/workers.py); 1: one process
+    workers: int = 1  # 1..MAX_WORKERS
+    worker: int | None = None  # this process is worker I of ``workers`` (set by workers.worker_config)
     #: the collectors the CLI asks and merges when no --collector is given (the collector ignores it)
     collectors: list[CollectorAddress] = field(default_factory=list)
     source: str | None = None  # the file it came from

@@ -32,9 +32,9 @@ from gpufleet.collector.api.ops import (
     StoreOps,
     dispatch,
     encode,
-    plain,
 )
 from gpufleet.collector.api.server import QueryServer
+from gpufleet.collector.query import plain
 
 __all__ = [
     "API_VERSION",

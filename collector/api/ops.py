@@ -189,28 +189,6 @@ def encode(obj: Any) -> bytes:
     return json.dumps(obj, default=query.jsonable, separators=(",", ":")).encode() + b"\n"
 
 
-def plain(obj: Any) -> Any:
-    """``obj`` as the JSON-shaped value ``json.loads(encode(obj))`` would give, without the text in between
-    (the read-only fallback answers in-process)."""
-    if obj is None or isinstance(obj, (bool, int, float, str)):
-        return obj
-    if isinstance(obj, dict):
-        return {_plain_key(k): plain(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [plain(v) for v in obj]
-    return plain(query.jsonable(obj))
-
-
-def _plain_key(key: Any) -> str:
-    if isinstance(key, str):
-        return key
-    if key is None or isinstance(key, bool):
-        return json.dumps(key)
-    if isinstance(key, (int, float)):
-        return json.dumps(key)
-    raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
-
-
 def error_response(exc: QueryError) -> dict[str, Any]:
     """The answer to a refused request; a permission refusal says so in ``code`` (the CLI's exit code)."""
     out: dict[str, Any] = {"ok": False, "error": str(exc)}

@@ -35,6 +35,7 @@ from gpufleet.collector.config.sections import (
 )
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.settings import (
+    MAX_WORKERS,
     AlertingConfig,
     ApiConfig,
     Config,
@@ -132,6 +133,9 @@ def parse_config(text: str, source: str = "<config>", *, base_dir: str | Path | 
                 p.error(str(exc), top["shard"], "shard")
     config.web = parse_web(p, top.get("web"))
     config.collectors = parse_collectors(p, top.get("collectors"))
+    if "workers" in top:
+        with contextlib.suppress(Bad):
+            config.workers = _workers(p, top["workers"], config)
     if "max_concurrent_connects" in top:
         with contextlib.suppress(Bad):
             config.max_concurrent_connects = p.integer(top["max_concurrent_connects"],
@@ -142,6 +146,22 @@ def parse_config(text: str, source: str = "<config>", *, base_dir: str | Path | 
         raise ConfigErrors(sorted(unique.values(), key=lambda e: e.line or 0))
     config.warnings = [str(w) for w in sorted(p.warnings, key=lambda e: e.line or 0)]
     return config
+
+
+def _workers(p: Parser, node: Node, config: Config) -> int:
+    """``workers: N``: N worker processes on this machine (collector/workers.py), with what they exclude."""
+    n = p.integer(node, "workers", lo=1, hi=MAX_WORKERS)
+    if n > 1:
+        if config.shard is not None:
+            p.error("workers and shard: a collector is either one shard of several machines or split over "
+                    "workers on one; set one of them", node, "workers")
+        if config.web.enabled:
+            p.error("the web page shows one collector: with workers, turn web off (each worker's "
+                    "metrics port, the CLI and the alerts cover the whole fleet)", node, "workers")
+        if config.collectors:
+            p.error("collectors: the CLI finds the workers of this config by itself; drop collectors: "
+                    "or workers:", node, "workers")
+    return n
 
 
 def load_config(path: str | Path, *, env: Mapping[str, str] | None = None,

@@ -108,7 +108,7 @@ _SELECTOR_SPEC: dict[str, Conv] = {
 }
 
 TOP_KEYS = ("defaults", "hosts", "storage", "rules", "notifiers", "alerting", "api", "metrics", "web",
-            "max_concurrent_connects", "max_hosts", "shard", "collectors")
+            "max_concurrent_connects", "max_hosts", "shard", "collectors", "workers")
 
 
 def _rule_names(p: Parser, node: Node, key: str) -> list[str]:

@@ -4,26 +4,40 @@ from __future__ import annotations
 
 from gpufleet.agent import wire
 from gpufleet.collector.rules.base import DURATION, Condition, HostContext, Rule, find_gpu, gpu_labels
+from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.store.records import AlertRecord
-
-
-def _slowdown(ctx: HostContext, g: wire.GpuSample) -> int | None:
-    if g.temp_slowdown is not None:
-        return g.temp_slowdown
-    hello = ctx.hello
-    if hello is not None:
-        info = next((i for i in hello.gpus if i.uuid == g.uuid), None)
-        if info is not None:
-            return info.temp_slowdown
-    return None
 
 
 class OverheatingRule(Rule):
     name = "overheating"
 
+    def __init__(self, config: RuleConfig) -> None:
+        super().__init__(config)
+        #: host -> (the hello read, its GPUs' slowdown thresholds by uuid): a snapshot's GPUs look theirs up
+        #: in a dict, not by a scan of the hello's GPUs each
+        self._hello_slowdowns: dict[str, tuple[wire.Hello, dict[str, int | None]]] = {}
+
+    def _slowdown(self, ctx: HostContext, g: wire.GpuSample) -> int | None:
+        if g.temp_slowdown is not None:
+            return g.temp_slowdown
+        hello = ctx.hello
+        if hello is None:
+            return None
+        known = self._hello_slowdowns.get(ctx.name)
+        if known is None or known[0] is not hello:
+            by_uuid: dict[str, int | None] = {}
+            for info in hello.gpus:
+                by_uuid.setdefault(info.uuid, info.temp_slowdown)  # the first GPU of a uuid, as before
+            known = self._hello_slowdowns[ctx.name] = (hello, by_uuid)
+        return known[1].get(g.uuid)
+
+    def forget_host(self, host: str) -> None:
+        super().forget_host(host)
+        self._hello_slowdowns.pop(host, None)
+
     def threshold(self, ctx: HostContext, g: wire.GpuSample) -> int:
         limit = int(self.param_float("temp_at_least", 85))
-        slowdown = _slowdown(ctx, g)
+        slowdown = self._slowdown(ctx, g)
         return min(limit, slowdown) if slowdown is not None and slowdown > 0 else limit
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:

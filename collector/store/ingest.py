@@ -30,6 +30,7 @@ from typing import Any, Final, TypeAlias, TypeVar
 
 from gpufleet.agent import wire
 from gpufleet.collector.classify import Thresholds
+from gpufleet.collector.facts import SnapshotFacts
 from gpufleet.collector.model import HostRecord
 from gpufleet.collector.store import slurm, usage
 from gpufleet.collector.store.usage import CapacityKey, UsageKey
@@ -46,6 +47,9 @@ class FrameItem:
     frame: wire.Frame
     received: float
     size: int = 0  # the writer's estimate of the memory it holds, computed once (0: not yet)
+    #: the snapshot already classified on the loop (collector/facts.py, shared with the rules and the job
+    #: tracker), so the GPU-hours accounting reads its waste instead of classifying it a second time
+    facts: SnapshotFacts | None = None
 
 
 IngestItem: TypeAlias = FrameItem | HostRecord
@@ -318,7 +322,7 @@ class IngestState:
                 continue
             frame = item.frame
             if isinstance(frame, wire.Snapshot):
-                self._snapshot(conn, item.host, frame, item.received, rows)
+                self._snapshot(conn, item.host, frame, item.received, rows, item.facts)
             elif isinstance(frame, wire.Event):
                 hid = self.host_id(conn, item.host)
                 rows.events.append((hid, frame.ts, frame.kind, frame.message, _i(frame.gpu_index),
@@ -354,14 +358,17 @@ class IngestState:
             conn.execute("UPDATE gpus SET last_seen = max(last_seen, ?) WHERE id = ?", (h.ts, gs.id))
 
     def _snapshot(self, conn: sqlite3.Connection, host: str, snap: wire.Snapshot, received: float,
-                  rows: Rows) -> None:
+                  rows: Rows, facts: SnapshotFacts | None = None) -> None:
         hid = self.host_id(conn, host)
+        # the loop's classification when it is this snapshot's under these thresholds; else worked out here
+        shared = facts is not None and facts.agrees(snap, self.params)
+        waste = [gf.waste for gf in facts.gpus] if facts is not None and shared else None
         seen = rows.host_seen.get(hid)
         rows.host_seen[hid] = received if seen is None or received > seen else seen
         ts = snap.ts
         late = ts < self._rolled
         append = rows.samples.append
-        for g in snap.gpus:
+        for i, g in enumerate(snap.gpus):
             gs = self.gpu(conn, hid, g, ts)
             reasons = g.throttle_reasons
             append((gs.id, ts, g.util_gpu, g.util_mem, g.memory_used, g.temperature, g.power_draw,
@@ -379,7 +386,8 @@ class IngestState:
             if last is not None:
                 seconds, gs.typical = usage.credit(ts - last, gs.typical)
                 gs.holders = usage.account(rows.usage, rows.capacity, self.params, hid, gs.id, g, ts,
-                                           seconds, gs.holders, rows.slurm_usage)
+                                           seconds, gs.holders, rows.slurm_usage,
+                                           waste=None if waste is None else waste[i])
 
     def _spans(self, conn: sqlite3.Connection, gs: GpuState, procs: Sequence[wire.ProcessSample], ts: float,
                rows: Rows) -> None:

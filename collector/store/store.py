@@ -26,6 +26,7 @@ import aiosqlite
 from gpufleet.agent import wire
 from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds
 from gpufleet.collector.errors import StorageError
+from gpufleet.collector.facts import FleetFacts
 from gpufleet.collector.live import HostState
 from gpufleet.collector.model import HostRecord
 from gpufleet.collector.settings import StorageConfig
@@ -102,6 +103,9 @@ class Store:
         self.on_health_change: Callable[[bool, str | None], None] | None = None
         #: ... and the "collector_overloaded" alert: (shedding, what it sheds).
         self.on_overload_change: Callable[[bool, str | None], None] | None = None
+        #: Set by the daemon: each snapshot's one classification (shared with the rules and the job tracker),
+        #: handed to the writer with the snapshot so its GPU-hours read the waste instead of reclassifying
+        self.facts: FleetFacts | None = None
         self._guard: FileGuard | None = None  # the writing store's lock and file identity
 
     @classmethod
@@ -248,7 +252,8 @@ class Store:
         self._w().put(FrameItem("hello", host, hello, received))
 
     def submit_snapshot(self, host: str, snap: wire.Snapshot, received: float) -> None:
-        self._w().put(FrameItem("snapshot", host, snap, received))
+        facts = self.facts.of(host, snap) if self.facts is not None else None
+        self._w().put(FrameItem("snapshot", host, snap, received, facts=facts))
 
     def submit_event(self, host: str, event: wire.Event, received: float) -> None:
         self._w().put(FrameItem("event", host, event, received))

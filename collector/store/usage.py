@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+from collections.abc import Sequence
 from typing import Final
 
 from gpufleet.agent import wire
@@ -46,7 +47,8 @@ def credit(dt: float, typical: float | None) -> tuple[float, float | None]:
 def account(acc: dict[UsageKey, list[float]], cap: dict[CapacityKey, list[float]], params: Thresholds,
             host_id: int, gpu_id: int, gpu: wire.GpuSample, ts: float, seconds: float,
             last_holders: frozenset[str],
-            jobs: dict[UsageKey, list[float]] | None = None) -> frozenset[str]:
+            jobs: dict[UsageKey, list[float]] | None = None,
+            waste: Sequence[str] | None = None) -> frozenset[str]:
     """Add one GPU sample's ``seconds`` to its holders (``acc``) and the GPU's capacity (``cap``), per hour.
 
     Wasted seconds go to the users :func:`classify.waste_users` names (the users of the ``wasted`` and
@@ -56,6 +58,8 @@ def account(acc: dict[UsageKey, list[float]], cap: dict[CapacityKey, list[float]
     ``jobs`` (keyed by Slurm job id instead of user) gets the same seconds for each Slurm job holding memory,
     wasted when its process's user is wasting: one definition of waste for users and jobs. Orphaned memory
     stays with the users only (no process left, so no cgroup and no job id).
+
+    ``waste``: :func:`classify.waste_users` of this sample already worked out (collector/facts.py).
     """
     if seconds <= 0 or gpu.error is not None:
         return last_holders
@@ -78,7 +82,7 @@ def account(acc: dict[UsageKey, list[float]], cap: dict[CapacityKey, list[float]
     if held:
         util = gpu.util_gpu
         used = seconds * util / 100.0 if util is not None else 0.0
-        wasting = set(waste_users(gpu, params))
+        wasting = set(waste_users(gpu, params) if waste is None else waste)
         for user in held:
             _add(acc, (hour, host_id, gpu_id, user), seconds, used, seconds if user in wasting else 0.0)
         if jobs is not None:

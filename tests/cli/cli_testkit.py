@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import os
+import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -570,3 +572,39 @@ rules:
   wasted:
     for: 1s
 """)
+
+
+# ------------------------------------------------------------------------------------------ the daemon
+
+
+async def start_collector(cfg: Path, env: dict[str, str], *,
+                          stdout: int = asyncio.subprocess.DEVNULL) -> asyncio.subprocess.Process:
+    """``gpufleet collector run -c CFG`` in its own process, as an operator (or systemd) starts it; its
+    stderr is piped for :func:`stop_collector` to hand back."""
+    return await asyncio.create_subprocess_exec(
+        *gpufleet_argv(), "collector", "run", "-c", str(cfg), env=env,
+        stdout=stdout, stderr=asyncio.subprocess.PIPE)
+
+
+async def stop_collector(proc: asyncio.subprocess.Process, timeout: float = 30.0) -> str:
+    """SIGTERM (as systemd stops it) unless it already exited; waits, reading its pipes so a chatty
+    collector never blocks on a full one, and returns its stderr."""
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGTERM)
+    _out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    return err.decode(errors="replace") if err else ""
+
+
+@asynccontextmanager
+async def collector_running(cfg: Path, env: dict[str, str], *, stdout: int = asyncio.subprocess.DEVNULL,
+                            ) -> AsyncIterator[asyncio.subprocess.Process]:
+    """:func:`start_collector`, stopped on the way out; when the body passed, the collector must have
+    exited 0 (the tail of its stderr is the failure's message)."""
+    proc = await start_collector(cfg, env, stdout=stdout)
+    try:
+        yield proc
+    except BaseException:
+        await stop_collector(proc)
+        raise
+    err = await stop_collector(proc)
+    assert proc.returncode == 0, f"collector exited {proc.returncode}: {err[-2000:]}"

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_testkit import cli_env, gpufleet_argv, run_cli
+from cli_testkit import cli_env, collector_running, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -42,11 +41,7 @@ api:
   socket: {home / "gpufleet.sock"}
 """)
     env = cli_env(home)
-    proc = await asyncio.create_subprocess_exec(
-        *gpufleet_argv(), "collector", "run", "-c", str(cfg), env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )
-    try:
+    async with collector_running(cfg, env, stdout=asyncio.subprocess.PIPE):
         async def up() -> Any:
             r = await run_cli("status", "-c", str(cfg), "--json", env=env)
             hosts = json.loads(r.out)["hosts"] if r.rc == 0 else []
@@ -77,8 +72,3 @@ api:
         assert r.rc == 0, r.err
         r = await run_cli("silence", "add", "--host", "here", "--for", "5200w", "-c", str(cfg), env=env)
         assert r.rc == 0 and r.out.startswith("silence 1: host=here for 36400d00h (until "), r.err
-    finally:
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-        _out, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 0, err.decode()[-2000:]

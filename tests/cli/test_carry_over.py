@@ -3,30 +3,15 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_testkit import cli_env, gpufleet_argv, run_cli, until, write_config
+from cli_testkit import cli_env, collector_running, run_cli, until, write_config
 from gpufleet.collector.simfleet import SimFleet
 
 pytestmark = pytest.mark.slow
-
-
-async def _collector(cfg: Path, env: dict[str, str]) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        *gpufleet_argv(), "collector", "run", "-c", str(cfg), env=env,
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
-
-
-async def _stop(proc: asyncio.subprocess.Process) -> None:
-    if proc.returncode is None:
-        proc.send_signal(signal.SIGTERM)
-    _out, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode == 0, err.decode()[-2000:]
 
 
 async def test_host_down_across_a_restart_keeps_its_last_state(home: Path) -> None:
@@ -34,20 +19,16 @@ async def test_host_down_across_a_restart_keeps_its_last_state(home: Path) -> No
     env = cli_env(home)
     async with SimFleet({"n1": "busy", "n2": "busy"}, interval=0.2, workdir=home / "fleet") as fleet:
         write_config(cfg, fleet, home)
-        proc = await _collector(cfg, env)
-        try:
+        async with collector_running(cfg, env):
             async def both_up() -> Any:
                 r = await run_cli("hosts", "-c", str(cfg), "--json", env=env)
                 hosts = {h["name"]: h for h in json.loads(r.out)} if r.rc == 0 else {}
                 return hosts if len(hosts) == 2 and all(h["gpus"] == 4 for h in hosts.values()) else None
 
             before = await until(both_up)
-        finally:
-            await _stop(proc)
         await fleet.cut("n2")  # gone while the collector was stopped, and stays gone
 
-        proc = await _collector(cfg, env)
-        try:
+        async with collector_running(cfg, env):
             async def live() -> bool:
                 r = await run_cli("status", "-c", str(cfg), "--json", env=env)
                 return r.rc == 0 and json.loads(r.out)["source"] == "live"
@@ -67,5 +48,4 @@ async def test_host_down_across_a_restart_keeps_its_last_state(home: Path) -> No
             r = await run_cli("hosts", "-c", str(cfg), env=env)
             line = next(ln for ln in r.out.splitlines() if ln.strip().startswith("n2"))
             assert "never" not in line, r.out
-        finally:
-            await _stop(proc)
+

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_testkit import cli_env, gpufleet_argv, run_cli, until, write_config
+from cli_testkit import cli_env, collector_running, run_cli, until, write_config
 from gpufleet.collector.simfleet import SimFleet
 
 pytestmark = pytest.mark.slow
@@ -22,10 +21,7 @@ async def test_same_uuids_on_two_hosts(home: Path) -> None:
     env = cli_env(home)
     async with SimFleet({"gpu-a": "busy", "gpu-b": "busy"}, interval=0.2, workdir=home / "fleet") as fleet:
         write_config(cfg, fleet, home)
-        proc = await asyncio.create_subprocess_exec(
-            *gpufleet_argv(), "collector", "run", "-c", str(cfg), env=env,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
-        try:
+        async with collector_running(cfg, env):
             async def duplicates() -> Any:
                 r = await run_cli("alerts", "-c", str(cfg), "--json", env=env)
                 if r.rc != 0:
@@ -38,11 +34,6 @@ async def test_same_uuids_on_two_hosts(home: Path) -> None:
             assert {a["labels"]["gpu"] for a in found} == {"0", "1", "2", "3"}
             assert all("gpu-a and gpu-b" in a["annotations"]["summary"] for a in found), found[0]
             await asyncio.sleep(2.0)
-        finally:
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGTERM)
-            _out, err = await asyncio.wait_for(proc.communicate(), 30)
-        assert proc.returncode == 0, err.decode()[-2000:]
 
     db = sqlite3.connect(home / "gpufleet.db")
     try:

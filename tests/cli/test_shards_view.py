@@ -14,7 +14,7 @@ from typing import Any
 
 import asyncssh
 import pytest
-from cli_testkit import cli_env, gpufleet_argv, run_cli
+from cli_testkit import cli_env, run_cli, start_collector, stop_collector
 from gpufleet.collector.shards import shard_of
 from gpufleet.collector.simfleet import SimFleet
 from test_e2e import until
@@ -43,9 +43,7 @@ async def test_two_shards_two_replicas_one_view(home: Path, tmp_path: Path) -> N
     async with SimFleet({n: "wasting" if i % 4 == 0 else "busy" for i, n in enumerate(names)},
                         interval=0.3, workdir=home / "fleet") as fleet:
         configs = {(s, r): _yaml(fleet, home, s, r) for s in (1, 2) for r in (1, 2)}
-        procs = {k: await asyncio.create_subprocess_exec(
-            *gpufleet_argv(), "collector", "run", "-c", str(c), env=env,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE) for k, c in configs.items()}
+        procs = {k: await start_collector(c, env) for k, c in configs.items()}
         sockets = {k: str(c.parent / "api.sock") for k, c in configs.items()}
         every = [a for k in sorted(sockets) for a in ("--collector", sockets[k])]
         try:
@@ -92,8 +90,7 @@ async def test_two_shards_two_replicas_one_view(home: Path, tmp_path: Path) -> N
             await _report_and_history(fleet, sockets, every, names, env)
 
             for k in ((2, 1), (2, 2)):  # shard 2 goes away entirely
-                procs[k].send_signal(signal.SIGTERM)
-                await asyncio.wait_for(procs[k].wait(), 30)
+                await stop_collector(procs[k])
             r = await run_cli("status", "--json", *every, env=env)
             assert r.rc == 0, r.err
             assert sorted(h["name"] for h in json.loads(r.out)["hosts"]) == \
@@ -101,11 +98,7 @@ async def test_two_shards_two_replicas_one_view(home: Path, tmp_path: Path) -> N
             unreachable = [ln for ln in r.err.splitlines() if "did not answer" in ln]
             assert len(unreachable) == 2 and all("s2r" in ln for ln in unreachable), r.err
         finally:
-            for p in procs.values():
-                if p.returncode is None:
-                    p.send_signal(signal.SIGTERM)
-            for p in procs.values():
-                await asyncio.wait_for(p.wait(), 30)
+            await asyncio.gather(*(stop_collector(p) for p in procs.values()))
 
 
 async def test_two_hundred_hosts_over_ssh(home: Path) -> None:
@@ -118,9 +111,7 @@ async def test_two_hundred_hosts_over_ssh(home: Path) -> None:
     async with SimFleet(names, mode="inproc", shared_server=True, interval=1.0, gpus=2,
                         workdir=home / "fleet") as fleet:
         configs = {(s, r): _yaml(fleet, home, s, r, interval="1s") for s in (1, 2) for r in (1, 2)}
-        procs = {k: await asyncio.create_subprocess_exec(
-            *gpufleet_argv(), "collector", "run", "-c", str(c), env=env,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL) for k, c in configs.items()}
+        procs = {k: await start_collector(c, env) for k, c in configs.items()}
         sockets = {k: str(c.parent / "api.sock") for k, c in configs.items()}
         every = [a for k in sorted(sockets) for a in ("--collector", sockets[k])]
         try:
@@ -152,11 +143,7 @@ async def test_two_hundred_hosts_over_ssh(home: Path) -> None:
             shown = {n for n in names if n in r.out.split()}
             assert shown == mine[1], sorted(shown ^ mine[1])[:5]
         finally:
-            for p in procs.values():
-                if p.returncode is None:
-                    p.send_signal(signal.SIGTERM)
-            for p in procs.values():
-                await asyncio.wait_for(p.wait(), 30)
+            await asyncio.gather(*(stop_collector(p) for p in procs.values()))
 
 
 async def _report_and_history(fleet: SimFleet, sockets: dict[tuple[int, int], str], every: list[str],

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_testkit import Result, cli_env, gpufleet_argv, run_cli, until, write_config
+from cli_testkit import Result, cli_env, collector_running, run_cli, until, write_config
 from slurm.slurm_standin import install
 
 pytest.importorskip("gpufleet.collector.daemon")
@@ -51,10 +50,7 @@ async def test_slurm_names_through_agent_collector_and_cli(home: Path) -> None:
     env = cli_env(home, COLUMNS="200")
     async with SimFleet({"n1": str(scenario)}, interval=0.2, workdir=home / "fleet") as fleet:
         write_config(cfg, fleet, home, agent_args=["--fake", str(scenario), "--scontrol", str(scontrol)])
-        proc = await asyncio.create_subprocess_exec(
-            *gpufleet_argv(), "collector", "run", "-c", str(cfg), env=env,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-        try:
+        async with collector_running(cfg, env, stdout=asyncio.subprocess.PIPE):
             async def named() -> Any:
                 r = await run_cli("status", "-c", str(cfg), "--json", env=env)
                 if r.rc != 0:
@@ -100,11 +96,6 @@ async def test_slurm_names_through_agent_collector_and_cli(home: Path) -> None:
             r = await run_cli("report", "-c", str(cfg), "--since", "1h", env=env)
             assert "By Slurm account (GPU-hours):" in r.out and "By Slurm partition (GPU-hours):" in r.out
             assert "vision" in r.out and "h100" in r.out
-        finally:
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGTERM)
-            _out, err = await asyncio.wait_for(proc.communicate(), 30)
-        assert proc.returncode == 0, err.decode()[-2000:]
 
     # collector gone: the stored history still names the jobs
     r = await run_cli("status", "-c", str(cfg), env=env)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import signal
 import sqlite3
 from pathlib import Path
 
 import pytest
-from cli_testkit import cli_env, gpufleet_argv, run_cli, until, write_config
+from cli_testkit import cli_env, collector_running, run_cli, until, write_config
 from gpufleet.collector.simfleet import SimFleet
 
 pytestmark = pytest.mark.slow
@@ -23,21 +22,13 @@ async def test_sigterm_leaves_no_host_down_alert(home: Path) -> None:
     scenarios = {f"n{i}": "busy" for i in range(HOSTS)}
     async with SimFleet(scenarios, interval=0.2, workdir=home / "fleet") as fleet:
         write_config(cfg, fleet, home)
-        proc = await asyncio.create_subprocess_exec(
-            *gpufleet_argv(), "collector", "run", "-c", str(cfg), env=env,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
-        try:
+        async with collector_running(cfg, env):
             async def all_up() -> bool:
                 r = await run_cli("status", "-c", str(cfg), "--json", env=env)
                 return r.rc == 0 and json.loads(r.out)["totals"]["hosts_up"] == HOSTS
 
             await until(all_up)
             await asyncio.sleep(1.5)  # a few ticks of the engine with every host up
-        finally:
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGTERM)
-            _out, err = await asyncio.wait_for(proc.communicate(), 30)
-        assert proc.returncode == 0, err.decode()[-2000:]
 
     db = sqlite3.connect(home / "gpufleet.db")
     try:

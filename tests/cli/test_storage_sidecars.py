@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from cli_testkit import cli_env, gpufleet_argv, until, write_config
+from cli_testkit import cli_env, start_collector, until, write_config
 from gpufleet.collector.simfleet import SimFleet
 
 pytestmark = pytest.mark.slow
@@ -39,9 +39,7 @@ async def test_truncated_shm_is_logged_and_loses_no_committed_sample(home: Path)
     env = cli_env(home)
     async with SimFleet({"n0": "busy", "n1": "busy"}, interval=0.2, workdir=home / "fleet") as fleet:
         write_config(cfg, fleet, home)
-        proc = await asyncio.create_subprocess_exec(
-            *gpufleet_argv(), "collector", "run", "-c", str(cfg), env=env,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        proc = await start_collector(cfg, env)
         try:
             async def stored() -> int:
                 return _samples(db) if db.exists() else 0

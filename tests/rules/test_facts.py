@@ -46,9 +46,9 @@ def test_one_build_per_snapshot_for_the_rules_and_the_job_tracker(monkeypatch):
     builds: list[wire.Snapshot] = []
     real = facts.SnapshotFacts.build.__func__  # type: ignore[attr-defined]
 
-    def counting(cls, host, snapshot, thresholds):
+    def counting(cls, host, snapshot, thresholds, previous=None):
         builds.append(snapshot)
-        return real(cls, host, snapshot, thresholds)
+        return real(cls, host, snapshot, thresholds, previous)
 
     monkeypatch.setattr(facts.SnapshotFacts, "build", classmethod(counting))
     config = Config(hosts=[HostConfig(name="n3", address="127.0.0.1")], rules=default_rules())
@@ -62,6 +62,29 @@ def test_one_build_per_snapshot_for_the_rules_and_the_job_tracker(monkeypatch):
     live.frame("n3", second, 2.0)
     assert builds == [first, second]
     assert tracker.jobs and all(job.wasted > 0 for job in tracker.jobs.values()), "the tracker read them"
+
+
+def test_keys_carried_over_are_the_keys_worked_out_afresh():
+    """FleetFacts reuses a process's keys from the host's previous snapshot only while everything they
+    depend on is unchanged: over the scenarios' samples and through changes of job, start and parent."""
+    fleet = facts.FleetFacts(classify.DEFAULT_THRESHOLDS)
+    frames = [f for f in scenario_frames(samples=6) if isinstance(f, wire.Snapshot)]
+    changed = [
+        snap(gpu(0, procs=[proc(7, start=100.0, ppid=50, command="python train.py --rank 0")])),
+        snap(gpu(0, procs=[proc(7, start=100.0, ppid=50, command="python train.py --rank 0", job="90210")])),
+        snap(gpu(0, procs=[proc(7, start=200.0, ppid=50, command="python train.py --rank 0")])),  # pid reused
+        snap(gpu(0, procs=[proc(7, start=200.0, ppid=1, command="python train.py --rank 0")])),  # orphaned
+        snap(gpu(0, procs=[proc(7, start=200.0, ppid=1, command="python train.py --rank 0",
+                                container="4f1e2d3c4b5a69788796a5b4")])),
+    ]
+    seen = set()
+    for frame in [*frames, *changed, *frames]:
+        got = fleet.of("n3", frame)
+        for gf in got.gpus:
+            assert gf.jobs == {p.pid: job_key("n3", p) for p in gf.gpu.processes}
+            assert gf.groups == {p.pid: group_key("n3", p) for p in gf.gpu.processes}
+            seen.update(gf.jobs.values())
+    assert {"slurm:90210", "pid:7.100@n3", "pid:7.200@n3", "container:4f1e2d3c4b5a@n3"} <= seen
 
 
 def test_a_rule_with_its_own_thresholds_does_not_read_the_shared_facts():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 
 import pytest
@@ -200,6 +201,44 @@ async def test_usage_params_from_the_wasted_rule(config: StorageConfig) -> None:
     rows = await s.usage_by_user(since=0, until=3600)
     await s.close()
     assert rows[0].gpu_hours_wasted == pytest.approx(10 / 3600)
+
+
+async def test_usage_reads_the_loops_classification_when_it_is_the_stores(
+        config: StorageConfig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the daemon's shared facts the writer credits waste from them (no second classification) and the
+    figures are the same; facts under other thresholds are not read (the store judges by its own)."""
+    from gpufleet.collector import classify
+    from gpufleet.collector.facts import FleetFacts
+    from gpufleet.collector.store import usage
+
+    calls: list[int] = []
+    real = usage.waste_users
+
+    def counting(g: wire.GpuSample, t: Thresholds = classify.DEFAULT_THRESHOLDS) -> list[str]:
+        calls.append(g.index)
+        return real(g, t)
+
+    monkeypatch.setattr(usage, "waste_users", counting)
+    frames = [snap(gpu(0, util=1, procs=[proc(1, mem=2 * GIB)]), gpu(1, util=90, procs=[proc(2, user="bob")]),
+                   ts=100.0 + i) for i in range(11)]
+    strict = Thresholds(min_memory_bytes=4 * GIB)  # alice's 2 GiB is not holding under these
+    results = []
+    for shared in (None, FleetFacts(classify.DEFAULT_THRESHOLDS), FleetFacts(strict)):
+        fresh = dataclasses.replace(config, path=config.path.replace("gpufleet.db", f"run{len(results)}.db"))
+        s = await Store.open(fresh)  # the default thresholds
+        s.facts = shared
+        calls.clear()
+        for f in frames:
+            s.submit_snapshot("h1", f, 0.0)
+        await s.flush()
+        results.append(({r.user: (r.gpu_hours_held, r.gpu_hours_wasted)
+                         for r in await s.usage_by_user(since=0, until=3600)}, len(calls)))
+        await s.close()
+    (alone, classified), (shared_rows, shared_calls), (other_rows, other_calls) = results
+    assert alone["alice"][1] == pytest.approx(10 / 3600) and alone["bob"][1] == 0.0
+    assert classified == 20, "without shared facts: each GPU sample after the first"
+    assert shared_rows == alone and shared_calls == 0, "the same figures, from the loop's classification"
+    assert other_rows == alone and other_calls == 20, "facts under other thresholds: the store's own"
 
 
 async def test_events_stored_filtered_and_deduplicated(store: Store) -> None:

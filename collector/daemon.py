@@ -288,9 +288,18 @@ class Collector:
             notify = self._alerts.stats
             for key in NOTIFY_COUNTERS:  # running totals only; alert levels have their own gauge
                 out[f"notifications_{key}_total"] = float(notify.get(key, 0))
+        from gpufleet.collector import gcpause
+
+        cycles = gcpause.DAEMON_CYCLES
+        if cycles is not None:  # the daemon process (run_collector): its cycle collector's share of the CPU
+            out["gc_collections_total"] = float(cycles.collections)
+            out["gc_seconds_total"] = cycles.seconds
         return out
 
 
 async def run_collector(config: Config) -> None:
     """Entry point for ``gpufleet collector run``."""
+    from gpufleet.collector.gcpause import tune_for_daemon
+
+    tune_for_daemon()  # this process is the daemon: its cycle-collector thresholds (collector/gcpause.py)
     await Collector(config).serve_forever()

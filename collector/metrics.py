@@ -166,6 +166,10 @@ _SPECS: tuple[Spec, ...] = (
     Spec("gpufleet_collector_notifications_sent_total", "counter", "Notifications delivered."),
     Spec("gpufleet_collector_notifications_failed_total", "counter", "Notifications failed after retries."),
     Spec("gpufleet_collector_uptime_seconds", "gauge", "Seconds since the collector started."),
+    Spec("gpufleet_collector_gc_collections_total", "counter",
+         "Python cycle collections in the collector process (its thresholds: collector/gcpause.py)."),
+    Spec("gpufleet_collector_gc_seconds_total", "counter",
+         "Seconds the collector process spent in Python's cycle collector."),
     Spec("gpufleet_collector_info", "gauge",
          "1, labelled with this collector's name and shard (I/N; empty: the whole fleet), so several "
          "collectors scraped by one Prometheus can be told apart.", ("collector", "shard")),

@@ -279,7 +279,7 @@ class Endpoints:
             from gpufleet.collector.errors import ConfigError
 
             try:
-                cfg = load_config(path, resolve_secrets=False)
+                cfg = load_config(path, resolve_secrets=False, with_hosts=False)  # the hosts: the collector's
             except ConfigError as exc:
                 raise CliError(str(exc).splitlines()[0], EXIT_USAGE) from None
             api, storage = cfg.api, cfg.storage

@@ -110,8 +110,10 @@ async def test_config_check_reports_file_line_key(home: Path) -> None:
     assert any(line.startswith(f"{bad}:3: hosts[n1].intervl: unknown key") for line in lines), lines
     assert any(line.startswith(f"{bad}:6: rules.wasted.for: ") for line in lines)
     assert lines[-1] == f"gpufleet: {bad}: {len(lines) - 1} errors"
+    # the CLI's commands read what they use (rules, socket, database), not the host list (the collector's,
+    # which config check and collector run validate): its first mistake is the rule's
     r = await run_cli("status", "-c", str(bad), env=cli_env(home))
-    assert r.rc == 2 and r.err.startswith(f"gpufleet: {bad}:3: ")
+    assert r.rc == 2 and r.err.startswith(f"gpufleet: {bad}:6: rules.wasted.for"), r.err
 
 
 async def test_demo_runs_and_exits_cleanly(home: Path) -> None:

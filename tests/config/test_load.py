@@ -262,3 +262,34 @@ def test_resolve_secrets_false_for_clients(write: Any) -> None:
         """)
     cfg = load_config(path, env={}, resolve_secrets=False)
     assert cfg.api.socket == "/run/x.sock" and cfg.hosts[0].key == "/nonexistent/key"
+
+
+def _tree(node: object) -> object:
+    """A node tree as plain data: tag, value and line of every node."""
+    import yaml
+
+    assert isinstance(node, yaml.Node)
+    if isinstance(node, yaml.MappingNode):
+        value: object = [(_tree(k), _tree(v)) for k, v in node.value]
+    elif isinstance(node, yaml.SequenceNode):
+        value = [_tree(v) for v in node.value]
+    else:
+        value = node.value
+    return (node.tag, value, node.start_mark.line, node.start_mark.column)
+
+
+def test_the_fast_composer_gives_the_pure_python_tree() -> None:
+    """config/__init__.py composes with libyaml when it can: the same nodes, tags and lines as SafeLoader,
+    on the shipped example and on anchors, block scalars, flow collections and quoting."""
+    import yaml
+    from gpufleet.collector import config as config_module
+
+    assert config_module._FAST_LOADER is not None, "PyYAML here is built with libyaml"
+    example = (Path(__file__).resolve().parents[2] / "deploy" / "gpufleet.yaml").read_text()
+    tricky = ('defaults: &d {interval: 2s, tags: [a, "b c"]}\nhosts:\n  - name: n1\n    <<: *d\n'
+              '  - {name: "n2", port: 0x16}\nnotes: |\n  two\n  lines\nquoted: \'it''s\'\nempty:\n')
+    for text in (example, tricky):
+        fast = yaml.compose(text, Loader=config_module._FAST_LOADER)
+        slow = yaml.compose(text, Loader=yaml.SafeLoader)
+        assert _tree(fast) == _tree(slow)
+

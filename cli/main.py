@@ -419,6 +419,8 @@ def collector_run(state: State, shard: str | None, log_level: str, worker: int |
         from gpufleet.collector.shards import worker_config
 
         try:
+            if config.workers <= 1:
+                raise ValueError("this config runs no workers (workers: N, N > 1)")
             config = worker_config(config, worker)
         except ValueError as exc:
             raise CliError(f"--worker: {exc}", EXIT_USAGE) from None

@@ -46,7 +46,14 @@ class Condition:
 
 @dataclass(slots=True)
 class HostContext:
-    """What the engine knows about one host, handed to rules."""
+    """What the alert engine has been told about one host, in the order it was told, handed to rules.
+
+    Not a second owner of host state (LiveView's HostState is the one): it is the engine's input, written
+    only by the engine's sink calls. ``state`` is a copy taken when the transport reported a change,
+    because the live object also changes without a report (the collector's own hang-up at shutdown is not
+    an observation of the host, and must not raise host_down); ``snapshot`` is the one the rules observed
+    (LiveView's may be the store's carried-over snapshot, which rules must not judge after a restart).
+    """
 
     name: str
     tags: list[str] = field(default_factory=list)

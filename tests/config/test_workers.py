@@ -68,3 +68,16 @@ def test_config_check_prints_each_worker(tmp_path: Path) -> None:
         assert (f"worker {i}/2: {mine} hosts, socket {tmp_path}/q.w{i}.sock, database {tmp_path}/f.w{i}.db"
                 in r.stdout), r.stdout
     assert "2 workers (sockets and databases above)" in r.stdout
+
+
+def test_worker_flag_needs_a_config_with_workers(tmp_path: Path) -> None:
+    f = tmp_path / "g.yaml"
+    f.write_text(f"hosts: [a]\nstorage:\n  path: {tmp_path}/f.db\napi:\n  socket: {tmp_path}/q.sock\n")
+    r = subprocess.run([sys.executable, "-m", "gpufleet.cli.main", "collector", "run", "-c", str(f),
+                        "--worker", "1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--worker: this config runs no workers" in r.stderr, r.stderr
+    f.write_text(f.read_text() + "workers: 2\n")
+    r = subprocess.run([sys.executable, "-m", "gpufleet.cli.main", "collector", "run", "-c", str(f),
+                        "--worker", "3"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--worker: worker 3: the config runs workers 1 to 2" in r.stderr, r.stderr
+    assert not list(tmp_path.glob("f*.db")), "nothing was created"

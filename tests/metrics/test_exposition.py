@@ -145,6 +145,7 @@ def test_alert_counts_and_collector_health(source: StandIn) -> None:
     assert get(s, "gpufleet_collector_notifications_failed_total") == 1
     assert get(s, "gpufleet_collector_store_healthy") == 1
     assert get(s, "gpufleet_collector_uptime_seconds") == 42
+    assert get(s, "gpufleet_collector_gc_seconds_total") == 0.05
     # stats keys without a spec: exposed by suffix; unsafe names and non-finite values dropped
     assert get(s, "gpufleet_collector_retries_total") == 7
     assert get(s, "gpufleet_collector_ssh_sessions") == 3

@@ -350,7 +350,7 @@ def connect(
     if addresses:
         from gpufleet.cli.remote import MultiBackend
 
-        return MultiBackend(addresses, timeout=timeout, notice=notice)
+        return MultiBackend(addresses, timeout=timeout, notice=notice, thresholds=ends.thresholds)
     chosen = ends.chosen
     client = ApiClient(ends.socket_path(), timeout=timeout)
     try:

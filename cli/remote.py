@@ -30,6 +30,7 @@ from gpufleet.cli.client import (
 from gpufleet.collector.addresses import CollectorAddress, parse_address
 
 if TYPE_CHECKING:
+    from gpufleet.collector.classify import Thresholds
     from gpufleet.collector.query import FleetView
 
 
@@ -84,7 +85,17 @@ async def _ask_ssh(addr: CollectorAddress, request: bytes, timeout: float) -> by
 
 
 _T = TypeVar("_T")
-_Answer = tuple[int, bytes | BaseException]  # (which collector, its answer line or why there is none)
+class _Stored:
+    """An answer from a stopped worker's database (already JSON-shaped, no line to decode)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+#: (which collector, its answer line, its database's answer, or why there is none)
+_Answer = tuple[int, "bytes | _Stored | BaseException"]
 
 
 class MultiBackend:
@@ -93,8 +104,9 @@ class MultiBackend:
     source = "live"
 
     def __init__(self, addresses: Sequence[CollectorAddress], *, timeout: float = DEFAULT_TIMEOUT,
-                 notice: Callable[[str], None] | None = None) -> None:
+                 notice: Callable[[str], None] | None = None, thresholds: Thresholds | None = None) -> None:
         self.addresses = list(addresses)
+        self.thresholds = thresholds  # for a stopped worker's database, classified as the collector does
         self.where = ", ".join(a.text for a in self.addresses)
         self.timeout = timeout
         self.notice = notice or (lambda m: print(f"gpufleet: {m}", file=sys.stderr))
@@ -134,12 +146,31 @@ class MultiBackend:
         def ask(i: int, addr: CollectorAddress) -> None:
             try:
                 done.put((i, _exchange(addr, op, request, self.timeout)))
+            except CollectorUnavailable as exc:
+                done.put((i, self._stored(addr, op, args, exc)))
             except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
                 done.put((i, exc))
 
         for i, addr in enumerate(self.addresses):
             threading.Thread(target=ask, args=(i, addr), daemon=True).start()
         return lambda convert: self._collect(op, args, done, convert)
+
+    def _stored(self, addr: CollectorAddress, op: str, args: dict[str, Any],
+                why: CollectorUnavailable) -> _Stored | BaseException:
+        """A worker that does not answer: its database, read-only, as for the one collector (the notice
+        says so); ``why`` when it has none."""
+        import os
+
+        if addr.db is None or not os.path.isfile(addr.db):
+            return why
+        from gpufleet.cli.client import StoreFallback
+
+        try:
+            fallback = StoreFallback(addr.db, thresholds=self.thresholds,
+                                     notice=lambda m: self.notice(f"{addr.text}: {m}"))
+            return _Stored(fallback.call(op, **args))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            return exc
 
     def _collect(self, op: str, args: dict[str, Any], done: queue.SimpleQueue[_Answer],
                  convert: Callable[[Any], _T]) -> list[_T]:
@@ -149,7 +180,12 @@ class MultiBackend:
         results: dict[int, _T | BaseException] = {}
         for _ in self.addresses:
             i, got = done.get()
-            if not isinstance(got, bytes):
+            if isinstance(got, _Stored):
+                try:
+                    results[i] = convert(got.value)
+                except (CliError, CollectorError) as exc:
+                    results[i] = exc
+            elif not isinstance(got, bytes):
                 results[i] = got
             elif not got:
                 results[i] = CollectorUnavailable("closed the connection without an answer")

@@ -22,6 +22,9 @@ class CollectorAddress:
     user: str | None = None
     key: str | None = None  # the SSH private key; None: the user's usual keys (~/.ssh, the agent)
     known_hosts: str | None = None  # None: ~/.ssh/known_hosts
+    #: a local collector's database, read (read-only) when its socket does not answer: a worker of this
+    #: machine's config (workers: N), as the one collector's database is
+    db: str | None = None
 
 
 def parse_address(text: str) -> CollectorAddress:

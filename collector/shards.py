@@ -109,5 +109,6 @@ def worker_addresses(config: Config) -> list[CollectorAddress]:
     out = []
     for i in range(1, config.workers + 1):
         sock = str(worker_path(config.api.resolved_socket(), i))
-        out.append(CollectorAddress(text=sock, socket=sock))
+        db = str(worker_path(config.storage.resolved_path(), i))
+        out.append(CollectorAddress(text=sock, socket=sock, db=db))
     return out

@@ -1,7 +1,8 @@
 """``workers: 2`` end to end: one `gpufleet collector run` becomes a supervisor and two worker processes,
 each watching its shard of the hosts into its own database; the CLI merges them with no collectors: list;
-a worker killed with -9 is started again; SIGTERM stops all of them cleanly; a supervisor killed with -9
-takes its workers with it (issue 13: capacity grows with cores)."""
+a worker killed with -9 is started again; SIGTERM stops all of them cleanly, and the CLI then reads each
+worker's database; a supervisor killed with -9 takes its workers with it (issue 13: capacity grows with
+cores)."""
 
 from __future__ import annotations
 
@@ -102,6 +103,14 @@ async def test_two_workers_one_fleet(home: Path) -> None:
         assert proc.returncode == 0, err[-3000:]
         assert "worker 1 (pid" in err and "starting it again" in err, "the restart is in the journal"
         assert not _children(proc.pid) and not any(p.exists() for p in home.glob("gpufleet.w*.sock"))
+
+        # every worker stopped: the CLI reads each worker's database, as it reads the one collector's
+        r = await run_cli("status", "-c", str(cfg), "--json", env=env)
+        assert r.rc == 0, r.err
+        stored = json.loads(r.out)
+        assert stored["source"] == "store" and sorted(h["name"] for h in stored["hosts"]) == NAMES
+        for i in (1, 2):
+            assert f"showing stored data from {home / f'gpufleet.w{i}.db'}" in r.err, r.err
 
         proc = await start_collector(cfg, env)  # kill -9 of the supervisor: its workers go with it
         try:

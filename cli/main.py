@@ -418,13 +418,13 @@ def collector_run(state: State, shard: str | None, log_level: str, worker: int |
     if worker is not None:
         from gpufleet.collector.shards import worker_config
 
+        if config.workers <= 1:
+            raise CliError("--worker: this config runs no workers (workers: N, N > 1)", EXIT_USAGE)
+        who = f"worker {worker}/{config.workers} "
         try:
-            if config.workers <= 1:
-                raise ValueError("this config runs no workers (workers: N, N > 1)")
             config = worker_config(config, worker)
         except ValueError as exc:
             raise CliError(f"--worker: {exc}", EXIT_USAGE) from None
-        who = f"worker {worker}/{config.shard.count if config.shard else 1} "
     elif config.workers > 1:
         if shard is not None:
             raise CliError("--shard: this config runs workers (workers:), each a shard of it; drop one",

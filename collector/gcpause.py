@@ -55,7 +55,7 @@ class CycleStats:
 DAEMON_CYCLES: CycleStats | None = None
 
 
-def tune_for_daemon() -> CycleStats:
+def tune_for_daemon() -> None:
     """Once, in the collector process before it starts: freeze what exists, raise the thresholds (see the
     module docstring) and count the collections from then on. Not in library use: a test process keeps
     Python's defaults."""
@@ -66,7 +66,6 @@ def tune_for_daemon() -> CycleStats:
     if DAEMON_CYCLES is None:
         DAEMON_CYCLES = CycleStats()
         gc.callbacks.append(DAEMON_CYCLES)
-    return DAEMON_CYCLES
 
 
 @contextlib.contextmanager

@@ -51,7 +51,6 @@ class _Worker:
     proc: asyncio.subprocess.Process | None = None
     started: float = 0.0
     backoff: float = BACKOFF_FIRST
-    restarts: int = 0
 
 
 class Supervisor:
@@ -63,11 +62,6 @@ class Supervisor:
         self.command = command
         self.clock = clock
         self._stopping = asyncio.Event()
-
-    @property
-    def pids(self) -> dict[int, int]:
-        """Worker index -> pid of the process running now."""
-        return {w.index: w.proc.pid for w in self.workers if w.proc is not None and w.proc.returncode is None}
 
     async def run(self) -> int:
         """Until SIGTERM/SIGINT (or :meth:`stop`): 0 when every worker stopped cleanly, else 1."""
@@ -101,7 +95,6 @@ class Supervisor:
                 w.backoff = BACKOFF_FIRST
             log.error("worker %d (pid %d) exited with status %s after %.0f s; starting it again in %.0f s",
                       w.index, w.proc.pid, w.proc.returncode, ran, w.backoff)
-            w.restarts += 1
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), w.backoff)
             w.backoff = min(BACKOFF_MAX, 2 * w.backoff)

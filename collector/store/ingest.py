@@ -361,8 +361,8 @@ class IngestState:
                   rows: Rows, facts: SnapshotFacts | None = None) -> None:
         hid = self.host_id(conn, host)
         # the loop's classification when it is this snapshot's under these thresholds; else worked out here
-        shared = facts is not None and facts.agrees(snap, self.params)
-        waste = [gf.waste for gf in facts.gpus] if facts is not None and shared else None
+        waste = ([gf.waste for gf in facts.gpus] if facts is not None and facts.agrees(snap, self.params)
+                 else None)
         seen = rows.host_seen.get(hid)
         rows.host_seen[hid] = received if seen is None or received > seen else seen
         ts = snap.ts

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import pwd
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -188,3 +190,21 @@ def test_real_proc_missing_pid() -> None:
 ])
 def test_status_uid_never_raises_on_odd_lines(text: str, uid: int | None) -> None:
     assert parse_status_uid(text) == uid
+
+
+def test_a_process_whose_name_is_not_utf8_is_still_attributed() -> None:
+    """A real process renames itself with bytes that are not UTF-8 (prctl/comm take any bytes): it is
+    read and attributed, its name with replacement characters, never reported unattributed."""
+    code = ("import sys, time\nopen('/proc/self/comm', 'wb').write(b'\\xff\\xfetrainer')\n"
+            "print(flush=True)\ntime.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None
+        child.stdout.readline()
+        assert Path(f"/proc/{child.pid}/comm").read_bytes() == b"\xff\xfetrainer\n"
+        info = ProcReader().lookup(child.pid)
+        assert info.attributed and info.status == "ok" and info.uid == os.getuid()
+        assert info.state in ("R", "S") and info.ppid == os.getpid()
+    finally:
+        child.kill()
+        child.wait()

@@ -3,6 +3,8 @@
 The real agent runs its real NVML code path against the fake libnvidia-ml.so.1 (tests/fakenvml), on 8 GPUs
 holding 64 processes. The processes are real ``sleep`` processes, so /proc attribution (user, command,
 start time, cgroup) does the work it does on a real host. Target: under 1 % of one core and under 40 MB.
+The fake's Xid wait blocks in the kernel (inotify on the state file) as the driver's does, so the agent's
+event thread costs here what it costs on a GPU host: next to nothing.
 
 Beside it, over the same window and interval, runs a minimal pynvml + /proc loop (:data:`MINIMAL_LOOP`:
 the same NVML readings and /proc files, one ``json.dumps`` per sample, no tiers, no events, no validation):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -366,6 +367,48 @@ for line in sys.stdin:
         proc.stdin.close()
         proc.wait(timeout=30)
     assert lines == ["0 [] None 1", "88 [31337] 48 1", "88 [31337] None 1", "88 [31337] 79 2"]
+
+
+def test_an_event_wait_blocks_until_the_state_changes(fake_nvml_dir: Path, tmp_path: Path) -> None:
+    """As the driver's does: a wait with nothing to report sleeps in the kernel (a handful of context
+    switches in a second, not one per poll), and an Xid written during the wait wakes it at once."""
+    state = fakelib.default_state(1)
+    path = fakelib.write_state(tmp_path / "state", state)
+    code = """
+import sys, threading, time, pynvml as N
+N.nvmlInit()
+es = N.nvmlEventSetCreate()
+N.nvmlDeviceRegisterEvents(N.nvmlDeviceGetHandleByIndex(0), N.nvmlEventTypeXidCriticalError, es)
+def switches():
+    with open(f"/proc/self/task/{threading.get_native_id()}/status") as f:
+        return int(f.read().split("voluntary_ctxt_switches:")[1].split()[0])
+before = switches()
+try:
+    N.nvmlEventSetWait(es, 1000)
+except N.NVMLError_Timeout:
+    pass
+print(switches() - before, flush=True)
+sys.stdin.readline()
+start = time.monotonic()
+xid = N.nvmlEventSetWait(es, 20000).eventData
+print(xid, round(time.monotonic() - start, 1), flush=True)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", code], env=fakelib.env_for(fake_nvml_dir, path),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        idle_switches = int(proc.stdout.readline())
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        time.sleep(0.5)  # the process is in its 20 s wait by now
+        state["xids"] = [(0, 79)]
+        fakelib.write_state(path, state)
+        xid, waited = proc.stdout.readline().split()
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=30)
+    assert idle_switches <= 10, f"the wait woke {idle_switches} times in a second with nothing to report"
+    assert int(xid) == 79 and float(waited) < 10.0
 
 
 def test_render_state_rejects_unknown_keys() -> None:

@@ -8,6 +8,7 @@ model, so both paths look the same. No I/O here.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -32,6 +33,7 @@ from gpufleet.collector.procname import short_command
 __all__ = ["FleetView", "GpuView", "HostInfo", "HostView", "ProcView", "Totals", "UserUsage"]
 
 if TYPE_CHECKING:  # annotations only: the CLI's status path must not pay for importing the store package
+    import msgspec
     from gpufleet.collector.live import HostState
     from gpufleet.collector.model import HostRecord
     from gpufleet.collector.store.records import AlertRecord, GpuLatest
@@ -479,6 +481,27 @@ def jsonable(obj: Any) -> Any:
     if isinstance(obj, (set, frozenset, tuple)):
         return list(obj)
     raise TypeError(f"cannot encode {type(obj).__name__} as JSON")
+
+
+@functools.cache
+def _encoder() -> msgspec.json.Encoder:
+    """msgspec's encoder, in C: a 1,000-host status view in a fifth of json.dumps' time, most of a cold
+    ``gpufleet status``'s wait on the collector. Imported on first use: the CLI imports this module for
+    every ``status`` and never encodes."""
+    import msgspec
+
+    return msgspec.json.Encoder(enc_hook=jsonable)
+
+
+def to_json(obj: Any) -> bytes:
+    """``obj`` (views, records, plain values) as compact JSON: the query API's answers and the web page's
+    fleet. The bytes of ``json.dumps(obj, default=jsonable, separators=(",", ":"))`` but for two things:
+    text outside ASCII is UTF-8 rather than ``\\u`` escapes, and NaN or infinity is null (strict JSON;
+    json.dumps writes ``NaN``, which jq, JavaScript and Go refuse)."""
+    try:
+        return _encoder().encode(obj)
+    except TypeError:  # a dict keyed by something msgspec refuses (None, a tuple): json's rules decide
+        return json.dumps(obj, default=jsonable, separators=(",", ":")).encode()
 
 
 def plain(obj: Any) -> Any:

@@ -186,7 +186,8 @@ class Args:
 
 
 def encode(obj: Any) -> bytes:
-    return json.dumps(obj, default=query.jsonable, separators=(",", ":")).encode() + b"\n"
+    """One answer as one compact JSON line (:func:`gpufleet.collector.query.to_json`)."""
+    return query.to_json(obj) + b"\n"
 
 
 def error_response(exc: QueryError) -> dict[str, Any]:

@@ -341,7 +341,7 @@ class WebServer(HttpServer):
                     for g in h.gpus:
                         for p in g.processes:
                             p.command = None
-            return json.dumps(view, default=query.jsonable, separators=(",", ":")).encode()
+            return query.to_json(view)
 
         return await self.in_thread(build)
 

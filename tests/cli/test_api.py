@@ -256,3 +256,27 @@ async def test_stop_closes_open_connections(server: QueryServer) -> None:
     assert await asyncio.wait_for(reader.read(), 5) == b""
     writer.close()
     assert not server.path.exists()
+
+
+async def test_answers_are_strict_json_and_utf8(server: QueryServer, standin: StandinCollector) -> None:
+    """A reading that is not a finite number answers null, not ``NaN`` (which no strict JSON parser reads:
+    jq, JavaScript, Go); a user name outside ASCII travels as UTF-8 and reads back as itself."""
+    snap = standin.live.hosts["n1"].snapshot
+    assert snap is not None
+    snap.gpus[0].power_draw = float("nan")
+    snap.gpus[0].processes[0].user = "josé"
+    reader, writer = await asyncio.open_unix_connection(str(server.path), limit=1 << 24)
+    try:
+        writer.write(b'{"op":"status","args":{},"v":1}\n')
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), 10)
+    finally:
+        writer.close()
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"the answer holds {token}: not JSON")
+
+    view = json.loads(line, parse_constant=refuse)["result"]
+    gpu = view["hosts"][0]["gpus"][0]
+    assert gpu["power"] is None and gpu["processes"][0]["user"] == "josé"
+    assert "josé".encode() in line

@@ -81,7 +81,11 @@ def _weight(item: Item) -> int:
 
 
 #: Rough bytes a queued item holds (Python objects, not JSON): enough to bound memory, cheap to compute.
+#: A snapshot's facts (collector/facts.py) ride with it: about half as much again as the frame (its per-GPU
+#: holders, jobs and groups, and each process's identity and keys); tests/store/test_queue_estimate.py
+#: measures both against tracemalloc.
 _ITEM, _GPU, _PROC = 200, 1000, 600
+_FACTS_GPU, _FACTS_PROC = 500, 300
 
 
 def _size(item: Item) -> int:
@@ -89,14 +93,16 @@ def _size(item: Item) -> int:
     and again when a failed batch goes back)."""
     if isinstance(item, FrameItem):
         if not item.size:
-            item.size = _estimate(item.frame)
+            item.size = estimate(item.frame, item.facts is not None)
         return item.size
     return _ITEM
 
 
-def _estimate(frame: wire.Frame) -> int:
+def estimate(frame: wire.Frame, with_facts: bool = False) -> int:
+    """The bytes a queued frame holds by the writer's reckoning, with its snapshot facts or without."""
     if isinstance(frame, wire.Snapshot):
-        return _ITEM + sum(_GPU + _PROC * len(g.processes) + sum(len(p.command or "") for p in g.processes)
+        gpu, proc = (_GPU + _FACTS_GPU, _PROC + _FACTS_PROC) if with_facts else (_GPU, _PROC)
+        return _ITEM + sum(gpu + proc * len(g.processes) + sum(len(p.command or "") for p in g.processes)
                            for g in frame.gpus)
     if isinstance(frame, wire.Event):
         return _ITEM + len(frame.message)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields, is_dataclass
@@ -505,11 +506,14 @@ def to_json(obj: Any) -> bytes:
 
 
 def plain(obj: Any) -> Any:
-    """``obj`` as the JSON-shaped value ``json.loads(json.dumps(obj, default=jsonable))`` would give, without
-    the text in between (the read-only fallback answers in-process; the CLI's merge of several collectors).
-    Here, beside :func:`jsonable`, so the CLI shapes an answer without importing the query server."""
-    if obj is None or isinstance(obj, (bool, int, float, str)):
+    """``obj`` as the JSON-shaped value ``json.loads(to_json(obj))`` would give, without the text in between
+    (the read-only fallback answers in-process; the CLI's merge of several collectors): a number that is not
+    finite is None there too. Here, beside :func:`jsonable`, so the CLI shapes an answer without importing
+    the query server."""
+    if obj is None or isinstance(obj, (bool, int, str)):
         return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {_plain_key(k): plain(v) for k, v in obj.items()}
     if isinstance(obj, list):

@@ -200,3 +200,17 @@ def test_orphaned_memory_is_not_idle() -> None:
     assert (v.totals.busy, v.totals.idle, v.totals.orphaned) == (1, 1, 1)
     assert v.hosts[0].gpus[0].flags == ["orphaned"]
     assert query.fleet_view_from_dict(json.loads(json.dumps(v, default=query.jsonable))).totals.orphaned == 1
+
+
+def test_plain_is_what_the_encoded_answer_decodes_to() -> None:
+    """The read-only fallback and the CLI's merge shape answers with ``plain``; the live collector sends
+    ``to_json``. Both give the same values, a non-finite number and non-ASCII text included."""
+    view = query.build_fleet_view(synthetic_live({"n1": "busy", "n2": "idle"}, 2).hosts.values(),
+                                  query.flags_from_alerts([]), now=time.time())
+    view.hosts[0].gpus[0].power = float("nan")
+    view.hosts[0].gpus[1].power = float("inf")
+    view.hosts[1].name = "nœud-2"
+    shaped = query.plain(view)
+    assert shaped == json.loads(query.to_json(view))
+    assert shaped["hosts"][0]["gpus"][0]["power"] is None and shaped["hosts"][0]["gpus"][1]["power"] is None
+    assert shaped["hosts"][1]["name"] == "nœud-2"

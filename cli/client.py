@@ -146,14 +146,17 @@ class ApiClient:
         return self._decode(self._exchange(op, args))
 
     def call_compact(self, op: str, **args: Any) -> bytes:
-        """The result as compact JSON bytes, exactly as ``json.dumps(call(...), separators=(",", ":"))``
-        would write it: our collector encodes it that way, so a successful answer's bytes pass straight
-        through (no decode and re-encode of megabytes); anything else takes the decoding path."""
+        """The result as compact JSON bytes, as :func:`gpufleet.collector.query.to_json` writes it: our
+        collector encodes its answers that way, so a successful answer's bytes pass straight through (no
+        decode and re-encode of megabytes); anything else (an older collector's answer) is decoded and
+        encoded the same way, so the bytes do not depend on the collector's version."""
         data = self._exchange(op, args)
         if data.startswith(_OK_PREFIX) and data.endswith(b"}\n"):
             return data[len(_OK_PREFIX) : -2]
         result = self._decode(data)
-        return json.dumps(result, separators=(",", ":")).encode()
+        from gpufleet.collector.query import to_json  # the rare path: not imported by every status
+
+        return to_json(result)
 
     def _exchange(self, op: str, args: dict[str, Any]) -> bytes:
         return self.exchange_line(request_line(op, args), op)

@@ -496,9 +496,10 @@ def _encoder() -> msgspec.json.Encoder:
 
 def to_json(obj: Any) -> bytes:
     """``obj`` (views, records, plain values) as compact JSON: the query API's answers and the web page's
-    fleet. The bytes of ``json.dumps(obj, default=jsonable, separators=(",", ":"))`` but for two things:
-    text outside ASCII is UTF-8 rather than ``\\u`` escapes, and NaN or infinity is null (strict JSON;
-    json.dumps writes ``NaN``, which jq, JavaScript and Go refuse)."""
+    fleet. The values of ``json.dumps(obj, default=jsonable, separators=(",", ":"))``, and its bytes but for
+    three things: text outside ASCII is UTF-8 rather than ``\\u`` escapes; an exponent is written shortest
+    (``1e-7``, not ``1e-07``); and NaN or infinity is null (strict JSON; json.dumps writes ``NaN``, which jq,
+    JavaScript and Go refuse)."""
     try:
         return _encoder().encode(obj)
     except TypeError:  # a dict keyed by something msgspec refuses (None, a tuple): json's rules decide

@@ -10,10 +10,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from gpufleet.collector.addresses import CollectorAddress
-from gpufleet.collector.shards import Shard
+if TYPE_CHECKING:  # annotations only: every CLI command imports this module (the rules' defaults)
+    from gpufleet.collector.addresses import CollectorAddress
+    from gpufleet.collector.shards import Shard
 
 HostKeyPolicy = Literal["strict", "accept-new"]
 TransportKind = Literal["ssh", "local"]

@@ -93,12 +93,12 @@ def _size(item: Item) -> int:
     and again when a failed batch goes back)."""
     if isinstance(item, FrameItem):
         if not item.size:
-            item.size = estimate(item.frame, item.facts is not None)
+            item.size = _estimate(item.frame, item.facts is not None)
         return item.size
     return _ITEM
 
 
-def estimate(frame: wire.Frame, with_facts: bool = False) -> int:
+def _estimate(frame: wire.Frame, with_facts: bool = False) -> int:
     """The bytes a queued frame holds by the writer's reckoning, with its snapshot facts or without."""
     if isinstance(frame, wire.Snapshot):
         gpu, proc = (_GPU + _FACTS_GPU, _PROC + _FACTS_PROC) if with_facts else (_GPU, _PROC)

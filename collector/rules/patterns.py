@@ -57,21 +57,32 @@ class UnderusedRule(Rule):
         span = self.param_float("window", 1800.0)
         old = self._procs.get(ctx.name, {})
         procs = self._procs[ctx.name] = {}  # processes gone from the snapshot drop out
-        utils: dict[ProcKey, list[float]] = {}
+        # each process's util this sample: its GPU's, or the mean of its GPUs' when it holds several (rare:
+        # a list is made only then; every process costs this rule each sample)
+        first: dict[ProcKey, float] = {}
+        several: dict[ProcKey, list[float]] = {}
         for gf in self.facts(ctx, snapshot).gpus:
             g = gf.gpu
             if g.error or g.util_gpu is None:
                 continue
+            util = float(g.util_gpu)
             for plist in gf.holders.values():
                 for p in plist:
                     key = (p.pid, p.start_time)
-                    utils.setdefault(key, []).append(float(g.util_gpu))
-                    if key not in procs:
-                        track = old.get(key) or _ProcTrack(WindowMean(span), g, p)
-                        track.gpu, track.proc = g, p
-                        procs[key] = track
-        for key, values in utils.items():
-            procs[key].util.add(now, sum(values) / len(values))
+                    seen = first.get(key)
+                    if seen is not None:
+                        several.setdefault(key, [seen]).append(util)
+                        continue
+                    first[key] = util
+                    track = old.get(key)
+                    if track is None:
+                        track = _ProcTrack(WindowMean(span), g, p)
+                    else:
+                        track.gpu, track.proc = g, p  # the first GPU it holds, as listed
+                    procs[key] = track
+        for key, track in procs.items():
+            values = several.get(key)
+            track.util.add(now, first[key] if values is None else sum(values) / len(values))
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:

@@ -57,6 +57,15 @@ def test_underused_restarts_with_a_new_process(runner, w):
     assert feed(r, [w.snap(w.gpu(0, util=20, procs=[b]))] * 50, start=95.0) == []
 
 
+def test_underused_takes_the_mean_of_every_gpu_a_process_holds(runner, w):
+    """One process on two GPUs (10 % and 40 %): its util is their mean, 25 %, the alert its first GPU."""
+    r = runner("underused", window=100.0)
+    p = w.proc(7, start_time=1.0)
+    snaps = [w.snap(w.gpu(0, util=10, procs=[p]), w.gpu(1, util=40, procs=[p]))] * 150
+    [c] = feed(r, snaps)
+    assert c.labels["gpu"] == "0" and c.value == 25.0 and "averages 25 %" in c.summary
+
+
 def sawtooth(i, low=8, high=92, period=10):
     return high if i % period < period // 2 else low
 

@@ -502,8 +502,8 @@ def to_json(obj: Any) -> bytes:
     JavaScript and Go refuse)."""
     try:
         return _encoder().encode(obj)
-    except TypeError:  # a dict keyed by something msgspec refuses (None, a tuple): json's rules decide
-        return json.dumps(obj, default=jsonable, separators=(",", ":")).encode()
+    except TypeError:  # a dict keyed by None or a bool, which msgspec refuses: json's key rules, via plain
+        return _encoder().encode(plain(obj))
 
 
 def plain(obj: Any) -> Any:
@@ -525,9 +525,7 @@ def plain(obj: Any) -> Any:
 def _plain_key(key: Any) -> str:
     if isinstance(key, str):
         return key
-    if key is None or isinstance(key, bool):
-        return json.dumps(key)
-    if isinstance(key, (int, float)):
+    if key is None or isinstance(key, (bool, int, float)):
         return json.dumps(key)
     raise TypeError(f"keys must be str, int, float, bool or None, not {type(key).__name__}")
 

@@ -214,3 +214,11 @@ def test_plain_is_what_the_encoded_answer_decodes_to() -> None:
     assert shaped == json.loads(query.to_json(view))
     assert shaped["hosts"][0]["gpus"][0]["power"] is None and shaped["hosts"][0]["gpus"][1]["power"] is None
     assert shaped["hosts"][1]["name"] == "nœud-2"
+
+
+def test_keys_msgspec_refuses_still_encode_as_strict_json() -> None:
+    """A dict keyed by None or a bool takes json's key rules ("null", "true"), and a non-finite value in it
+    is still null: the answer stays strict JSON on either path."""
+    data = {"by": {None: float("nan"), True: 1, 2: [1.5]}}
+    assert query.to_json(data) == b'{"by":{"null":null,"true":1,"2":[1.5]}}'
+    assert json.loads(query.to_json(data)) == query.plain(data)

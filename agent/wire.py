@@ -566,17 +566,20 @@ def from_object(obj: Any, notes: DecodeNotes | None = None) -> Frame:
             raise IgnoredFrame(safe_text(kind[:60]), safe_text(str(o["proto"])[:20]))
         raise MalformedFrame(f"bad frame type {kind!r}"[:100])
     _obj(o, str(kind), _KNOWN[cls], n)
+    proto = safe_text(o["proto"][:20])  # the agent's own version (checked above), not this side's
     if kind == "snapshot":
         return Snapshot(
+            proto=proto,
             ts=_ts(o, "snapshot"),
             seq=_ident(o, "seq", "snapshot", U63) or 0,
             gpus=[_gpu_sample(g, f"snapshot.gpus[{i}]", n)
                   for i, g in enumerate(_list(o, "gpus", "snapshot"))],
         )
     if kind == "heartbeat":
-        return Heartbeat(ts=_ts(o, "heartbeat"), seq=_ident(o, "seq", "heartbeat", U63) or 0)
+        return Heartbeat(proto=proto, ts=_ts(o, "heartbeat"), seq=_ident(o, "seq", "heartbeat", U63) or 0)
     if kind == "event":
         return Event(
+            proto=proto,
             ts=_ts(o, "event"),
             kind=_typed(o, "kind", _STR, "event", required=True),
             message=_typed(o, "message", _STR, "event") or "",
@@ -586,6 +589,7 @@ def from_object(obj: Any, notes: DecodeNotes | None = None) -> Frame:
         )
     if kind == "hello":
         return Hello(
+            proto=proto,
             agent_version=_typed(o, "agent_version", _STR, "hello", required=True),
             hostname=_typed(o, "hostname", _STR, "hello") or "",
             ts=_ts(o, "hello"),

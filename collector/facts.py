@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.classify import Activity, Thresholds, activity, holders, waste_of
 from gpufleet.collector.jobkey import keys
 
@@ -30,9 +30,9 @@ from gpufleet.collector.jobkey import keys
 class GpuFacts:
     """One GPU sample, classified. ``jobs`` and ``groups`` are keyed by pid (one entry per process on it)."""
 
-    gpu: wire.GpuSample
+    gpu: sample.GpuSample
     activity: Activity | None
-    holders: dict[str, list[wire.ProcessSample]]  # user -> live processes holding min_memory (classify)
+    holders: dict[str, list[sample.ProcessSample]]  # user -> live processes holding min_memory (classify)
     waste: list[str]  # users whose holding is waste (classify.waste_of): GPU-hours' and jobs' "wasted"
     jobs: dict[int, str]  # pid -> job key (jobkey.job_key)
     groups: dict[int, str]  # pid -> group key (jobkey.group_key), for idle_peers
@@ -42,21 +42,21 @@ class GpuFacts:
 ProcIdentity: TypeAlias = tuple[Any, ...]
 
 
-def _identity(p: wire.ProcessSample) -> ProcIdentity:
+def _identity(p: sample.ProcessSample) -> ProcIdentity:
     return (p.pid, p.start_time, p.job, p.container, p.ppid, p.command)
 
 
 @dataclass(slots=True)
 class SnapshotFacts:
     host: str
-    snapshot: wire.Snapshot
+    snapshot: sample.Snapshot
     thresholds: Thresholds
     gpus: list[GpuFacts]
     #: the keys of this snapshot's processes by identity, for the next snapshot of the host to reuse
     known_keys: dict[ProcIdentity, tuple[str, str]] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def build(cls, host: str, snapshot: wire.Snapshot, thresholds: Thresholds,
+    def build(cls, host: str, snapshot: sample.Snapshot, thresholds: Thresholds,
               previous: SnapshotFacts | None = None) -> SnapshotFacts:
         """``previous``: the host's last facts, whose processes' keys carry over (module docstring)."""
         gpus = []
@@ -76,7 +76,7 @@ class SnapshotFacts:
             gpus.append(GpuFacts(g, kind, held, waste_of(kind, held, g.processes, thresholds), jobs, groups))
         return cls(host, snapshot, thresholds, gpus, known)
 
-    def agrees(self, snapshot: wire.Snapshot, thresholds: Thresholds) -> bool:
+    def agrees(self, snapshot: sample.Snapshot, thresholds: Thresholds) -> bool:
         """Are these the facts of this snapshot under these thresholds?"""
         return self.snapshot is snapshot and (self.thresholds is thresholds or self.thresholds == thresholds)
 
@@ -88,7 +88,7 @@ class FleetFacts:
         self.thresholds = thresholds
         self._latest: dict[str, SnapshotFacts] = {}
 
-    def of(self, host: str, snapshot: wire.Snapshot) -> SnapshotFacts:
+    def of(self, host: str, snapshot: sample.Snapshot) -> SnapshotFacts:
         facts = self._latest.get(host)
         if facts is None or facts.snapshot is not snapshot:
             facts = self._latest[host] = SnapshotFacts.build(host, snapshot, self.thresholds, facts)

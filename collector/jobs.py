@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.classify import DEFAULT_THRESHOLDS, user_of
 from gpufleet.collector.facts import FleetFacts
 from gpufleet.collector.live import HostState
@@ -103,9 +103,9 @@ class JobTracker:
     def host_state(self, state: HostState) -> None:
         """Nothing: a host that goes down stops showing its jobs, which then end after QUIET_AFTER."""
 
-    def frame(self, host: str, frame: wire.Frame, received: float) -> None:
+    def frame(self, host: str, frame: sample.Frame, received: float) -> None:
         try:
-            if isinstance(frame, wire.Snapshot):
+            if isinstance(frame, sample.Snapshot):
                 self.observe(host, frame, received)
             if received - self._swept >= SWEEP_EVERY:
                 self._swept = received
@@ -113,7 +113,7 @@ class JobTracker:
         except Exception:  # noqa: BLE001 - a sink never raises into the transport
             log.exception("job tracker failed on a frame from %s", host)
 
-    def observe(self, host: str, snap: wire.Snapshot, now: float) -> None:
+    def observe(self, host: str, snap: sample.Snapshot, now: float) -> None:
         if self.flags is not None and abs(now - self._flags_at) >= FLAGS_EVERY:
             self._flags, self._flags_at = self.flags(), now
         shown: set[str] = set()
@@ -125,7 +125,7 @@ class JobTracker:
             last = self._last_sample.get((host, g.uuid))
             seconds, typical = credit(now - last[0], last[1]) if last is not None else (0.0, None)
             self._last_sample[(host, g.uuid)] = (now, typical)
-            mine: dict[str, list[wire.ProcessSample]] = {}
+            mine: dict[str, list[sample.ProcessSample]] = {}
             jobs = gf.jobs
             for p in g.processes:
                 if p.gpu_memory is None or p.gpu_memory > 0:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 
 if TYPE_CHECKING:
     from gpufleet.collector.model import HostRecord
@@ -47,7 +48,7 @@ class HostState:
     bad_frames: int = 0
     lag: float | None = None  # received wall time minus the frame's ts, last frame
     hello: wire.Hello | None = None
-    snapshot: wire.Snapshot | None = None  # the latest snapshot
+    snapshot: sample.Snapshot | None = None  # the latest snapshot
     last_xid: dict[int, int] = field(default_factory=dict)  # GPU index -> the last Xid it reported
     # What the collector's edge (collector/transport/stream.py, budget.py) noticed about the host's frames:
     # accepted frames changed on the way in are counted, never silent.
@@ -81,10 +82,10 @@ class HostState:
         self.ignored_frames += 1
         self.last_ignored = f"frame type {frame.kind!r}"
 
-    def observe(self, frame: wire.Frame, received: float) -> None:
+    def observe(self, frame: sample.Frame, received: float) -> None:
         """Record a valid frame: liveness, the latest snapshot, and the versions a hello announces."""
         self.last_seen = received
-        if isinstance(frame, wire.Snapshot):
+        if isinstance(frame, sample.Snapshot):
             self.snapshot = frame
         elif isinstance(frame, wire.Event):
             if frame.kind == "xid" and frame.xid is not None and frame.gpu_index is not None:
@@ -99,14 +100,14 @@ class HostState:
             self.backend = frame.backend
 
 
-def _gpu_sample(g: GpuLatest) -> wire.GpuSample:
+def _gpu_sample(g: GpuLatest) -> sample.GpuSample:
     """A stored last sample back in the wire shape the live view keeps."""
-    procs = [wire.ProcessSample(pid=p.pid, gpu_memory=p.gpu_memory, sm_util=p.sm_util, user=p.user,
+    procs = [sample.ProcessSample(pid=p.pid, gpu_memory=p.gpu_memory, sm_util=p.sm_util, user=p.user,
                                 command=p.command, start_time=p.start_time, state=p.state,
                                 container=p.container, job=p.job, job_name=p.job_name, job_user=p.job_user,
                                 job_account=p.job_account, job_partition=p.job_partition,
                                 job_state=p.job_state) for p in g.processes]
-    return wire.GpuSample(index=g.index, uuid=g.uuid, name=g.name, util_gpu=g.util_gpu,
+    return sample.GpuSample(index=g.index, uuid=g.uuid, name=g.name, util_gpu=g.util_gpu,
                           memory_used=g.memory_used, memory_total=g.memory_total, temperature=g.temperature,
                           power_draw=g.power_draw, power_limit=g.power_limit, error=g.error, processes=procs)
 
@@ -117,7 +118,7 @@ class FleetSink(Protocol):
     def host_state(self, state: HostState) -> None:
         """Called on every status change (connecting / up / down) of a host."""
 
-    def frame(self, host: str, frame: wire.Frame, received: float) -> None:
+    def frame(self, host: str, frame: sample.Frame, received: float) -> None:
         """Called for every valid frame from ``host`` (the dialled name)."""
 
 
@@ -167,8 +168,8 @@ class LiveView:
             state.driver_version = state.driver_version or row.driver_version
             stored = sorted(gpus.get(row.name, []), key=lambda g: g.index)
             if stored and state.snapshot is None:
-                state.snapshot = wire.Snapshot(ts=max(g.ts for g in stored), seq=0,
-                                               gpus=[_gpu_sample(g) for g in stored])
+                state.snapshot = sample.Snapshot(proto=wire.PROTO_VERSION, ts=max(g.ts for g in stored),
+                                                 seq=0, gpus=[_gpu_sample(g) for g in stored])
             seeded += 1
         return seeded
 
@@ -183,7 +184,7 @@ class LiveView:
             except Exception:  # noqa: BLE001 - a broken consumer must not break ingest
                 log.exception("%r failed on the host state of %s", sink, state.name)
 
-    def frame(self, host: str, frame: wire.Frame, received: float) -> None:
+    def frame(self, host: str, frame: sample.Frame, received: float) -> None:
         """A valid frame: recorded here, once, then passed on to the listeners."""
         state = self.add_host(host)
         state.frames += 1

@@ -29,8 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpufleet.agent import wire
-from gpufleet.collector import metrics_dcgm
+from gpufleet.collector import metrics_dcgm, sample
 from gpufleet.collector.aioserver import HttpServer, Request, respond
 from gpufleet.collector.exposition import LabelStrings, Scrape, Spec
 from gpufleet.collector.gcpause import no_cycle_collection
@@ -357,7 +356,7 @@ class FleetCollector:
         for user, gpus in sorted(user_gpus.items()):
             b.add("gpufleet_user_gpus", (user,), len(gpus))
 
-    def _gpu(self, b: Scrape, host: str, g: wire.GpuSample, flags: set[str]) -> None:
+    def _gpu(self, b: Scrape, host: str, g: sample.GpuSample, flags: set[str]) -> None:
         lab = (host, str(g.index), g.uuid, g.name or "")
         b.add("gpufleet_gpu_info", lab + (g.pci_bus_id or "", g.serial or ""), 1)
         ls = b.label_string(_GPU, lab)  # the GPU's labels, escaped once for its ~25 series
@@ -395,7 +394,7 @@ class FleetCollector:
             b.add("gpufleet_gpu_flag", lab + (flag,), 1)
         b.put("gpufleet_gpu_lost", _GPU, lab, ls, 1 if g.error is not None or "gpu_lost" in flags else 0)
 
-    def _users(self, b: Scrape, host: str, g: wire.GpuSample) -> list[str]:
+    def _users(self, b: Scrape, host: str, g: sample.GpuSample) -> list[str]:
         memory: dict[str, int | None] = {}
         count: dict[str, int] = {}
         for p in g.processes:

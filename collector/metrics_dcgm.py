@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.exposition import Scrape, Spec
 from gpufleet.collector.live import HostState
 
@@ -89,5 +89,5 @@ def add_samples(scrape: Scrape, hosts: Iterable[HostState]) -> None:
                     _free_mib(m.memory_total, m.memory_used, None))
 
 
-def _labels(host: str, g: wire.GpuSample) -> tuple[str, ...]:
+def _labels(host: str, g: sample.GpuSample) -> tuple[str, ...]:
     return (str(g.index), g.uuid, f"nvidia{g.index}", g.name or "", host, g.pci_bus_id or "")

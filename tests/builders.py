@@ -17,6 +17,10 @@ from collections.abc import Coroutine, Iterator
 from typing import Any
 
 from gpufleet.agent import wire
+from gpufleet.collector import sample
+
+#: what the builders build: the collector's Structs (``sample``), or ``wire`` for the agent's own dataclasses
+Model = Any
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -26,20 +30,20 @@ DRIVER_RESERVED = 64 * MIB
 
 def proc(pid: int = 4242, user: str | None = "alice", *, mem_gib: float | None = 40.0, mem: int | None = None,
          sm: int | None = None, start: float | None = None, command: str | None = "jupyter-lab",
-         **kw: Any) -> wire.ProcessSample:
+         model: Model = sample, **kw: Any) -> Any:
     """A GPU process; ``mem`` (bytes) wins over ``mem_gib``; ``mem_gib=None`` is a process whose memory
-    NVML could not read."""
+    NVML could not read. ``model=wire`` builds the agent's dataclass (every builder takes it)."""
     memory = mem if mem is not None else (None if mem_gib is None else int(mem_gib * GIB))
     kw.setdefault("gpu_memory", memory)  # the field's own name wins over the short one
     kw.setdefault("sm_util", sm)
     kw.setdefault("start_time", start)
-    return wire.ProcessSample(pid=pid, user=user, command=command, **kw)
+    return model.ProcessSample(pid=pid, user=user, command=command, **kw)
 
 
-def gpu(index: int = 0, *, util: int | None = 2, procs: list[wire.ProcessSample] | None = None,
+def gpu(index: int = 0, *, util: int | None = 2, procs: list[Any] | None = None,
         mem: int | None = None, mem_used_gib: float | None = None, uuid: str | None = None,
         host: str | None = None, name: str | None = "A100", memory_total: int = 80 * GIB,
-        temp: int | None = None, power: float | None = None, **kw: Any) -> wire.GpuSample:
+        temp: int | None = None, power: float | None = None, model: Model = sample, **kw: Any) -> Any:
     """One GPU sample. Memory used is ``mem`` bytes, else ``mem_used_gib``, else its processes' memory
     plus what the driver reserves. The UUID names the host when one is given (two hosts, two GPUs)."""
     procs = procs or []
@@ -52,12 +56,17 @@ def gpu(index: int = 0, *, util: int | None = 2, procs: list[wire.ProcessSample]
     ident = uuid or (f"GPU-{host}-{index}" if host else f"GPU-{index:04d}")
     kw.setdefault("temperature", temp)  # the field's own name wins over the short one
     kw.setdefault("power_draw", power)
-    return wire.GpuSample(index=index, uuid=ident, name=name, util_gpu=util, memory_used=used,
+    return model.GpuSample(index=index, uuid=ident, name=name, util_gpu=util, memory_used=used,
                           memory_total=memory_total, processes=procs, **kw)
 
 
-def snap(*gpus: wire.GpuSample, ts: float = 0.0, seq: int | None = None) -> wire.Snapshot:
-    return wire.Snapshot(ts=ts, seq=int(ts) if seq is None else seq, gpus=list(gpus))
+def snap(*gpus: Any, ts: float = 0.0, seq: int | None = None, model: Model = sample) -> Any:
+    return model.Snapshot(ts=ts, seq=int(ts) if seq is None else seq, gpus=list(gpus),
+                          proto=wire.PROTO_VERSION)
+
+
+def heartbeat(ts: float = 0.0, seq: int = 0) -> sample.Heartbeat:
+    return sample.Heartbeat(ts=ts, seq=seq, proto=wire.PROTO_VERSION)
 
 
 def hello(gpus: list[wire.GpuInfo] | None = None, ts: float = 1000.0) -> wire.Hello:

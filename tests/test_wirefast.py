@@ -8,16 +8,18 @@ decoder's frame and notes equal the reference's, or it raises the same error wit
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import pytest
 from builders import scenario_frames
 from gpufleet.agent import wire
-from gpufleet.collector import wirefast
+from gpufleet.collector import sample, wirefast
 from gpufleet.collector.simfleet import FrameGenerator
 
 HUGE = 10 ** 30
@@ -30,6 +32,11 @@ def _outcome(decode: Any, line: bytes | str) -> tuple[Any, ...]:
     except Exception as exc:  # noqa: BLE001 - the error is the outcome compared
         return ("error", type(exc), str(exc))
     return ("frame", frame, notes)
+
+
+def _reference(line: bytes | str, max_bytes: int, notes: wire.DecodeNotes) -> sample.Frame:
+    """The reference decoder's frame in the collector's classes: what the fast path must equal."""
+    return sample.from_wire(wire.decode(line, max_bytes, notes))
 
 
 def _scenario_lines() -> Iterator[bytes]:
@@ -57,8 +64,13 @@ def _base() -> dict[str, Any]:
     return {"type": "snapshot", "proto": "1.0", "ts": 1700000100.5, "seq": 7, "gpus": [gpu]}
 
 
-_PATHS = {wire.Snapshot: (), wire.Heartbeat: (), wire.GpuSample: ("gpus", 0),
-          wire.ProcessSample: ("gpus", 0, "processes", 0), wire.MigInstance: ("gpus", 0, "mig_instances", 0)}
+_PATHS = {sample.Snapshot: (), sample.Heartbeat: (), sample.GpuSample: ("gpus", 0),
+          sample.ProcessSample: ("gpus", 0, "processes", 0),
+          sample.MigInstance: ("gpus", 0, "mig_instances", 0)}
+#: each collector sample class beside the wire dataclass it mirrors
+_MIRRORS = {sample.Snapshot: wire.Snapshot, sample.Heartbeat: wire.Heartbeat,
+            sample.GpuSample: wire.GpuSample, sample.ProcessSample: wire.ProcessSample,
+            sample.MigInstance: wire.MigInstance}
 
 
 def _with(path: tuple[Any, ...], key: str, value: Any, frame: dict[str, Any] | None = None) -> bytes:
@@ -78,13 +90,15 @@ _HEARTBEAT = {"type": "heartbeat", "proto": "1.0", "ts": 5.0, "seq": 1}
 
 
 def _boundary_lines() -> Iterator[bytes]:
-    """Every numeric field of RANGES at, inside and beyond its bounds, and as the wrong type."""
-    for cls, ranges in wirefast.RANGES.items():
-        frame = _HEARTBEAT if cls is wire.Heartbeat else None
-        for key, (lo, hi) in ranges.items():
+    """Every numeric field of every sample class at, inside and beyond its bounds, and as the wrong type."""
+    for cls, path in _PATHS.items():
+        frame = _HEARTBEAT if cls is sample.Heartbeat else None
+        for key, bounds in wirefast.ranges(cls).items():
+            assert bounds is not None, (cls, key)
+            lo, hi = bounds
             for value in (lo, hi, lo - 1, hi + 1, lo - 0.5, hi + 0.5, (lo + hi) / 2, int(lo + hi) // 2, HUGE,
                           -HUGE, True, "1", None, 10 ** 400, _DROP):
-                yield _with(_PATHS[cls], key, value, frame)
+                yield _with(path, key, value, frame)
 
 
 def _text_lines() -> Iterator[bytes | str]:
@@ -155,7 +169,7 @@ def test_fast_decoder_matches_the_reference_over_the_corpus() -> None:
     lines = list(_corpus())
     fast_taken = 0
     for line in lines:
-        ref = _outcome(wire.decode, line)
+        ref = _outcome(_reference, line)
         got = _outcome(wirefast.decode, line)
         assert got == ref, line[:300]
         fast_taken += isinstance(line, bytes) and wirefast.fast_decode(line) is not None
@@ -165,16 +179,34 @@ def test_fast_decoder_matches_the_reference_over_the_corpus() -> None:
 def test_the_common_frames_take_the_fast_path() -> None:
     line = FrameGenerator("h1", 8, procs=8).snapshot(5)
     snap = wirefast.fast_decode(line)
-    assert isinstance(snap, wire.Snapshot) and snap == wire.decode(line)
+    assert isinstance(snap, sample.Snapshot) and snap == sample.from_wire(wire.decode(line))
     assert sum(len(g.processes) for g in snap.gpus) == 64
-    assert isinstance(wirefast.fast_decode(wire.encode(wire.Heartbeat(ts=1.0, seq=2))), wire.Heartbeat)
-    assert wirefast.fast_decode(json.dumps(_base()).encode()) == wire.decode(json.dumps(_base()))
+    assert isinstance(wirefast.fast_decode(wire.encode(wire.Heartbeat(ts=1.0, seq=2))), sample.Heartbeat)
+    base = json.dumps(_base())
+    assert wirefast.fast_decode(base.encode()) == sample.from_wire(wire.decode(base))
 
 
 @pytest.mark.parametrize("cls", list(_PATHS))
-def test_every_numeric_field_has_a_range(cls: type) -> None:
-    missing = [f for f in wirefast.numeric_fields(cls) if f not in wirefast.RANGES.get(cls, {})]
-    assert not missing, f"{cls.__name__}: no range in wirefast.RANGES for {missing}"
+def test_every_numeric_field_has_a_range(cls: type[sample.Snapshot]) -> None:
+    missing = [name for name, bounds in wirefast.ranges(cls).items() if bounds is None]
+    assert not missing, f"{cls.__name__}: no range for {missing} (a Meta(ge=..., le=...) in sample.py)"
+
+
+@pytest.mark.parametrize("cls", list(_MIRRORS))
+def test_each_sample_class_has_the_wire_fields_and_defaults(cls: type[sample.Snapshot]) -> None:
+    """The Structs mirror the protocol's dataclasses: a field added to the wire and not here would make
+    every frame carrying it take the slow path (or, missing from the wire, never be sent)."""
+    ours = {f.name: f for f in msgspec.structs.fields(cls)}
+    theirs = {f.name: f for f in dataclasses.fields(_MIRRORS[cls]) if f.name != "type"}
+    assert set(ours) == set(theirs)
+    for name, field in theirs.items():
+        if name == "proto":
+            continue  # the agent stamps its own version; a frame must carry one (required here)
+        want = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+        got = ours[name].default_factory() if ours[name].default_factory is not msgspec.NODEFAULT \
+            else ours[name].default
+        assert (got is msgspec.NODEFAULT) == (want is dataclasses.MISSING) and (
+            want is dataclasses.MISSING or got == want), (cls.__name__, name, got, want)
 
 
 def test_an_absurd_timestamp_is_a_malformed_frame_on_both_paths() -> None:

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.alerts.grouping import Grouper
 from gpufleet.collector.alerts.lifecycle import Lifecycle, needs_resolved_notice
 from gpufleet.collector.alerts.notes import UserNotes
@@ -182,16 +183,16 @@ class AlertEngine:
         except Exception:  # noqa: BLE001 - a sink never raises into the transport
             log.exception("alert engine failed on host_state of %s", state.name)
 
-    def frame(self, host: str, frame: wire.Frame, received: float) -> None:
+    def frame(self, host: str, frame: sample.Frame, received: float) -> None:
         try:
             self._frame(host, frame, received)
         except Exception:  # noqa: BLE001
             log.exception("alert engine failed on a frame from %s", host)
 
-    def _frame(self, host: str, frame: wire.Frame, received: float) -> None:
+    def _frame(self, host: str, frame: sample.Frame, received: float) -> None:
         ctx = self._ctx(host)
         ctx.last_frame = received
-        if isinstance(frame, wire.Snapshot):
+        if isinstance(frame, sample.Snapshot):
             ctx.snapshot, ctx.snapshot_received = frame, received
             ctx.facts = self.facts.of(host, frame)
             for g in frame.gpus:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
 from gpufleet.agent import wire
-from gpufleet.collector import procname
+from gpufleet.collector import procname, sample
 from gpufleet.collector.classify import Thresholds
 from gpufleet.collector.facts import SnapshotFacts
 from gpufleet.collector.live import HostState
@@ -60,7 +60,7 @@ class HostContext:
     interval: float = 1.0  # the agent's sampling interval (from the host's config)
     state: HostState | None = None
     hello: wire.Hello | None = None  # the agent's last hello
-    snapshot: wire.Snapshot | None = None  # latest
+    snapshot: sample.Snapshot | None = None  # latest
     snapshot_received: float | None = None
     last_frame: float | None = None  # when any frame last arrived
     uuids: dict[int, str] = field(default_factory=dict)  # index -> uuid, from hello and snapshots
@@ -102,7 +102,7 @@ class Rule:
         value = self.params.get(key, default)
         return float(value) if isinstance(value, (int, float)) else default
 
-    def facts(self, ctx: HostContext, snapshot: wire.Snapshot) -> SnapshotFacts:
+    def facts(self, ctx: HostContext, snapshot: sample.Snapshot) -> SnapshotFacts:
         """The snapshot classified under this rule's thresholds: the engine's shared answer (``ctx.facts``)
         where it is this snapshot's under the same thresholds (always, for a config-built engine), else
         worked out here (a rule built by hand with its own params)."""
@@ -111,7 +111,7 @@ class Rule:
             facts = ctx.facts = SnapshotFacts.build(ctx.name, snapshot, self.thresholds)
         return facts
 
-    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+    def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
         """Update internal state from a new snapshot (``ctx.snapshot`` is already this one)."""
 
     def observe_event(self, ctx: HostContext, event: wire.Event, now: float) -> bool:
@@ -194,7 +194,7 @@ _SLURM_FIELDS: Final = (("slurm_job_name", "job_name"), ("slurm_user", "job_user
                         ("slurm_state", "job_state"))
 
 
-def slurm_annotations(procs: Iterable[wire.ProcessSample]) -> dict[str, str]:
+def slurm_annotations(procs: Iterable[sample.ProcessSample]) -> dict[str, str]:
     """What Slurm says of the processes' jobs, for an alert's annotations.
 
     Annotations, never labels: the agent names a job some seconds after it first reports it (its scontrol
@@ -209,7 +209,7 @@ def slurm_annotations(procs: Iterable[wire.ProcessSample]) -> dict[str, str]:
     return out
 
 
-def slurm_note(procs: Iterable[wire.ProcessSample]) -> str:
+def slurm_note(procs: Iterable[sample.ProcessSample]) -> str:
     """`` in Slurm job 90210 train-llm`` for a summary, where Slurm named the (one) job; else empty."""
     named = {(p.job, p.job_name) for p in procs if p.job and p.job_name}
     if len(named) != 1:
@@ -218,11 +218,11 @@ def slurm_note(procs: Iterable[wire.ProcessSample]) -> str:
     return f" in Slurm job {job} {safe(name, 60)}"
 
 
-def gpu_labels(host: str, gpu: wire.GpuSample) -> dict[str, str]:
+def gpu_labels(host: str, gpu: sample.GpuSample) -> dict[str, str]:
     return {"host": host, "gpu": str(gpu.index), "uuid": gpu.uuid}
 
 
-def find_gpu(ctx: HostContext | None, labels: dict[str, str]) -> wire.GpuSample | None:
+def find_gpu(ctx: HostContext | None, labels: dict[str, str]) -> sample.GpuSample | None:
     """The GPU an alert's labels name in the host's latest snapshot (by uuid, else by index)."""
     if ctx is None or ctx.snapshot is None:
         return None

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.rules.base import Condition, HostContext, Rule, gpu_labels, safe
 from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.store.records import AlertRecord
@@ -77,7 +78,7 @@ class GpuLostRule(Rule):
             return True
         return False
 
-    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+    def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
         lost = self._lost.get(ctx.name)
         if not lost:
             return

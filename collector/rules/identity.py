@@ -9,7 +9,7 @@ naming all of them. A GPU moved from one host to another is not flagged: the old
 
 from __future__ import annotations
 
-from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.rules.base import Condition, HostContext, Rule, gpu_labels, safe
 from gpufleet.collector.settings import RuleConfig
 
@@ -23,7 +23,7 @@ class DuplicateGpuRule(Rule):
         self._reported: dict[str, dict[str, float]] = {}  # uuid -> host -> when it last reported it
         self._latest: dict[str, set[str]] = {}  # host -> the UUIDs of its latest snapshot
 
-    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+    def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
         uuids = {g.uuid for g in snapshot.gpus if g.uuid}
         for gone in self._latest.get(ctx.name, set()) - uuids:
             self._drop(gone, ctx.name)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.classify import holders, is_zombie, user_of
 from gpufleet.collector.rules.base import (
     DURATION,
@@ -42,8 +42,8 @@ ProcKey = tuple[int, float | None]  # pid, start time
 @dataclass(slots=True)
 class _ProcTrack:
     util: WindowMean  # mean util of the GPUs the process holds, per sample
-    gpu: wire.GpuSample  # the first GPU it holds, latest sample
-    proc: wire.ProcessSample
+    gpu: sample.GpuSample  # the first GPU it holds, latest sample
+    proc: sample.ProcessSample
 
 
 class UnderusedRule(Rule):
@@ -53,7 +53,7 @@ class UnderusedRule(Rule):
         super().__init__(config)
         self._procs: dict[str, dict[ProcKey, _ProcTrack]] = {}  # host -> process -> track
 
-    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+    def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
         span = self.param_float("window", 1800.0)
         old = self._procs.get(ctx.name, {})
         procs = self._procs[ctx.name] = {}  # processes gone from the snapshot drop out
@@ -151,7 +151,7 @@ class InputBoundRule(Rule):
         super().__init__(config)
         self._gpus: dict[str, dict[str, _GpuTrack]] = {}  # host -> uuid -> track
 
-    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+    def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
         span = self.param_float("window", 120.0)
         high, low = self.param_float("high_above", 70.0), self.param_float("low_below", 20.0)
         old = self._gpus.get(ctx.name, {})
@@ -180,7 +180,7 @@ class InputBoundRule(Rule):
                 out.append(self._condition(ctx.name, g, user, procs, per_minute, spread))
         return out
 
-    def _sawtooth(self, g: wire.GpuSample, track: _GpuTrack) -> tuple[float, int] | None:
+    def _sawtooth(self, g: sample.GpuSample, track: _GpuTrack) -> tuple[float, int] | None:
         """(swings per minute, memory spread in bytes) when the window shows the pattern, else None."""
         per_minute = len(track.swings) * 60.0 / max(track.window.covered(), 1.0)
         if per_minute < self.param_float("min_swings_per_minute", 4.0):
@@ -194,7 +194,7 @@ class InputBoundRule(Rule):
             return None  # memory moves with util: phases of different work (evaluation), not starvation
         return per_minute, spread
 
-    def _condition(self, host: str, g: wire.GpuSample, user: str, procs: list[wire.ProcessSample],
+    def _condition(self, host: str, g: sample.GpuSample, user: str, procs: list[sample.ProcessSample],
                    per_minute: float, spread: int) -> Condition:
         p = procs[0]
         high, low = self.param_float("high_above", 70.0), self.param_float("low_below", 20.0)
@@ -232,12 +232,12 @@ class NearOomRule(Rule):
         self._gpus: dict[str, dict[str, _OomTrack]] = {}  # host -> uuid -> track
 
     @staticmethod
-    def _pct(g: wire.GpuSample) -> float | None:
+    def _pct(g: sample.GpuSample) -> float | None:
         if g.error or g.memory_used is None or not g.memory_total:
             return None
         return 100.0 * g.memory_used / g.memory_total
 
-    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+    def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
         """Crash loops: a process that reached the limit and left the GPU is a death at the limit."""
         at_least = self.param_float("memory_at_least_pct", 95.0)
         horizon = now - self.param_float("restart_window", 1800.0)
@@ -285,7 +285,7 @@ class NearOomRule(Rule):
                                                full))
         return out
 
-    def _condition(self, host: str, g: wire.GpuSample, user: str, procs: list[wire.ProcessSample],
+    def _condition(self, host: str, g: sample.GpuSample, user: str, procs: list[sample.ProcessSample],
                    pct: float, deaths: int, full: bool) -> Condition:
         p = procs[0] if procs else None
         free = (g.memory_total or 0) - (g.memory_used or 0)

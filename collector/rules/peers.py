@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpufleet.agent import wire
 from gpufleet.collector.classify import user_of
 from gpufleet.collector.jobkey import job_label
 from gpufleet.collector.rules.base import (
@@ -30,14 +29,15 @@ from gpufleet.collector.rules.base import (
     slurm_annotations,
 )
 from gpufleet.collector.rules.series import Window
+from gpufleet.collector.sample import GpuSample, ProcessSample, Snapshot
 from gpufleet.collector.settings import RuleConfig
 
 
 @dataclass(slots=True)
 class _PeerGpu:
     window: Window[str]  # activity per sample: busy | idle | stuck
-    sample: wire.GpuSample
-    groups: dict[str, list[wire.ProcessSample]] = field(default_factory=dict)  # job group -> its processes
+    sample: GpuSample
+    groups: dict[str, list[ProcessSample]] = field(default_factory=dict)  # job group -> its processes
     counts: dict[str, int] = field(default_factory=dict)  # activity -> samples in the window
 
     def add(self, ts: float, kind: str) -> None:
@@ -71,7 +71,7 @@ class IdlePeersRule(Rule):
         self._hosts: dict[str, _HostPart] = {}
         self._members: dict[str, set[str]] = {}  # job group -> the hosts where it holds GPUs
 
-    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+    def observe_snapshot(self, ctx: HostContext, snapshot: Snapshot, now: float) -> None:
         span = self.param_float("window", 60.0)
         old = self._hosts.get(ctx.name)
         part = self._hosts[ctx.name] = _HostPart(now, 3 * ctx.interval + 5.0)

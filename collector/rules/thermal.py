@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.rules.base import DURATION, Condition, HostContext, Rule, find_gpu, gpu_labels
 from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.store.records import AlertRecord
@@ -17,7 +18,7 @@ class OverheatingRule(Rule):
         #: in a dict, not by a scan of the hello's GPUs each
         self._hello_slowdowns: dict[str, tuple[wire.Hello, dict[str, int | None]]] = {}
 
-    def _slowdown(self, ctx: HostContext, g: wire.GpuSample) -> int | None:
+    def _slowdown(self, ctx: HostContext, g: sample.GpuSample) -> int | None:
         if g.temp_slowdown is not None:
             return g.temp_slowdown
         hello = ctx.hello
@@ -35,7 +36,7 @@ class OverheatingRule(Rule):
         super().forget_host(host)
         self._hello_slowdowns.pop(host, None)
 
-    def threshold(self, ctx: HostContext, g: wire.GpuSample) -> int:
+    def threshold(self, ctx: HostContext, g: sample.GpuSample) -> int:
         limit = int(self.param_float("temp_at_least", 85))
         slowdown = self._slowdown(ctx, g)
         return min(limit, slowdown) if slowdown is not None and slowdown > 0 else limit

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.classify import holders, is_free, is_zombie, orphaned_bytes, user_of
 from gpufleet.collector.rules.base import (
     DURATION,
@@ -78,7 +78,7 @@ class WastedRule(Rule):
         super().__init__(config)
         self._streaks: dict[str, dict[str, _Streak]] = {}  # host -> uuid -> streak
 
-    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+    def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
         tolerance = self.param_float("spike_tolerance", DEFAULT_SPIKE_TOLERANCE)
         max_share = self.param_float("busy_share", 0.5)
         tau = 5 * max(tolerance, 1.0)
@@ -119,8 +119,8 @@ class WastedRule(Rule):
                 out.append(self._condition(ctx.name, g, user, procs, streak.stuck))
         return out
 
-    def _condition(self, host: str, g: wire.GpuSample, user: str,
-                   procs: list[wire.ProcessSample], stuck: bool) -> Condition:
+    def _condition(self, host: str, g: sample.GpuSample, user: str,
+                   procs: list[sample.ProcessSample], stuck: bool) -> Condition:
         held = sum(p.gpu_memory or 0 for p in procs)
         util = fmt_pct(g.util_gpu, unknown="?")
         if len(procs) == 1:
@@ -163,7 +163,7 @@ class WastedRule(Rule):
         annotations.update(slurm_annotations(procs))
         return Condition(self.name, labels, summary, description, value=float(held), annotations=annotations)
 
-    def _why_stuck(self, g: wire.GpuSample) -> str:
+    def _why_stuck(self, g: sample.GpuSample) -> str:
         """The signals that saw no work on a stuck sample (classify.activity's second opinions)."""
         t = self.thresholds
         why = []
@@ -190,7 +190,7 @@ class WastedRule(Rule):
         self._streaks.pop(host, None)
 
 
-def _readings(g: wire.GpuSample) -> str:
+def _readings(g: sample.GpuSample) -> str:
     """What a stuck GPU reads besides util: power, SM activity and memory bandwidth, where reported."""
     parts = []
     if g.power_draw is not None and g.power_limit:
@@ -240,14 +240,14 @@ class StaleRule(Rule):
         # host -> (uuid, pid, start_time) -> when the orphaned process was last seen using the GPU
         self._unused_since: dict[str, dict[tuple[str, int, float | None], float]] = {}
 
-    def _used(self, g: wire.GpuSample, p: wire.ProcessSample) -> bool:
+    def _used(self, g: sample.GpuSample, p: sample.ProcessSample) -> bool:
         if p.sm_util is not None:
             return p.sm_util > 0
         if g.util_gpu is None:
             return True  # cannot tell: never call it unused
         return g.util_gpu >= self.param_float("util_below", 5)
 
-    def observe_snapshot(self, ctx: HostContext, snapshot: wire.Snapshot, now: float) -> None:
+    def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
         old = self._unused_since.get(ctx.name, {})
         unused = self._unused_since[ctx.name] = {}  # processes gone from the snapshot drop out
         for g in snapshot.gpus:
@@ -284,10 +284,10 @@ class StaleRule(Rule):
         return out
 
     @staticmethod
-    def _who(host: str, g: wire.GpuSample, p: wire.ProcessSample) -> str:
+    def _who(host: str, g: sample.GpuSample, p: sample.ProcessSample) -> str:
         return f"{user_of(p)}'s {short_command(p.command)} (pid {p.pid}) on {host} GPU {g.index}"
 
-    def _cond(self, host: str, g: wire.GpuSample, p: wire.ProcessSample, reason: str, summary: str,
+    def _cond(self, host: str, g: sample.GpuSample, p: sample.ProcessSample, reason: str, summary: str,
               description: str) -> Condition:
         labels = {**gpu_labels(host, g), "user": user_of(p), "pid": str(p.pid)}
         annotations = {"reason": reason, "command": safe(p.command, 200),
@@ -322,7 +322,7 @@ class StaleRule(Rule):
         self._unused_since.pop(host, None)
 
 
-def _holding(p: wire.ProcessSample) -> str:
+def _holding(p: sample.ProcessSample) -> str:
     return f"holding {fmt_bytes(p.gpu_memory)}" if p.gpu_memory else "holding a GPU context"
 
 

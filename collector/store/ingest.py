@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias, TypeVar
 
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.classify import Thresholds
 from gpufleet.collector.facts import SnapshotFacts
 from gpufleet.collector.model import HostRecord
@@ -44,7 +45,7 @@ _INT64: Final = (1 << 63) - 1
 class FrameItem:
     kind: str  # hello | snapshot | event | heartbeat
     host: str
-    frame: wire.Frame
+    frame: sample.Frame
     received: float
     size: int = 0  # the writer's estimate of the memory it holds, computed once (0: not yet)
     #: the snapshot already classified on the loop (collector/facts.py, shared with the rules and the job
@@ -79,7 +80,7 @@ class SpanAcc:
     known: int
     host_id: int
     gpu_idx: int
-    proc: wire.ProcessSample  # latest sample of it in this batch
+    proc: sample.ProcessSample  # latest sample of it in this batch
     first: float
     last: float
     max_mem: int | None
@@ -266,7 +267,7 @@ class IngestState:
             self.hosts[name] = hid
         return hid
 
-    def gpu(self, conn: sqlite3.Connection, host_id: int, info: wire.GpuSample | wire.GpuInfo,
+    def gpu(self, conn: sqlite3.Connection, host_id: int, info: sample.GpuSample | wire.GpuInfo,
             ts: float) -> GpuState:
         """The GPU's state, registering it or noting a move to another slot (same id, same history).
 
@@ -290,7 +291,7 @@ class IngestState:
                          (gs.name, gs.memory_total, gs.power_limit, info.serial, info.pci_bus_id, gs.id))
         return gs
 
-    def _load_gpu(self, conn: sqlite3.Connection, host_id: int, info: wire.GpuSample | wire.GpuInfo,
+    def _load_gpu(self, conn: sqlite3.Connection, host_id: int, info: sample.GpuSample | wire.GpuInfo,
                   ts: float) -> GpuState:
         row = conn.execute("SELECT id, host_id, idx, name, memory_total, power_limit FROM gpus "
                            "WHERE host_id = ? AND uuid = ?", (host_id, info.uuid)).fetchone()
@@ -321,7 +322,7 @@ class IngestState:
                 self._host_state(conn, item)
                 continue
             frame = item.frame
-            if isinstance(frame, wire.Snapshot):
+            if isinstance(frame, sample.Snapshot):
                 self._snapshot(conn, item.host, frame, item.received, rows, item.facts)
             elif isinstance(frame, wire.Event):
                 hid = self.host_id(conn, item.host)
@@ -357,7 +358,7 @@ class IngestState:
             gs = self.gpu(conn, hid, info, h.ts)
             conn.execute("UPDATE gpus SET last_seen = max(last_seen, ?) WHERE id = ?", (h.ts, gs.id))
 
-    def _snapshot(self, conn: sqlite3.Connection, host: str, snap: wire.Snapshot, received: float,
+    def _snapshot(self, conn: sqlite3.Connection, host: str, snap: sample.Snapshot, received: float,
                   rows: Rows, facts: SnapshotFacts | None = None) -> None:
         hid = self.host_id(conn, host)
         # the loop's classification when it is this snapshot's under these thresholds; else worked out here
@@ -389,7 +390,7 @@ class IngestState:
                                            seconds, gs.holders, rows.slurm_usage,
                                            waste=None if waste is None else waste[i])
 
-    def _spans(self, conn: sqlite3.Connection, gs: GpuState, procs: Sequence[wire.ProcessSample], ts: float,
+    def _spans(self, conn: sqlite3.Connection, gs: GpuState, procs: Sequence[sample.ProcessSample], ts: float,
                rows: Rows) -> None:
         spans = rows.spans
         for p in procs:

@@ -13,7 +13,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Final
 
-from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.store.records import SlurmJobRow, SlurmUsageRow
 from gpufleet.collector.store.usage import UsageKey
 
@@ -47,7 +47,7 @@ class SlurmSeen:
 
     last: dict[tuple[int, str], tuple[Facts, float]] = field(default_factory=dict)
 
-    def note(self, rows: dict[tuple[int, str], JobRow], host_id: int, p: wire.ProcessSample,
+    def note(self, rows: dict[tuple[int, str], JobRow], host_id: int, p: sample.ProcessSample,
              ts: float) -> None:
         """Queue a ``slurm_jobs`` row for ``p``'s job when its facts changed or last_seen is due."""
         job = p.job

@@ -24,6 +24,7 @@ from typing import Final, TypeVar
 
 import aiosqlite
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds
 from gpufleet.collector.errors import StorageError
 from gpufleet.collector.facts import FleetFacts
@@ -251,14 +252,14 @@ class Store:
     def submit_hello(self, host: str, hello: wire.Hello, received: float) -> None:
         self._w().put(FrameItem("hello", host, hello, received))
 
-    def submit_snapshot(self, host: str, snap: wire.Snapshot, received: float) -> None:
+    def submit_snapshot(self, host: str, snap: sample.Snapshot, received: float) -> None:
         facts = self.facts.of(host, snap) if self.facts is not None else None
         self._w().put(FrameItem("snapshot", host, snap, received, facts=facts))
 
     def submit_event(self, host: str, event: wire.Event, received: float) -> None:
         self._w().put(FrameItem("event", host, event, received))
 
-    def submit_heartbeat(self, host: str, beat: wire.Heartbeat, received: float) -> None:
+    def submit_heartbeat(self, host: str, beat: sample.Heartbeat, received: float) -> None:
         """Only moves the host's last_seen."""
         self._w().put(FrameItem("heartbeat", host, beat, received))
 
@@ -276,9 +277,9 @@ class Store:
         except StorageError as exc:
             log.warning("%s", exc)
 
-    def frame(self, host: str, frame: wire.Frame, received: float) -> None:
+    def frame(self, host: str, frame: sample.Frame, received: float) -> None:
         try:
-            if isinstance(frame, wire.Snapshot):
+            if isinstance(frame, sample.Snapshot):
                 self.submit_snapshot(host, frame, received)
             elif isinstance(frame, wire.Event):
                 self.submit_event(host, frame, received)

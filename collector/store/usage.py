@@ -21,7 +21,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Final
 
-from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.classify import Thresholds, is_free, orphaned_bytes, user_of, waste_users
 from gpufleet.collector.store.records import CapacityRow, UsageRow
 
@@ -45,7 +45,7 @@ def credit(dt: float, typical: float | None) -> tuple[float, float | None]:
 
 
 def account(acc: dict[UsageKey, list[float]], cap: dict[CapacityKey, list[float]], params: Thresholds,
-            host_id: int, gpu_id: int, gpu: wire.GpuSample, ts: float, seconds: float,
+            host_id: int, gpu_id: int, gpu: sample.GpuSample, ts: float, seconds: float,
             last_holders: frozenset[str],
             jobs: dict[UsageKey, list[float]] | None = None,
             waste: Sequence[str] | None = None) -> frozenset[str]:

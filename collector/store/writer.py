@@ -33,6 +33,7 @@ from typing import Any, TypeAlias
 
 import aiosqlite
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.errors import StorageError
 from gpufleet.collector.model import HostRecord
 from gpufleet.collector.store._db import call, in_tx, is_transient, rollback, storage_error
@@ -75,7 +76,7 @@ def _is_snapshot(item: Item) -> bool:
 
 
 def _weight(item: Item) -> int:
-    if isinstance(item, FrameItem) and isinstance(item.frame, wire.Snapshot):
+    if isinstance(item, FrameItem) and isinstance(item.frame, sample.Snapshot):
         return max(1, len(item.frame.gpus))
     return 1
 
@@ -98,9 +99,9 @@ def _size(item: Item) -> int:
     return _ITEM
 
 
-def _estimate(frame: wire.Frame, with_facts: bool = False) -> int:
+def _estimate(frame: sample.Frame, with_facts: bool = False) -> int:
     """The bytes a queued frame holds by the writer's reckoning, with its snapshot facts or without."""
-    if isinstance(frame, wire.Snapshot):
+    if isinstance(frame, sample.Snapshot):
         gpu, proc = (_GPU + _FACTS_GPU, _PROC + _FACTS_PROC) if with_facts else (_GPU, _PROC)
         return _ITEM + sum(gpu + proc * len(g.processes) + sum(len(p.command or "") for p in g.processes)
                            for g in frame.gpus)

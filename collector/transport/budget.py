@@ -12,6 +12,7 @@ reconnects with backoff.
 from __future__ import annotations
 
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.settings import HostBudget
 
 RATE_LIMITED = "rate_limited"  # the kind of the summary event
@@ -77,7 +78,7 @@ class StreamBudget:
             event.message = f"{event.message[:limit]}... ({len(event.message) - limit} characters cut)"
         return True
 
-    def check_gpus(self, frame: wire.Snapshot | wire.Hello) -> None:
+    def check_gpus(self, frame: sample.Snapshot | wire.Hello) -> None:
         """Raises MalformedFrame (the stream ends) when the frame is over the GPU bounds."""
         limit = self.budget.max_gpus
         if len(frame.gpus) > limit:

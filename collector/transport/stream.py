@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from gpufleet.agent import wire
-from gpufleet.collector import wirefast
+from gpufleet.collector import sample, wirefast
 from gpufleet.collector.live import FleetSink, HostState
 from gpufleet.collector.settings import DEFAULT_MAX_CLOCK_SKEW, HostBudget
 from gpufleet.collector.transport.budget import UUID_WINDOW, StreamBudget
@@ -217,7 +217,7 @@ class AgentStream:
             return
         if self.hello is None and not isinstance(frame, wire.Hello):
             raise wire.MalformedFrame(f"first frame is {frame.type!r}, expected 'hello'")
-        if isinstance(frame, (wire.Snapshot, wire.Hello)):
+        if isinstance(frame, (sample.Snapshot, wire.Hello)):
             budget.check_gpus(frame)
         elif isinstance(frame, wire.Event) and not budget.admit_event(frame, now):
             self.state.dropped_events += 1
@@ -239,7 +239,7 @@ class AgentStream:
         elif skew_changed and state.status == "up":
             self._emit_state()  # a host flag changed: the live view's listeners learn it now
 
-    def _bound_time(self, frame: wire.Frame, received: float) -> bool:
+    def _bound_time(self, frame: sample.Frame, received: float) -> bool:
         """Re-stamp ``frame`` if the agent's clock is off (module docstring); True if the host's
         ``clock_skew`` flag changed."""
         bound = self.max_clock_skew
@@ -253,7 +253,7 @@ class AgentStream:
                             self.state.name, abs(raw), "behind" if raw > 0 else "ahead of")
         if self.offset:
             frame.ts = ts
-        if isinstance(frame, wire.Snapshot):
+        if isinstance(frame, sample.Snapshot):
             latest = ts + bound
             for g in frame.gpus:
                 for p in g.processes:

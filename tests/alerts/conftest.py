@@ -12,6 +12,7 @@ import builders
 import pytest
 from builders import FakeClock
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.alerts.engine import AlertEngine
 from gpufleet.collector.errors import StorageError
 from gpufleet.collector.live import HostState
@@ -123,7 +124,7 @@ class Harness:
         if t is not None:
             self.clock.t = t
         for host in self.live:
-            self.engine.frame(host, wire.Heartbeat(ts=self.clock.t), self.clock.t)
+            self.engine.frame(host, sample.Heartbeat(proto=wire.PROTO_VERSION, ts=self.clock.t), self.clock.t)
         await self.engine.evaluate()
         assert await self.dispatcher.join(5.0)
 
@@ -139,7 +140,7 @@ class Harness:
         """The host stays "up" but its agent stops sending frames."""
         self.live.discard(host)
 
-    def send(self, snapshot: wire.Snapshot, host: str = "n3") -> None:
+    def send(self, snapshot: sample.Snapshot, host: str = "n3") -> None:
         self.engine.frame(host, snapshot, self.clock.t)
 
     def event(self, event: wire.Event, host: str = "n3") -> None:

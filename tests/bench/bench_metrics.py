@@ -19,6 +19,7 @@ import urllib.request
 from typing import Any
 
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.live import HostState, LiveView
 from gpufleet.collector.metrics import FleetCollector, MetricsServer
 from prometheus_client import generate_latest
@@ -31,14 +32,15 @@ class Source:
     def __init__(self, hosts: int, gpus: int = 8, procs: int = 4) -> None:
         self.live = LiveView()
         for h in range(hosts):
-            samples = [wire.GpuSample(
+            samples = [sample.GpuSample(
                 index=i, uuid=f"GPU-{h}-{i}", name="NVIDIA H100", util_gpu=50, util_mem=20,
                 memory_total=80 * GIB, memory_used=40 * GIB, temperature=60, temp_slowdown=87,
                 temp_shutdown=92, power_draw=300.0, power_limit=700.0, clock_sm=1900, clock_mem=2600,
                 ecc_corrected=0, ecc_uncorrected=0, mig_mode=False,
-                processes=[wire.ProcessSample(pid=p, user=f"u{p % 7}", gpu_memory=GIB) for p in range(procs)])
+                processes=[sample.ProcessSample(pid=p, user=f"u{p % 7}", gpu_memory=GIB)
+                           for p in range(procs)])
                 for i in range(gpus)]
-            snap = wire.Snapshot(ts=1.0, seq=1, gpus=samples)
+            snap = sample.Snapshot(proto=wire.PROTO_VERSION, ts=1.0, seq=1, gpus=samples)
             self.live.hosts[f"h{h}"] = HostState(name=f"h{h}", status="up", agent_version="0.1", lag=0.1,
                                                  last_seen=1.0, snapshot=snap)
         # one firing "wasted" alert on GPU 0 of every host, as (rule, labels) like the alert engine keeps

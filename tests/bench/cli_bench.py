@@ -32,7 +32,7 @@ sys.path[:0] = [str(TESTS), str(TESTS / "cli")]
 from builders import LoopThread  # noqa: E402
 from cli_testkit import StandinCollector, cli_env, gpufleet_argv  # noqa: E402
 from gpufleet.agent import wire  # noqa: E402
-from gpufleet.collector import query  # noqa: E402
+from gpufleet.collector import query, sample  # noqa: E402
 from gpufleet.collector.api import STATUS_CACHE_TTL, QueryServer, encode  # noqa: E402
 from gpufleet.collector.settings import StorageConfig  # noqa: E402
 
@@ -133,7 +133,7 @@ async def fill_store(db: Path, host: str, gpus: int, now: float, days: int) -> N
     store.submit_hello(host, hello, start)
     for ts in (start, now - 1):
         gs = [
-            wire.GpuSample(
+            sample.GpuSample(
                 index=i,
                 uuid=f"GPU-{host}-{i}",
                 name="NVIDIA H100 80GB HBM3",
@@ -144,7 +144,7 @@ async def fill_store(db: Path, host: str, gpus: int, now: float, days: int) -> N
                 power_draw=300.0,
                 power_limit=700.0,
                 processes=[
-                    wire.ProcessSample(
+                    sample.ProcessSample(
                         pid=100 + i,
                         user="alice",
                         command="python train.py",
@@ -155,7 +155,7 @@ async def fill_store(db: Path, host: str, gpus: int, now: float, days: int) -> N
             )
             for i in range(gpus)
         ]
-        store.submit_snapshot(host, wire.Snapshot(ts=ts, seq=0, gpus=gs), ts)
+        store.submit_snapshot(host, sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=0, gpus=gs), ts)
     await store.flush()
     await store.close()
 

@@ -38,7 +38,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.live import HostState, LiveView
 from gpufleet.collector.settings import HostConfig
 from gpufleet.collector.transport.manager import FleetTransport
@@ -57,9 +57,9 @@ class LagSink:
         if state.status == "down" and self.recording and not state.name.startswith("hole-"):
             self.down += 1
 
-    def frame(self, host: str, frame: wire.Frame, received: float) -> None:
+    def frame(self, host: str, frame: sample.Frame, received: float) -> None:
         self.frames += 1
-        if self.recording and isinstance(frame, wire.Snapshot):
+        if self.recording and isinstance(frame, sample.Snapshot):
             self.lags.append(received - frame.ts)
 
 

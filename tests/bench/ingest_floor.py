@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.classify import DEFAULT_THRESHOLDS
 from gpufleet.collector.simfleet import FrameGenerator
 from gpufleet.collector.store import schema
@@ -74,12 +75,13 @@ def floor_ms(lines: list[bytes], rows: str) -> float:
     return (time.process_time() - start) * 1000 / len(lines)
 
 
-def writer_ms(frames: list[wire.Snapshot], hosts: int, seconds: int, interval: float) -> float:
+def writer_ms(frames: list[sample.Snapshot], hosts: int, seconds: int, interval: float) -> float:
     """CPU ms per host-sample of the writer's own work (convert, account, write, commit)."""
     conn = _db()
     now = [0.0]
     state = IngestState(DEFAULT_THRESHOLDS, accrue_interval=interval, clock=lambda: now[0])
-    items = [FrameItem("snapshot", f"h{h}", wire.Snapshot(ts=1e9 + s, seq=s, gpus=frames[h].gpus), 1e9 + s)
+    items = [FrameItem("snapshot", f"h{h}", sample.Snapshot(proto=wire.PROTO_VERSION, ts=1e9 + s, seq=s,
+                                                            gpus=frames[h].gpus), 1e9 + s)
              for s in range(seconds) for h in range(hosts)]
     start = time.process_time()
     for k in range(0, len(items), BATCH):
@@ -103,7 +105,7 @@ def main() -> int:
         print(f"  floor: {label:<44} {floor_ms(lines, rows):6.3f} ms CPU per host-sample")
     frames = [wire.decode(g.snapshot(0)) for g in gens]
     for interval in (0.0, 10.0):
-        assert all(isinstance(f, wire.Snapshot) for f in frames)
+        assert all(isinstance(f, sample.Snapshot) for f in frames)
         ms = writer_ms(frames, args.hosts, args.seconds, interval)  # type: ignore[arg-type]
         every = "batch" if not interval else f"{interval:g} s"
         print(f"  {'store writer, totals every ' + every:<51} {ms:6.3f} ms")

@@ -23,8 +23,7 @@ import pstats
 import sys
 import time
 
-from gpufleet.agent import wire
-from gpufleet.collector import wirefast
+from gpufleet.collector import sample, wirefast
 from gpufleet.collector.alerts.engine import AlertEngine
 from gpufleet.collector.classify import thresholds_of
 from gpufleet.collector.facts import FleetFacts
@@ -36,14 +35,14 @@ from gpufleet.collector.simfleet import FrameGenerator
 TARGET_MS = 0.25
 
 
-def _frames(hosts: int, samples: int) -> tuple[list[str], list[list[wire.Snapshot]], bytes]:
+def _frames(hosts: int, samples: int) -> tuple[list[str], list[list[sample.Snapshot]], bytes]:
     gens = [FrameGenerator(f"h{i}", 8, procs=8) for i in range(hosts)]
     frames = []
     for g in gens:
         per = []
         for s in range(samples):
             frame = wirefast.decode(g.snapshot(s))
-            assert isinstance(frame, wire.Snapshot)
+            assert isinstance(frame, sample.Snapshot)
             per.append(frame)
         frames.append(per)
     return [g.name for g in gens], frames, gens[0].snapshot(0)

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import Store, Tuning
 
@@ -33,19 +34,19 @@ GIB = 1 << 30
 DAY = 86400.0
 
 
-def build_snapshots(host_count: int, seconds: int, t0: float) -> list[tuple[str, wire.Snapshot]]:
-    out: list[tuple[str, wire.Snapshot]] = []
+def build_snapshots(host_count: int, seconds: int, t0: float) -> list[tuple[str, sample.Snapshot]]:
+    out: list[tuple[str, sample.Snapshot]] = []
     for s in range(seconds):
         ts = t0 + s + 0.123
         for h in range(host_count):
             gpus = []
             for i in range(8):
                 util = (s * 7 + i * 13 + h) % 101
-                procs = [wire.ProcessSample(pid=1000 + i * 2 + k, user=f"user{(h + i + k) % 5}",
+                procs = [sample.ProcessSample(pid=1000 + i * 2 + k, user=f"user{(h + i + k) % 5}",
                                             gpu_memory=(4 + k) * GIB, sm_util=util // (k + 1),
                                             command="python train.py --config big.yaml",
                                             start_time=t0 - 3600 + k, state="R") for k in range(2)]
-                gpus.append(wire.GpuSample(index=i, uuid=f"GPU-{h:03d}-{i}", name="NVIDIA H100 80GB HBM3",
+                gpus.append(sample.GpuSample(index=i, uuid=f"GPU-{h:03d}-{i}", name="NVIDIA H100 80GB HBM3",
                                            util_gpu=util, util_mem=util // 2, memory_total=80 * GIB,
                                            memory_used=9 * GIB + s % 100 * 4096, temperature=40 + util // 4,
                                            power_draw=100.0 + util * 5.37, power_limit=700.0,
@@ -53,11 +54,11 @@ def build_snapshots(host_count: int, seconds: int, t0: float) -> list[tuple[str,
                                            ecc_corrected=0, ecc_uncorrected=0,
                                            throttle_reasons=["gpu_idle"] if util < 5 else None,
                                            processes=procs))
-            out.append((f"host{h:03d}", wire.Snapshot(ts=ts, seq=s, gpus=gpus)))
+            out.append((f"host{h:03d}", sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=s, gpus=gpus)))
     return out
 
 
-def baseline_executemany(path: Path, frames: list[tuple[str, wire.Snapshot]], chunk: int = 5000) -> float:
+def baseline_executemany(path: Path, frames: list[tuple[str, sample.Snapshot]], chunk: int = 5000) -> float:
     """Samples/s of plain ``executemany`` of the same sample rows, same schema and pragmas, batched like the
     writer (one BEGIN IMMEDIATE per ``chunk`` rows): the floor the store's ingest is measured against."""
     from gpufleet.collector.store import schema
@@ -96,7 +97,7 @@ def baseline_executemany(path: Path, frames: list[tuple[str, wire.Snapshot]], ch
     return sum(len(s.gpus) for _, s in frames) / elapsed
 
 
-async def ingest(store: Store, frames: list[tuple[str, wire.Snapshot]], chunk: int = 2000) -> float:
+async def ingest(store: Store, frames: list[tuple[str, sample.Snapshot]], chunk: int = 2000) -> float:
     """Submit everything (in chunks, as a live fleet would over time) and wait for the commit."""
     start = time.perf_counter()
     for i in range(0, len(frames), chunk):

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gpufleet.agent import wire
-from gpufleet.collector import wirefast
+from gpufleet.collector import sample, wirefast
 from gpufleet.collector.simfleet import FrameGenerator
 
 DECODE_TARGET_US = 50.0
@@ -47,7 +47,7 @@ def main() -> int:
     args = ap.parse_args()
     line = FrameGenerator("bench", args.gpus, procs=args.procs).snapshot(1)
     frame = wire.decode(line)
-    assert isinstance(frame, wire.Snapshot) and wirefast.fast_decode(line) == frame
+    assert isinstance(frame, wire.Snapshot) and wirefast.fast_decode(line) == sample.from_wire(frame)
     body = json.loads(line)
     rows = [
         ("decode: json.loads (floor)", _best_us(lambda: json.loads(line), args.runs)),

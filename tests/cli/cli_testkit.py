@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.live import HostState, LiveView
 from gpufleet.collector.model import HostRecord
 from gpufleet.collector.settings import Config, HostConfig
@@ -42,11 +43,11 @@ GIB = 1 << 30
 # --------------------------------------------------------------------------------------- synthetic fleet
 
 
-def synthetic_snapshot(name: str, scenario: str, gpus: int, now: float, seq: int = 1) -> wire.Snapshot:
+def synthetic_snapshot(name: str, scenario: str, gpus: int, now: float, seq: int = 1) -> sample.Snapshot:
     """A snapshot of one host; scenario busy | wasting | hot | lost | idle | zombie."""
     out = []
     for i in range(gpus):
-        g = wire.GpuSample(
+        g = sample.GpuSample(
             index=i,
             uuid=f"GPU-{name}-{i}",
             name="NVIDIA A100-SXM4-80GB",
@@ -58,7 +59,7 @@ def synthetic_snapshot(name: str, scenario: str, gpus: int, now: float, seq: int
             power_limit=400.0,
         )
         user = ("alice", "bob", "carol")[i % 3]
-        proc = wire.ProcessSample(
+        proc = sample.ProcessSample(
             pid=1000 + i,
             user=user,
             command=f"/usr/bin/python3 -u /home/{user}/train.py",
@@ -79,9 +80,9 @@ def synthetic_snapshot(name: str, scenario: str, gpus: int, now: float, seq: int
         else:
             g.processes = [proc]
         if scenario == "lost" and i == 1:
-            g = wire.GpuSample(index=i, uuid=f"GPU-{name}-{i}", error="GPU is lost (fell off the bus)")
+            g = sample.GpuSample(index=i, uuid=f"GPU-{name}-{i}", error="GPU is lost (fell off the bus)")
         out.append(g)
-    return wire.Snapshot(ts=now, seq=seq, gpus=out)
+    return sample.Snapshot(proto=wire.PROTO_VERSION, ts=now, seq=seq, gpus=out)
 
 
 def synthetic_live(
@@ -149,7 +150,7 @@ class StandinAlerts:
         return out
 
     @staticmethod
-    def _rules(g: wire.GpuSample) -> set[str]:
+    def _rules(g: sample.GpuSample) -> set[str]:
         rules = set()
         if g.processes and (g.util_gpu or 0) < 5:
             rules.add("wasted")

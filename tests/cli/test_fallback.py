@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from cli_testkit import cli_env, run_cli, synthetic_live
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store.records import AlertRecord
 
@@ -37,7 +38,8 @@ async def fill_store(db: Path, now: float) -> None:
                 )
                 store.submit_hello(st.name, hello, now - 200)
                 for k in range(3):
-                    snap = wire.Snapshot(ts=now - 180 - 10 * (2 - k), seq=k, gpus=st.snapshot.gpus)
+                    snap = sample.Snapshot(proto=wire.PROTO_VERSION, ts=now - 180 - 10 * (2 - k), seq=k,
+                                           gpus=st.snapshot.gpus)
                     store.submit_snapshot(st.name, snap, snap.ts)
         await store.flush()
         await store.save_alerts(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from cli_testkit import cli_env, run_cli
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store.store import Store
 
@@ -20,12 +21,14 @@ async def _fill(db: Path, now: float) -> None:
     try:
         for k in range(61):
             ts = now - 120 + k
-            held = wire.GpuSample(index=0, uuid="GPU-held", util_gpu=0, memory_used=8 * GIB,
+            held = sample.GpuSample(index=0, uuid="GPU-held", util_gpu=0, memory_used=8 * GIB,
                                   memory_total=80 * GIB, processes=[
-                                      wire.ProcessSample(pid=4242, user="alice", gpu_memory=8 * GIB,
+                                      sample.ProcessSample(pid=4242, user="alice", gpu_memory=8 * GIB,
                                                          start_time=now - 3600, command="python nb.py")])
-            free = wire.GpuSample(index=1, uuid="GPU-free", util_gpu=0, memory_used=0, memory_total=80 * GIB)
-            store.submit_snapshot("n1", wire.Snapshot(ts=ts, seq=k, gpus=[held, free]), ts)
+            free = sample.GpuSample(index=1, uuid="GPU-free", util_gpu=0, memory_used=0,
+                                    memory_total=80 * GIB)
+            store.submit_snapshot("n1", sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=k,
+                                                        gpus=[held, free]), ts)
         await store.flush()
     finally:
         await store.close()
@@ -64,8 +67,9 @@ async def test_stored_status_classifies_with_the_configured_thresholds(home: Pat
     now = time.time()
     store = await Store.open(StorageConfig(path=str(db)))
     try:
-        g = wire.GpuSample(index=0, uuid="GPU-x", util_gpu=0, memory_used=512 << 20, memory_total=80 * GIB)
-        store.submit_snapshot("n1", wire.Snapshot(ts=now - 5, seq=1, gpus=[g]), now - 5)
+        g = sample.GpuSample(index=0, uuid="GPU-x", util_gpu=0, memory_used=512 << 20, memory_total=80 * GIB)
+        store.submit_snapshot("n1", sample.Snapshot(proto=wire.PROTO_VERSION, ts=now - 5, seq=1, gpus=[g]),
+                              now - 5)
         await store.flush()
     finally:
         await store.close()

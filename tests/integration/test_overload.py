@@ -10,13 +10,14 @@ import sys
 from pathlib import Path
 
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.daemon import Collector
 from gpufleet.collector.settings import ApiConfig, Config, HostConfig, StorageConfig
 
 
-def _snapshot(ts: float) -> wire.Snapshot:
-    return wire.Snapshot(ts=ts, seq=int(ts), gpus=[
-        wire.GpuSample(index=i, uuid=f"GPU-{i}", util_gpu=50, memory_used=1 << 30, memory_total=80 << 30)
+def _snapshot(ts: float) -> sample.Snapshot:
+    return sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=int(ts), gpus=[
+        sample.GpuSample(index=i, uuid=f"GPU-{i}", util_gpu=50, memory_used=1 << 30, memory_total=80 << 30)
         for i in range(8)])
 
 

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.live import HostState, LiveView
 from gpufleet.collector.metrics import FleetCollector, MetricsSource
 from prometheus_client import CollectorRegistry, generate_latest
@@ -18,10 +19,10 @@ DEPLOY = REPO / "deploy"
 GIB = 1 << 30
 
 
-def snapshot() -> wire.Snapshot:
+def snapshot() -> sample.Snapshot:
     """Two GPUs: gpu0 fully read and busy, gpu1 with most readings missing and held idle by bob."""
-    return wire.Snapshot(ts=1_700_000_000.0, seq=7, gpus=[
-        wire.GpuSample(
+    return sample.Snapshot(proto=wire.PROTO_VERSION, ts=1_700_000_000.0, seq=7, gpus=[
+        sample.GpuSample(
             index=0, uuid="GPU-aaaa", name="NVIDIA A100-SXM4-80GB", serial="1320",
             pci_bus_id="00000000:07:00.0",
             util_gpu=87, util_mem=40, sm_active=42, memory_total=80 * GIB, memory_used=30 * GIB,
@@ -30,14 +31,14 @@ def snapshot() -> wire.Snapshot:
             clock_sm=1410, clock_mem=1593, throttle_reasons=["sw_power_cap"], fan_speed=None,
             ecc_corrected=3, ecc_uncorrected=0, mig_mode=False,
             processes=[
-                wire.ProcessSample(pid=100, user="alice", gpu_memory=20 * GIB, command="python train.py"),
-                wire.ProcessSample(pid=101, user="alice", gpu_memory=8 * GIB),
-                wire.ProcessSample(pid=102, user=None, gpu_memory=2 * GIB, attributed=False),
+                sample.ProcessSample(pid=100, user="alice", gpu_memory=20 * GIB, command="python train.py"),
+                sample.ProcessSample(pid=101, user="alice", gpu_memory=8 * GIB),
+                sample.ProcessSample(pid=102, user=None, gpu_memory=2 * GIB, attributed=False),
             ]),
-        wire.GpuSample(
+        sample.GpuSample(
             index=1, uuid="GPU-bbbb", name="NVIDIA A100-SXM4-80GB", util_gpu=0, memory_total=80 * GIB,
             memory_used=10 * GIB, temperature=None, power_draw=None,
-            processes=[wire.ProcessSample(pid=200, user="bob", gpu_memory=None)]),
+            processes=[sample.ProcessSample(pid=200, user="bob", gpu_memory=None)]),
     ])
 
 

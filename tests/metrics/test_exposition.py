@@ -6,6 +6,7 @@ import math
 
 import pytest
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.live import HostState, LiveView
 from gpufleet.collector.metrics import METRIC_NAMES, UNATTRIBUTED_USER, FleetCollector, MetricsSource
 from metrics_testkit import GIB, StandIn, exposition, reference_exposition, run_promtool, snapshot
@@ -101,7 +102,7 @@ def test_host_info_and_tags(source: StandIn) -> None:
 
 def test_flags_wasted_and_lost(source: StandIn) -> None:
     source.live.hosts["gpu01"].snapshot = snap = snapshot()
-    snap.gpus.append(wire.GpuSample(index=2, uuid="GPU-cccc", error="GPU is lost"))
+    snap.gpus.append(sample.GpuSample(index=2, uuid="GPU-cccc", error="GPU is lost"))
     source.flag_map[("gpu01", 0)] = {"gpu_lost"}
     s = samples(source)
     assert get(s, "gpufleet_gpu_wasted", **GPU1) == 1
@@ -115,8 +116,9 @@ def test_flags_wasted_and_lost(source: StandIn) -> None:
 
 
 def test_users_are_aggregated_never_per_pid(source: StandIn) -> None:
-    second = HostState(name="gpu04", status="up", snapshot=wire.Snapshot(ts=1.0, seq=1, gpus=[
-        wire.GpuSample(index=3, uuid="GPU-dddd", processes=[wire.ProcessSample(pid=9, user="alice",
+    second = HostState(name="gpu04", status="up", snapshot=sample.Snapshot(
+        proto=wire.PROTO_VERSION, ts=1.0, seq=1, gpus=[
+        sample.GpuSample(index=3, uuid="GPU-dddd", processes=[sample.ProcessSample(pid=9, user="alice",
                                                                                gpu_memory=GIB)])]))
     source.live.hosts["gpu04"] = second
     text = exposition(source)
@@ -199,8 +201,8 @@ def full_source() -> StandIn:
     source = StandIn()
     snap = snapshot()
     snap.gpus[0].fan_speed = 40
-    snap.gpus.append(wire.GpuSample(index=2, uuid="GPU-cccc", mig_mode=True, mig_instances=[
-        wire.MigInstance(gi_id=1, ci_id=0, profile="1g.10gb", memory_total=10 * GIB, memory_used=GIB)]))
+    snap.gpus.append(sample.GpuSample(index=2, uuid="GPU-cccc", mig_mode=True, mig_instances=[
+        sample.MigInstance(gi_id=1, ci_id=0, profile="1g.10gb", memory_total=10 * GIB, memory_used=GIB)]))
     source.live.hosts["gpu01"].snapshot = snap
     source.live.hosts["gpu09"] = HostState(name="gpu09", status="up", clock_skew=600.0)  # a skewed clock
     return source

@@ -7,6 +7,7 @@ import threading
 import urllib.request
 
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.live import HostState
 from gpufleet.collector.metrics import FleetCollector, MetricsServer
 from metrics_testkit import StandIn
@@ -28,7 +29,7 @@ def test_build_reads_the_frozen_copy_not_the_live_view(source: StandIn) -> None:
     # the transport keeps mutating the live HostState objects after the copy was taken
     up = source.live.hosts["gpu01"]
     up.status, up.frames, up.tags = "down", 999, ["changed"]
-    up.snapshot = wire.Snapshot(ts=2.0, seq=8, gpus=[])
+    up.snapshot = sample.Snapshot(proto=wire.PROTO_VERSION, ts=2.0, seq=8, gpus=[])
     source.live.hosts["gpu04"] = HostState(name="gpu04", status="up")
     source.flag_map.clear()
     fams = coll.build(view, samples=True).metrics()

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from builders import FakeClock
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.alerts.engine import AlertEngine
 from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.notify.dispatcher import NotificationDispatcher
@@ -94,8 +95,8 @@ async def overheating_engine(
 async def test_engine_to_alertmanager_with_refresh(alertmanager, w):
     clock, engine, disp = await overheating_engine(alertmanager, w)
     try:
-        gpu = wire.GpuSample(index=0, uuid="GPU-0000", temperature=93, util_gpu=50)
-        engine.frame("n3", wire.Snapshot(ts=clock.t, seq=1, gpus=[gpu]), clock.t)
+        gpu = sample.GpuSample(index=0, uuid="GPU-0000", temperature=93, util_gpu=50)
+        engine.frame("n3", sample.Snapshot(proto=wire.PROTO_VERSION, ts=clock.t, seq=1, gpus=[gpu]), clock.t)
         await engine.evaluate()
         assert await disp.join(10)
         [a] = am_alerts(alertmanager)
@@ -103,7 +104,7 @@ async def test_engine_to_alertmanager_with_refresh(alertmanager, w):
         assert a["annotations"]["summary"] == "n3 GPU 0 at 93 C (threshold 85 C) for 0s"
         first_end = a["endsAt"]
         clock.t += 61  # a refresh re-posts firing alerts with a later endsAt
-        engine.frame("n3", wire.Snapshot(ts=clock.t, seq=2, gpus=[gpu]), clock.t)
+        engine.frame("n3", sample.Snapshot(proto=wire.PROTO_VERSION, ts=clock.t, seq=2, gpus=[gpu]), clock.t)
         await engine.evaluate()
         assert await disp.join(10)
         [a] = am_alerts(alertmanager)
@@ -134,16 +135,16 @@ async def test_resolved_alert_reaches_alertmanager_with_ends_at(alertmanager_to_
     """Engine -> Alertmanager API -> Alertmanager's own webhook: the resolution arrives with our endsAt."""
     clock, engine, disp = await overheating_engine(alertmanager_to_receiver, w, group_interval=0.0)
     try:
-        hot = wire.GpuSample(index=0, uuid="GPU-0000", temperature=93, util_gpu=50)
-        engine.frame("n3", wire.Snapshot(ts=clock.t, seq=1, gpus=[hot]), clock.t)
+        hot = sample.GpuSample(index=0, uuid="GPU-0000", temperature=93, util_gpu=50)
+        engine.frame("n3", sample.Snapshot(proto=wire.PROTO_VERSION, ts=clock.t, seq=1, gpus=[hot]), clock.t)
         await engine.evaluate()
         assert await disp.join(10)
         [fired] = await _am_webhooks(receiver, "firing")
         assert fired["alerts"][0]["labels"]["alertname"] == "overheating"
         assert fired["alerts"][0]["endsAt"] == "0001-01-01T00:00:00Z", "no end shown while firing"
         clock.t = time.time()
-        cool = wire.GpuSample(index=0, uuid="GPU-0000", temperature=60, util_gpu=50)
-        engine.frame("n3", wire.Snapshot(ts=clock.t, seq=2, gpus=[cool]), clock.t)
+        cool = sample.GpuSample(index=0, uuid="GPU-0000", temperature=60, util_gpu=50)
+        engine.frame("n3", sample.Snapshot(proto=wire.PROTO_VERSION, ts=clock.t, seq=2, gpus=[cool]), clock.t)
         await engine.evaluate()
         assert await disp.join(10)
         resolved_at = clock.t

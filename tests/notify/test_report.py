@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.report import build_report, render_report, send_report
 from gpufleet.collector.settings import AlertingConfig, StorageConfig
@@ -158,11 +159,12 @@ async def test_report_from_the_real_store(tmp_path: Path):
         gib = 1 << 30
         for i in range(61):  # 60 intervals of 5 s = 300 s
             ts = t0 + 5 * i
-            gpus = [wire.GpuSample(index=0, uuid="GPU-0", util_gpu=0, memory_used=20 * gib, processes=[
-                        wire.ProcessSample(pid=1, user="alice", gpu_memory=20 * gib)]),
-                    wire.GpuSample(index=1, uuid="GPU-1", util_gpu=100, memory_used=20 * gib, processes=[
-                        wire.ProcessSample(pid=2, user="bob", gpu_memory=20 * gib)])]
-            store.submit_snapshot("n3", wire.Snapshot(ts=ts, seq=i, gpus=gpus), ts)
+            gpus = [sample.GpuSample(index=0, uuid="GPU-0", util_gpu=0, memory_used=20 * gib, processes=[
+                        sample.ProcessSample(pid=1, user="alice", gpu_memory=20 * gib)]),
+                    sample.GpuSample(index=1, uuid="GPU-1", util_gpu=100, memory_used=20 * gib, processes=[
+                        sample.ProcessSample(pid=2, user="bob", gpu_memory=20 * gib)])]
+            store.submit_snapshot("n3", sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=i, gpus=gpus),
+                                  ts)
         await store.flush()
         report = await build_report(store, since=t0 - 3600, until=t0 + 7200)
     finally:
@@ -197,25 +199,26 @@ async def test_cli_report_since_7d_end_to_end(tmp_path: Path):
     db = tmp_path / "g.db"
     gib = 1 << 30
 
-    def p(pid: int, user: str, mem: float) -> wire.ProcessSample:
-        return wire.ProcessSample(pid=pid, user=user, gpu_memory=int(mem * gib), command="python train.py")
+    def p(pid: int, user: str, mem: float) -> sample.ProcessSample:
+        return sample.ProcessSample(pid=pid, user=user, gpu_memory=int(mem * gib), command="python train.py")
 
     store = await Store.open(StorageConfig(path=str(db)))
     try:
         t0 = math.floor((time.time() - 3 * 86400) / 3600) * 3600  # three days ago, on an hour boundary
         for i in range(721):
             ts = t0 + 10 * i
-            n3 = [wire.GpuSample(index=0, uuid="n3-0", util_gpu=0, memory_used=20 * gib,
+            n3 = [sample.GpuSample(index=0, uuid="n3-0", util_gpu=0, memory_used=20 * gib,
                                  processes=[p(1, "alice", 20)]),
-                  wire.GpuSample(index=1, uuid="n3-1", util_gpu=50, memory_used=10 * gib,
+                  sample.GpuSample(index=1, uuid="n3-1", util_gpu=50, memory_used=10 * gib,
                                  processes=[p(2, "bob", 10)]),
-                  wire.GpuSample(index=2, uuid="n3-2", util_gpu=2, memory_used=31 * gib,
+                  sample.GpuSample(index=2, uuid="n3-2", util_gpu=2, memory_used=31 * gib,
                                  processes=[p(3, "alice", 1), p(4, "carol", 30)])]
-            store.submit_snapshot("n3", wire.Snapshot(ts=ts, seq=i, gpus=n3), ts)
+            store.submit_snapshot("n3", sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=i, gpus=n3), ts)
             if i <= 360:
-                n4 = [wire.GpuSample(index=0, uuid="n4-0", util_gpu=100, memory_used=5 * gib,
+                n4 = [sample.GpuSample(index=0, uuid="n4-0", util_gpu=100, memory_used=5 * gib,
                                      processes=[p(9, "bob", 5)])]
-                store.submit_snapshot("n4", wire.Snapshot(ts=ts, seq=i, gpus=n4), ts)
+                store.submit_snapshot("n4", sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=i, gpus=n4),
+                                      ts)
         await store.flush()
     finally:
         await store.close()
@@ -262,10 +265,11 @@ async def test_report_has_idle_capacity_alerts_and_faults(tmp_path: Path):
     try:
         for i in range(61):
             ts = t0 + 5 * i
-            gpus = [wire.GpuSample(index=0, uuid="GPU-0", util_gpu=0, memory_used=0),
-                    wire.GpuSample(index=1, uuid="GPU-1", util_gpu=0, memory_used=20 << 30, processes=[
-                        wire.ProcessSample(pid=2, user="bob", gpu_memory=20 << 30)])]
-            store.submit_snapshot("n3", wire.Snapshot(ts=ts, seq=i, gpus=gpus), ts)
+            gpus = [sample.GpuSample(index=0, uuid="GPU-0", util_gpu=0, memory_used=0),
+                    sample.GpuSample(index=1, uuid="GPU-1", util_gpu=0, memory_used=20 << 30, processes=[
+                        sample.ProcessSample(pid=2, user="bob", gpu_memory=20 << 30)])]
+            store.submit_snapshot("n3", sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=i, gpus=gpus),
+                                  ts)
         store.submit_event("n3", wire.Event(ts=t0 + 60, kind="xid", message="Xid 79", gpu_index=1, xid=79),
                            t0 + 60)
         await store.flush()

@@ -10,6 +10,7 @@ from typing import Any
 import builders
 import pytest
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.rules.base import Condition, HostContext, Rule
 from gpufleet.collector.rules.registry import RULE_TYPES
 from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig, Selector
@@ -32,7 +33,7 @@ class Runner:
         self.rule = rule
         self.ctx = HostContext(name=host)
 
-    def feed(self, snapshot: wire.Snapshot, now: float) -> list[Condition] | None:
+    def feed(self, snapshot: sample.Snapshot, now: float) -> list[Condition] | None:
         self.ctx.snapshot = snapshot
         self.ctx.snapshot_received = now
         self.rule.observe_snapshot(self.ctx, snapshot, now)

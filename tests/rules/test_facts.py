@@ -8,8 +8,7 @@ import statistics
 
 import pytest
 from builders import gpu, proc, scenario_frames, snap
-from gpufleet.agent import wire
-from gpufleet.collector import classify, facts
+from gpufleet.collector import classify, facts, sample
 from gpufleet.collector.alerts.engine import AlertEngine
 from gpufleet.collector.jobkey import group_key, job_key
 from gpufleet.collector.jobs import JobTracker
@@ -24,8 +23,9 @@ STRICT = classify.Thresholds(stuck_power_ratio=0.2, min_memory_bytes=1 << 30)
 def test_facts_are_classify_and_jobkey_on_every_scenario(t):
     """Over every bundled scenario's samples the facts equal the one classification, GPU by GPU."""
     checked = 0
-    for frame in scenario_frames(samples=6):
-        if not isinstance(frame, wire.Snapshot):
+    for wire_frame in scenario_frames(samples=6):
+        frame = sample.from_wire(wire_frame)
+        if not isinstance(frame, sample.Snapshot):
             continue
         got = facts.SnapshotFacts.build("n3", frame, t)
         assert [gf.gpu for gf in got.gpus] == list(frame.gpus)
@@ -43,7 +43,7 @@ def test_facts_are_classify_and_jobkey_on_every_scenario(t):
 def test_one_build_per_snapshot_for_the_rules_and_the_job_tracker(monkeypatch):
     """The daemon's wiring: the engine's rules and the tracker share one FleetFacts, so a snapshot is
     classified once, and the next snapshot afresh."""
-    builds: list[wire.Snapshot] = []
+    builds: list[sample.Snapshot] = []
     real = facts.SnapshotFacts.build.__func__  # type: ignore[attr-defined]
 
     def counting(cls, host, snapshot, thresholds, previous=None):
@@ -68,7 +68,8 @@ def test_keys_carried_over_are_the_keys_worked_out_afresh():
     """FleetFacts reuses a process's keys from the host's previous snapshot only while everything they
     depend on is unchanged: over the scenarios' samples and through changes of job, start and parent."""
     fleet = facts.FleetFacts(classify.DEFAULT_THRESHOLDS)
-    frames = [f for f in scenario_frames(samples=6) if isinstance(f, wire.Snapshot)]
+    frames = [f for f in map(sample.from_wire, scenario_frames(samples=6))
+              if isinstance(f, sample.Snapshot)]
     changed = [
         snap(gpu(0, procs=[proc(7, start=100.0, ppid=50, command="python train.py --rank 0")])),
         snap(gpu(0, procs=[proc(7, start=100.0, ppid=50, command="python train.py --rank 0", job="90210")])),

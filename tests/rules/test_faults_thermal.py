@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.live import HostState
 from gpufleet.collector.rules.base import matchers_match, selector_matches
 from gpufleet.collector.settings import Selector
@@ -45,7 +46,7 @@ def test_throttling_only_watched_reasons(runner, w):
 
 def test_gpu_lost_from_sample_error_and_event_until_normal(runner, w):
     r = runner("gpu_lost")
-    conds = r.feed(w.snap(w.gpu(0), wire.GpuSample(index=1, uuid="GPU-0001", error="GPU is lost")), 0.0)
+    conds = r.feed(w.snap(w.gpu(0), sample.GpuSample(index=1, uuid="GPU-0001", error="GPU is lost")), 0.0)
     assert conds and conds[0].labels == {"host": "n3", "gpu": "1", "uuid": "GPU-0001"}
     assert "lost: GPU is lost" in conds[0].summary
     assert r.feed(w.snap(w.gpu(0), w.gpu(1)), 1.0) == []

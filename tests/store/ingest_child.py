@@ -10,15 +10,16 @@ import asyncio
 import sys
 
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import Store
 
 
-def snapshot(seq: int) -> wire.Snapshot:
-    procs = [wire.ProcessSample(pid=100 + seq % 3, user="alice", gpu_memory=1 << 30, sm_util=seq % 100,
+def snapshot(seq: int) -> sample.Snapshot:
+    procs = [sample.ProcessSample(pid=100 + seq % 3, user="alice", gpu_memory=1 << 30, sm_util=seq % 100,
                                 start_time=10.0)]
-    return wire.Snapshot(ts=1000.0 + seq, seq=seq, gpus=[
-        wire.GpuSample(index=i, uuid=f"GPU-{i}", util_gpu=seq % 100, memory_used=i << 30, temperature=50,
+    return sample.Snapshot(proto=wire.PROTO_VERSION, ts=1000.0 + seq, seq=seq, gpus=[
+        sample.GpuSample(index=i, uuid=f"GPU-{i}", util_gpu=seq % 100, memory_used=i << 30, temperature=50,
                        power_draw=100.5, processes=procs) for i in range(8)])
 
 

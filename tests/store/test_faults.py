@@ -17,7 +17,7 @@ import pytest
 from builders import snap
 from builders import store_gpu as gpu
 from builders import store_proc as proc
-from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.errors import StorageError, StorageFull
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import Store, Tuning
@@ -94,7 +94,7 @@ def _alert() -> AlertRecord:
     return AlertRecord(fingerprint="f", rule="storage", severity="critical", state="firing")
 
 
-def _busy_snapshot(t: float) -> wire.Snapshot:
+def _busy_snapshot(t: float) -> sample.Snapshot:
     return snap(*[gpu(i, procs=[proc(100 + i, command="x" * 200)]) for i in range(8)], ts=t)
 
 

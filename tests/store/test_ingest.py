@@ -10,6 +10,7 @@ from builders import GIB, MIB, hello, snap
 from builders import store_gpu as gpu
 from builders import store_proc as proc
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.classify import Thresholds
 from gpufleet.collector.live import HostState
 from gpufleet.collector.model import HostRecord
@@ -214,7 +215,7 @@ async def test_usage_reads_the_loops_classification_when_it_is_the_stores(
     calls: list[int] = []
     real = usage.waste_users
 
-    def counting(g: wire.GpuSample, t: Thresholds = classify.DEFAULT_THRESHOLDS) -> list[str]:
+    def counting(g: sample.GpuSample, t: Thresholds = classify.DEFAULT_THRESHOLDS) -> list[str]:
         calls.append(g.index)
         return real(g, t)
 
@@ -315,7 +316,7 @@ async def test_same_uuid_on_two_hosts_is_two_gpus(store: Store, config: StorageC
 
 
 async def test_unreadable_gpu_still_gets_a_sample(store: Store) -> None:
-    bad = wire.GpuSample(index=1, uuid="GPU-0001", error="GPU is lost")
+    bad = sample.GpuSample(index=1, uuid="GPU-0001", error="GPU is lost")
     store.submit_snapshot("h1", snap(gpu(0), bad, ts=8000.0), 0.0)
     await store.flush()
     latest = {g.index: g for g in await store.latest("h1")}
@@ -339,7 +340,7 @@ async def test_fleet_sink_interface(store: Store) -> None:
     store.frame("h1", hello(), 10.0)
     store.frame("h1", snap(gpu(0), ts=11.0), 11.0)
     store.frame("h1", wire.Event(ts=12.0, kind="xid", xid=94), 12.0)
-    store.frame("h1", wire.Heartbeat(ts=13.0), 13.5)
+    store.frame("h1", sample.Heartbeat(proto=wire.PROTO_VERSION, ts=13.0), 13.5)
     await store.flush()
     (h1,) = await store.hosts()
     assert h1.last_seen == 13.5 and h1.agent_version == "0.1.0"

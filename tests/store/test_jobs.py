@@ -10,6 +10,7 @@ import builders
 import pytest
 from builders import GIB, snap
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.jobs import GONE_INTERVALS, QUIET_AFTER, JobTracker
 from gpufleet.collector.store import Store, schema
 
@@ -58,7 +59,8 @@ async def test_jobs_are_told_apart_and_filtered(store: Store) -> None:
     assert rows[0].waste_pct == 0.0 and rows[0].mean_util == pytest.approx(50.0)
     assert await store.jobs(since=0, until=1000, user="alice") == []
     # pid 11's host goes quiet: the sweep ends the job QUIET_AFTER after its last sighting
-    tracker.frame("n9", wire.Heartbeat(ts=70 + QUIET_AFTER + 1), 70 + QUIET_AFTER + 1)
+    quiet = 70 + QUIET_AFTER + 1
+    tracker.frame("n9", sample.Heartbeat(proto=wire.PROTO_VERSION, ts=quiet), quiet)
     await tracker.drain()
     [alice] = await store.jobs(since=0, until=10_000, user="alice")
     assert alice.key == "pid:11.6@n1" and alice.ended == 69 and alice.waste_pct == pytest.approx(100.0)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from builders import gpu, proc, snap
-from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import Store, schema
 
@@ -29,7 +29,7 @@ def _v4_file(path: Path) -> None:
     conn.close()
 
 
-def _slurm_proc(pid: int, job: str, owner: str = "alice", **slurm: str) -> wire.ProcessSample:
+def _slurm_proc(pid: int, job: str, owner: str = "alice", **slurm: str) -> sample.ProcessSample:
     return proc(pid, owner, job=job, **{f"job_{k}": v for k, v in slurm.items()})
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.live import HostState
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class CollectingSink:
     """Records every state change and frame, and lets a test wait for a condition."""
 
     def __init__(self) -> None:
-        self.frames: list[tuple[str, wire.Frame, float]] = []
+        self.frames: list[tuple[str, sample.Frame, float]] = []
         self.changes: list[tuple[str, str, str | None]] = []
         self.latest: dict[str, HostState] = {}
 
@@ -59,7 +60,7 @@ class CollectingSink:
         self.changes.append((state.name, state.status, state.reason))
         self.latest[state.name] = state
 
-    def frame(self, host: str, frame: wire.Frame, received: float) -> None:
+    def frame(self, host: str, frame: sample.Frame, received: float) -> None:
         self.frames.append((host, frame, received))
 
     def count(self, host: str, kind: str | None = None) -> int:

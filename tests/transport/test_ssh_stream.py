@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 
 from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.live import LiveView
 from gpufleet.collector.simfleet import SimFleet
 from gpufleet.collector.transport.manager import FleetTransport
@@ -26,7 +27,7 @@ async def test_three_hosts_stream_to_the_sink(fleet: SimFleet, sink: CollectingS
         assert st.status == "up" and st.reason is None
         assert st.connects == 1 and st.reconnects == 0 and st.bad_frames == 0
         assert st.agent_version and st.last_seen is not None and st.lag is not None
-        assert isinstance(st.hello, wire.Hello) and isinstance(st.snapshot, wire.Snapshot)
+        assert isinstance(st.hello, wire.Hello) and isinstance(st.snapshot, sample.Snapshot)
         assert sink.statuses(n)[:2] == ["connecting", "up"]
         # hello comes first on every stream
         assert next(f for h, f, _ in sink.frames if h == n).type == "hello"
@@ -58,7 +59,7 @@ async def test_inproc_hosts_claiming_another_name(sink: CollectingSink,
         assert t.states()["n1"].snapshot is not None
         assert t.states()["n1"].snapshot.gpus[0].uuid.startswith("GPU-sim-n1-")  # type: ignore[union-attr]
         assert all(f.gpus[0].uuid.startswith(f"GPU-sim-{h}-") for h, f, _ in sink.frames
-                   if isinstance(f, wire.Snapshot))
+                   if isinstance(f, sample.Snapshot))
 
 
 async def test_stop_sends_eof_and_agents_exit_cleanly(fleet: SimFleet, sink: CollectingSink) -> None:

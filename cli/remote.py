@@ -68,7 +68,7 @@ def _exchange(addr: CollectorAddress, op: str, request: bytes, timeout: float) -
 async def _ask_ssh(addr: CollectorAddress, request: bytes, timeout: float) -> bytes:
     import asyncio
 
-    import asyncssh
+    from gpufleet.collector.sshlib import asyncssh
 
     options: dict[str, Any] = {}
     if addr.key is not None:

@@ -33,9 +33,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import asyncssh
 from gpufleet.agent import wire
 from gpufleet.collector.settings import HostConfig
+from gpufleet.collector.sshlib import asyncssh
 from gpufleet.collector.transport.hostkeys import host_pattern
 from gpufleet.collector.transport.local import signal_name
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import asyncssh
 from gpufleet.collector.errors import ConfigError, HostKeyError
+from gpufleet.collector.sshlib import asyncssh
 
 log = logging.getLogger(__name__)
 

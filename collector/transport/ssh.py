@@ -18,9 +18,9 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-import asyncssh
 from gpufleet.collector.errors import AgentError, ConfigError, TransportError
 from gpufleet.collector.settings import HostConfig
+from gpufleet.collector.sshlib import asyncssh
 from gpufleet.collector.transport.hostkeys import HostKeyRefused, HostKeyVerifier, KnownHostsStore
 from gpufleet.collector.transport.reach import reach
 from gpufleet.collector.transport.stream import AgentStream

@@ -19,9 +19,9 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncssh
 import gpufleet.agent
 from gpufleet.collector.errors import AgentError
+from gpufleet.collector.sshlib import asyncssh
 
 log = logging.getLogger(__name__)
 

@@ -231,8 +231,7 @@ class StoreFallback:
             if not self._noticed:
                 self._noticed = True
                 if self._notice is not None:
-                    latest = await store.latest()
-                    last = max((g.ts for g in latest), default=None)
+                    last = max((s.ts for s in (await store.latest()).values()), default=None)
                     from gpufleet.cli.timeparse import fmt_ago
 
                     self._notice(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -19,7 +19,6 @@ from gpufleet.collector import sample
 
 if TYPE_CHECKING:
     from gpufleet.collector.model import HostRecord
-    from gpufleet.collector.store.records import GpuLatest
 
 log = logging.getLogger(__name__)
 
@@ -100,18 +99,6 @@ class HostState:
             self.backend = frame.backend
 
 
-def _gpu_sample(g: GpuLatest) -> sample.GpuSample:
-    """A stored last sample back in the wire shape the live view keeps."""
-    procs = [sample.ProcessSample(pid=p.pid, gpu_memory=p.gpu_memory, sm_util=p.sm_util, user=p.user,
-                                command=p.command, start_time=p.start_time, state=p.state,
-                                container=p.container, job=p.job, job_name=p.job_name, job_user=p.job_user,
-                                job_account=p.job_account, job_partition=p.job_partition,
-                                job_state=p.job_state) for p in g.processes]
-    return sample.GpuSample(index=g.index, uuid=g.uuid, name=g.name, util_gpu=g.util_gpu,
-                          memory_used=g.memory_used, memory_total=g.memory_total, temperature=g.temperature,
-                          power_draw=g.power_draw, power_limit=g.power_limit, error=g.error, processes=procs)
-
-
 class FleetSink(Protocol):
     """Receives everything the live view records. Must return quickly and never raise."""
 
@@ -148,16 +135,13 @@ class LiveView:
     def remove_host(self, name: str) -> None:
         self.hosts.pop(name, None)
 
-    def carry_over(self, rows: Iterable[HostRecord], latest: Iterable[GpuLatest]) -> int:
+    def carry_over(self, rows: Iterable[HostRecord], latest: Mapping[str, sample.Snapshot]) -> int:
         """Seed the configured hosts from the store after a restart: last seen, versions, the last GPUs.
 
         The status stays ``connecting`` until a fresh attempt succeeds or fails, but a host that stays down
         does not read as "never seen, 0 GPUs" while the store saw it a minute ago. Returns how many hosts
         were seeded. Never sent to the listeners: it is what they stored, not a new observation.
         """
-        gpus: dict[str, list[GpuLatest]] = {}
-        for g in latest:
-            gpus.setdefault(g.host, []).append(g)
         seeded = 0
         for row in rows:
             state = self.hosts.get(row.name)
@@ -166,10 +150,9 @@ class LiveView:
             state.last_seen = row.last_seen
             state.agent_version = state.agent_version or row.agent_version
             state.driver_version = state.driver_version or row.driver_version
-            stored = sorted(gpus.get(row.name, []), key=lambda g: g.index)
-            if stored and state.snapshot is None:
-                state.snapshot = sample.Snapshot(proto=wire.PROTO_VERSION, ts=max(g.ts for g in stored),
-                                                 seq=0, gpus=[_gpu_sample(g) for g in stored])
+            stored = latest.get(row.name)
+            if stored and stored.gpus and state.snapshot is None:
+                state.snapshot = stored
             seeded += 1
         return seeded
 

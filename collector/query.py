@@ -15,9 +15,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields, is_dataclass
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from gpufleet.collector.classify import DEFAULT_THRESHOLDS, GpuLike, ProcLike, Thresholds, gpu_state
+from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds, gpu_state
 from gpufleet.collector.errors import QueryError
 from gpufleet.collector.model import (
     FleetView,
@@ -37,7 +37,8 @@ if TYPE_CHECKING:  # annotations only: the CLI's status path must not pay for im
     import msgspec
     from gpufleet.collector.live import HostState
     from gpufleet.collector.model import HostRecord
-    from gpufleet.collector.store.records import AlertRecord, GpuLatest
+    from gpufleet.collector.sample import GpuSample, ProcessSample, Snapshot
+    from gpufleet.collector.store.records import AlertRecord
 
 #: Rule names as the alert engine knows them -> the short flag a person reads on the status screen.
 FLAG_NAMES: dict[str, str] = {
@@ -53,51 +54,6 @@ WASTE_FLAGS: frozenset[str] = frozenset({"wasted", "stale"})
 
 FlagSource = Callable[[str, "int | None"], Iterable[str]]
 _NO_FLAGS: frozenset[str] = frozenset()
-
-
-# ------------------------------------------------------------- inputs (live samples and stored rows alike)
-
-
-class _ProcLike(ProcLike, Protocol):
-    """What the status view reads of a process, beyond what classification does."""
-
-    @property
-    def pid(self) -> int: ...
-    @property
-    def command(self) -> str | None: ...
-    @property
-    def sm_util(self) -> int | None: ...
-    @property
-    def start_time(self) -> float | None: ...
-    @property
-    def container(self) -> str | None: ...
-    @property
-    def job(self) -> str | None: ...
-    @property
-    def job_name(self) -> str | None: ...
-    @property
-    def job_account(self) -> str | None: ...
-    @property
-    def job_partition(self) -> str | None: ...
-    @property
-    def job_state(self) -> str | None: ...
-
-
-class _GpuLike(GpuLike, Protocol):
-    """What the status view reads of a GPU sample (live or stored), beyond what classification does."""
-
-    @property
-    def index(self) -> int: ...
-    @property
-    def uuid(self) -> str: ...
-    @property
-    def name(self) -> str | None: ...
-    @property
-    def memory_total(self) -> int | None: ...
-    @property
-    def temperature(self) -> int | None: ...
-    @property
-    def processes(self) -> Sequence[_ProcLike]: ...
 
 
 # ---------------------------------------------------------------------------------------------- helpers
@@ -137,7 +93,7 @@ def _match_any(value: str, patterns: Sequence[str]) -> bool:
 # Positional arguments below, in the dataclasses' field order: this runs 8,000+ times per status request.
 
 
-def _proc_view(p: _ProcLike, now: float) -> ProcView:
+def _proc_view(p: ProcessSample, now: float) -> ProcView:
     start = p.start_time
     return ProcView(
         p.pid,
@@ -156,7 +112,7 @@ def _proc_view(p: _ProcLike, now: float) -> ProcView:
     )
 
 
-def _gpu_view(g: _GpuLike, flags: Iterable[str], host_up: bool, now: float, t: Thresholds) -> GpuView:
+def _gpu_view(g: GpuSample, flags: Iterable[str], host_up: bool, now: float, t: Thresholds) -> GpuView:
     procs = [_proc_view(p, now) for p in g.processes] if g.processes else []
     names = sorted({FLAG_NAMES.get(f, f) for f in flags}) if flags else []
     error = g.error
@@ -178,7 +134,7 @@ def _gpu_view(g: _GpuLike, flags: Iterable[str], host_up: bool, now: float, t: T
         g.power_draw,
         g.power_limit,
         error,
-        getattr(g, "fan_speed", None),  # live samples have it; stored rows do not
+        g.fan_speed,  # None in a stored sample: the store keeps no fan reading
         names,
         procs,
     )
@@ -315,7 +271,7 @@ def flags_from_alerts(alerts: Iterable[AlertRecord]) -> FlagSource:
 
 def build_fleet_view_from_store(
     hosts: Iterable[HostRecord],
-    latest: Iterable[GpuLatest],
+    latest: Mapping[str, Snapshot],
     alerts: Iterable[AlertRecord],
     *,
     now: float,
@@ -324,35 +280,23 @@ def build_fleet_view_from_store(
     user: Sequence[str] = (),
     thresholds: Thresholds = DEFAULT_THRESHOLDS,
 ) -> FleetView:
-    """The same view from stored rows: last known host status, last sample per GPU, firing alerts."""
+    """The same view from stored state: last known host status, each host's last stored snapshot (the
+    store's :func:`latest`, the live view's sample type), firing alerts."""
     flags = flags_from_alerts(alerts)
-    by_host: dict[str, list[GpuLatest]] = {}
-    for g in latest:
-        by_host.setdefault(g.host, []).append(g)
     views: list[HostView] = []
     seen: set[str] = set()
     for row in hosts:
         seen.add(row.name)
-        gl = sorted(by_host.get(row.name, []), key=lambda g: g.index)
-        gpus = [_gpu_view(g, flags(row.name, g.index), True, now, thresholds) for g in gl]
+        snap = latest.get(row.name)
+        gpus = [_gpu_view(g, flags(row.name, g.index), True, now, thresholds)
+                for g in (snap.gpus if snap else ())]
         views.append(_host_view(row.name, row.status, row.reason, row.last_seen, row.tags, flags,
-                                max((g.ts for g in gl), default=None), gpus, now))
-    for name, gl in by_host.items():  # samples for a host the hosts table lacks: still show them
+                                snap.ts if snap else None, gpus, now))
+    for name, snap in latest.items():  # samples for a host the hosts table lacks: still show them
         if name not in seen:
-            gl.sort(key=lambda g: g.index)
-            ts = max(g.ts for g in gl)
-            gpus = [_gpu_view(g, flags(name, g.index), True, now, thresholds) for g in gl]
-            views.append(
-                HostView(
-                    name=name,
-                    status="unknown",
-                    reason=None,
-                    last_seen=ts,
-                    age=now - ts,
-                    sample_ts=ts,
-                    gpus=gpus,
-                )
-            )
+            gpus = [_gpu_view(g, flags(name, g.index), True, now, thresholds) for g in snap.gpus]
+            views.append(HostView(name=name, status="unknown", reason=None, last_seen=snap.ts,
+                                  age=now - snap.ts, sample_ts=snap.ts, gpus=gpus))
     return _finish(views, now, "store", host=host, tag=tag, user=user)
 
 
@@ -443,10 +387,8 @@ def host_infos(states: Iterable[HostState], shed: Mapping[str, int] | None = Non
     return out
 
 
-def host_infos_from_store(rows: Iterable[HostRecord], latest: Iterable[GpuLatest]) -> list[HostInfo]:
-    counts: dict[str, int] = {}
-    for g in latest:
-        counts[g.host] = counts.get(g.host, 0) + 1
+def host_infos_from_store(rows: Iterable[HostRecord], latest: Mapping[str, Snapshot]) -> list[HostInfo]:
+    counts = {name: len(snap.gpus) for name, snap in latest.items()}
     out = [
         HostInfo(
             name=r.name,

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from gpufleet.collector import query
+from gpufleet.collector import query, sample
 from gpufleet.collector.api.access import Access, AccessDenied, Peer, this_process
 from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds, thresholds_of
 from gpufleet.collector.errors import QueryError
@@ -28,7 +28,6 @@ from gpufleet.collector.store.records import (
     AlertRecord,
     CapacityRow,
     EventRow,
-    GpuLatest,
     GpuSeries,
     JobRecord,
     ProcessSpan,
@@ -63,7 +62,7 @@ class StoreLike(Protocol):
     @property
     def shed_by_host(self) -> dict[str, int]: ...
     async def hosts(self) -> list[HostRecord]: ...
-    async def latest(self, host: str | None = None) -> list[GpuLatest]: ...
+    async def latest(self, host: str | None = None) -> dict[str, sample.Snapshot]: ...
     async def gpu_history(
         self, host: str, *, gpu: int | None = None, since: float, until: float, max_points: int = 500
     ) -> list[GpuSeries]: ...
@@ -272,7 +271,8 @@ class StoreOps:
 
     async def check_gpu(self, host: str, gpu: int) -> None:
         """``--gpu 7`` on a 4-GPU host is a typo, not an empty range: say which GPUs the host has."""
-        indices = sorted({g.index for g in await self.store.latest(host)})
+        last = (await self.store.latest(host)).get(host)
+        indices = sorted({g.index for g in last.gpus}) if last else []
         if indices and gpu not in indices:
             raise QueryError(f"{host} has no GPU {gpu} (GPUs: {', '.join(map(str, indices))})")
 

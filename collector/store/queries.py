@@ -16,13 +16,13 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gpufleet.agent import wire
+from gpufleet.collector import sample
 from gpufleet.collector.model import HostRecord
 from gpufleet.collector.store.records import (
     AlertRecord,
     EventRow,
-    GpuLatest,
     GpuSeries,
-    ProcessRow,
     ProcessSpan,
     SeriesPoint,
     SilenceRecord,
@@ -48,8 +48,10 @@ def hosts(conn: sqlite3.Connection) -> list[HostRecord]:
             for r in rows]
 
 
-def latest(conn: sqlite3.Connection, host: str | None) -> list[GpuLatest]:
-    """Newest sample of each GPU slot (the most recently seen GPU where a slot had several) + processes."""
+def latest(conn: sqlite3.Connection, host: str | None) -> dict[str, sample.Snapshot]:
+    """Each host's newest sample of each GPU slot (the most recently seen GPU where a slot had several),
+    with the processes seen in it, as the host's last snapshot (its time: the newest of them; GPUs by
+    index). The same sample type the live view holds, so status reads stored and live state alike."""
     rows = conn.execute(
         """SELECT h.name, g.id, g.idx, g.uuid, g.name, g.memory_total, g.power_limit,
                   s.ts, s.util, s.mem_used, s.temp, s.power, s.error
@@ -57,7 +59,7 @@ def latest(conn: sqlite3.Connection, host: str | None) -> list[GpuLatest]:
            JOIN samples s ON s.gpu_id = g.id AND s.ts = g.last_sample
            WHERE ?1 IS NULL OR h.name = ?1
            ORDER BY h.name, g.idx, g.last_sample DESC""", (host,)).fetchall()
-    out: list[GpuLatest] = []
+    out: dict[str, sample.Snapshot] = {}
     seen: set[tuple[str, int]] = set()
     for (hname, gid, idx, uuid, name, total, limit, ts, util, mem, temp, power, error) in rows:
         if (hname, idx) in seen:
@@ -68,14 +70,20 @@ def latest(conn: sqlite3.Connection, host: str | None) -> list[GpuLatest]:
             "p.container, p.job, j.name, j.user, j.account, j.partition, j.state FROM processes p "
             "LEFT JOIN slurm_jobs j ON j.host_id = p.host_id AND j.job = p.job "
             "WHERE p.gpu_id = ? AND p.last_seen = ? ORDER BY p.pid", (gid, ts)).fetchall()
-        out.append(GpuLatest(
-            host=hname, index=idx, uuid=uuid, name=name, ts=ts, util_gpu=util, memory_used=mem,
-            memory_total=total, temperature=temp, power_draw=power, power_limit=limit, error=error,
-            processes=[ProcessRow(pid=p[0], user=p[1], command=p[2], gpu_memory=p[3], sm_util=p[4],
-                                  start_time=p[5] if p[6] else None, state=p[7], container=p[8], job=p[9],
-                                  job_name=p[10], job_user=p[11], job_account=p[12], job_partition=p[13],
-                                  job_state=p[14])
-                       for p in procs]))
+        gpu = sample.GpuSample(
+            index=idx, uuid=uuid, name=name, util_gpu=util, memory_used=mem, memory_total=total,
+            temperature=temp, power_draw=power, power_limit=limit, error=error,
+            processes=[sample.ProcessSample(pid=p[0], user=p[1], command=p[2], gpu_memory=p[3], sm_util=p[4],
+                                            start_time=p[5] if p[6] else None, state=p[7], container=p[8],
+                                            job=p[9], job_name=p[10], job_user=p[11], job_account=p[12],
+                                            job_partition=p[13], job_state=p[14])
+                       for p in procs])
+        snap = out.get(hname)
+        if snap is None:
+            out[hname] = sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=0, gpus=[gpu])
+        else:
+            snap.gpus.append(gpu)
+            snap.ts = max(snap.ts, ts)
     return out
 
 

@@ -12,43 +12,6 @@ AlertState = Literal["pending", "firing", "resolved"]
 
 
 @dataclass(slots=True)
-class ProcessRow:
-    pid: int
-    user: str | None
-    command: str | None
-    gpu_memory: int | None
-    sm_util: int | None
-    start_time: float | None
-    state: str | None
-    container: str | None = None
-    job: str | None = None
-    job_name: str | None = None  # job_*: from slurm_jobs (what the agent's scontrol said of ``job``)
-    job_user: str | None = None
-    job_account: str | None = None
-    job_partition: str | None = None
-    job_state: str | None = None
-
-
-@dataclass(slots=True)
-class GpuLatest:
-    """The last stored sample of one GPU (for `gpufleet status` when the collector is down)."""
-
-    host: str
-    index: int
-    uuid: str
-    name: str | None
-    ts: float
-    util_gpu: int | None
-    memory_used: int | None
-    memory_total: int | None
-    temperature: int | None
-    power_draw: float | None
-    power_limit: float | None
-    error: str | None
-    processes: list[ProcessRow] = field(default_factory=list)
-
-
-@dataclass(slots=True)
 class SeriesPoint:
     """One point of a GPU's history. Raw samples have min == mean == max."""
 
@@ -89,7 +52,7 @@ class ProcessSpan:
     mean_sm_util: float | None
     container: str | None = None
     job: str | None = None
-    job_name: str | None = None  # job_*: from slurm_jobs, as for ProcessRow
+    job_name: str | None = None  # job_*: from slurm_jobs (what the agent's scontrol said of ``job``)
     job_account: str | None = None
     job_partition: str | None = None
     job_state: str | None = None

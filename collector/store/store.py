@@ -39,7 +39,6 @@ from gpufleet.collector.store.records import (
     AlertRecord,
     CapacityRow,
     EventRow,
-    GpuLatest,
     GpuSeries,
     JobRecord,
     ProcessSpan,
@@ -306,8 +305,8 @@ class Store:
     async def hosts(self) -> list[HostRecord]:
         return await self._read(queries.hosts)
 
-    async def latest(self, host: str | None = None) -> list[GpuLatest]:
-        """Newest sample per GPU with the processes seen in it."""
+    async def latest(self, host: str | None = None) -> dict[str, sample.Snapshot]:
+        """Each host's last stored snapshot: the newest sample per GPU with the processes seen in it."""
         return await self._read(partial(queries.latest, host=host))
 
     async def gpu_history(self, host: str, *, gpu: int | None = None, since: float, until: float,

@@ -28,9 +28,7 @@ from gpufleet.collector.store.records import (
     AlertRecord,
     CapacityRow,
     EventRow,
-    GpuLatest,
     GpuSeries,
-    ProcessRow,
     ProcessSpan,
     SeriesPoint,
     SilenceRecord,
@@ -225,41 +223,9 @@ class StandinStore:
             for h in self.live.hosts.values()
         ]
 
-    async def latest(self, host: str | None = None) -> list[GpuLatest]:
-        out = []
-        for h in self.live.hosts.values():
-            if h.snapshot is None or host not in (None, h.name):
-                continue
-            for g in h.snapshot.gpus:
-                out.append(
-                    GpuLatest(
-                        host=h.name,
-                        index=g.index,
-                        uuid=g.uuid,
-                        name=g.name,
-                        ts=h.snapshot.ts,
-                        util_gpu=g.util_gpu,
-                        memory_used=g.memory_used,
-                        memory_total=g.memory_total,
-                        temperature=g.temperature,
-                        power_draw=g.power_draw,
-                        power_limit=g.power_limit,
-                        error=g.error,
-                        processes=[
-                            ProcessRow(
-                                pid=p.pid,
-                                user=p.user,
-                                command=p.command,
-                                gpu_memory=p.gpu_memory,
-                                sm_util=p.sm_util,
-                                start_time=p.start_time,
-                                state=p.state,
-                            )
-                            for p in g.processes
-                        ],
-                    )
-                )
-        return out
+    async def latest(self, host: str | None = None) -> dict[str, sample.Snapshot]:
+        return {h.name: h.snapshot for h in self.live.hosts.values()
+                if h.snapshot is not None and host in (None, h.name)}
 
     async def gpu_history(
         self, host: str, *, gpu: int | None = None, since: float, until: float, max_points: int = 500

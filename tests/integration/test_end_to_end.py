@@ -97,7 +97,7 @@ async def test_fleet_to_history_to_webhook_and_restart(tmp_path: Path, receiver:
             assert all(a["labels"]["host"] != "n3" for body in receiver.bodies for a in body["alerts"])
 
             await collector.store.flush()
-            latest = await collector.store.latest("n1")
+            latest = (await collector.store.latest("n1"))["n1"].gpus
             assert {g.index for g in latest} == {0, 1}
             users = {p.user for g in latest for p in g.processes}
             assert {"alice", "bob"} <= users

@@ -60,9 +60,9 @@ async def test_disk_full_fires_and_resolves_the_storage_alert(tmp_path: Path) ->
             assert alert.severity == "critical" and "full" in alert.annotations.get("error", "")
 
             # reads keep working while writes fail: the last committed sample is served, twice the same
-            frozen = max(g.ts for g in await store.latest(host))
+            frozen = (await store.latest(host))[host].ts
             await asyncio.sleep(0.3)  # several snapshots arrive meanwhile; none can be committed
-            assert max(g.ts for g in await store.latest(host)) == frozen
+            assert (await store.latest(host))[host].ts == frozen
             (series, *_) = await store.gpu_history(host, since=0, until=1e12)
             assert series.points and series.points[-1].ts == frozen
             assert collector.live.hosts[host].status == "up"  # the live view is unaffected
@@ -73,7 +73,7 @@ async def test_disk_full_fires_and_resolves_the_storage_alert(tmp_path: Path) ->
             await _until(lambda: collector.live.hosts[host].snapshot is not None
                          and collector.live.hosts[host].snapshot.ts > frozen, "a newer snapshot")
             await store.flush()
-            assert max(g.ts for g in await store.latest(host)) > frozen  # history is written again
+            assert (await store.latest(host))[host].ts > frozen  # history is written again
 
             async def saved_resolved() -> bool:
                 rows = await store.load_alerts(active_only=False)
@@ -109,8 +109,8 @@ async def test_sigterm_commits_everything_received(tmp_path: Path) -> None:
     ro = await Store.open(cfg.storage, readonly=True)
     try:
         for name, ts in last.items():
-            stored = await ro.latest(name)
-            assert len(stored) == 8 and {g.ts for g in stored} == {ts}, name
+            stored = (await ro.latest(name))[name]
+            assert len(stored.gpus) == 8 and stored.ts == ts, name
     finally:
         await ro.close()
     with sqlite3.connect(cfg.storage.resolved_path()) as conn:

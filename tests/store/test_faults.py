@@ -117,7 +117,7 @@ async def _disk_full_round_trip(store: Store, fill: Callable[[], object], free: 
     assert not store.healthy and store.last_error and "full" in store.last_error
     assert changes == [(False, store.last_error)]
     # reads keep working and see exactly what was committed
-    assert {g.ts for g in await store.latest("h1")} == {committed}
+    assert (await store.latest("h1"))["h1"].ts == committed
     (series,) = await store.gpu_history("h1", gpu=0, since=0, until=1e9, max_points=100_000)
     assert series.points[-1].ts == committed
     with pytest.raises(StorageFull):
@@ -136,7 +136,7 @@ async def _disk_full_round_trip(store: Store, fill: Callable[[], object], free: 
     await store.flush()
     await store.save_alerts([_alert()])
     assert [a.fingerprint for a in await store.load_alerts()] == ["f"]
-    newest = max(g.ts for g in await store.latest("h1"))
+    newest = (await store.latest("h1"))["h1"].ts
     assert newest == submitted_while_full  # the frames queued while full were written in the end
     assert store.dropped == 0
 
@@ -202,7 +202,7 @@ async def test_long_reader_does_not_stop_writes_or_starve_checkpoints(store: Sto
     for i in range(20, 60):  # the writer keeps committing while the read transaction is open
         store.submit_snapshot("h1", snap(gpu(0), gpu(1), ts=100.0 + i), 0.0)
         await store.flush()
-    assert max(g.ts for g in await store.latest()) == 159.0
+    assert (await store.latest())["h1"].ts == 159.0
     busy, frames, done = await store.checkpoint()
     assert busy == 0 and done < frames  # frames after the reader's snapshot must wait for it
     assert reader.execute("SELECT count(*) FROM samples").fetchone()[0] == 40  # its view is stable
@@ -225,10 +225,10 @@ async def test_readonly_open_while_the_writer_is_active(store: Store, config: St
     ro = await Store.open(config, readonly=True)
     try:
         assert ro.readonly and ro.healthy and ro.queue_depth == 0
-        assert [g.ts for g in await ro.latest()] == [100.0]
+        assert [s.ts for s in (await ro.latest()).values()] == [100.0]
         store.submit_snapshot("h1", snap(gpu(0), ts=101.0), 0.0)
         await store.flush()
-        assert [g.ts for g in await ro.latest()] == [101.0]  # sees each new commit
+        assert [s.ts for s in (await ro.latest()).values()] == [101.0]  # sees each new commit
         with pytest.raises(StorageError, match="read-only"):
             ro.submit_snapshot("h1", snap(gpu(0), ts=102.0), 0.0)
         with pytest.raises(StorageError, match="read-only"):

@@ -59,14 +59,15 @@ async def test_latest_is_newest_sample_with_its_processes(store: Store) -> None:
                                      gpu(1, util=40, temp=71), ts=1001.0), 1001.1)
     store.submit_snapshot("h2", snap(gpu(0, uuid="GPU-other", util=99), ts=1001.0), 1001.1)
     await store.flush()
-    got = await store.latest("h1")
-    assert [(g.index, g.ts, g.util_gpu) for g in got] == [(0, 1001.0, 30), (1, 1001.0, 40)]
+    last = (await store.latest("h1"))["h1"]
+    got = last.gpus
+    assert last.ts == 1001.0 and [(g.index, g.util_gpu) for g in got] == [(0, 30), (1, 40)]
     assert got[1].temperature == 71 and got[1].memory_total == 80 * GIB and got[1].power_limit == 700.0
     assert [(p.pid, p.user, p.gpu_memory, p.start_time) for p in got[0].processes] == [(2, "bob", 3 * GIB,
                                                                                          1000.0)]
     assert got[1].processes == []
-    assert {(g.host, g.uuid) for g in await store.latest()} == {("h1", "GPU-0000"), ("h1", "GPU-0001"),
-                                                                 ("h2", "GPU-other")}
+    assert {(host, g.uuid) for host, s in (await store.latest()).items() for g in s.gpus} == {
+        ("h1", "GPU-0000"), ("h1", "GPU-0001"), ("h2", "GPU-other")}
 
 
 async def test_raw_history_values_and_gpu_filter(store: Store) -> None:
@@ -319,7 +320,7 @@ async def test_unreadable_gpu_still_gets_a_sample(store: Store) -> None:
     bad = sample.GpuSample(index=1, uuid="GPU-0001", error="GPU is lost")
     store.submit_snapshot("h1", snap(gpu(0), bad, ts=8000.0), 0.0)
     await store.flush()
-    latest = {g.index: g for g in await store.latest("h1")}
+    latest = {g.index: g for g in (await store.latest("h1"))["h1"].gpus}
     assert latest[1].error == "GPU is lost" and latest[1].util_gpu is None and latest[0].error is None
     pts = (await store.gpu_history("h1", gpu=1, since=8000.0, until=8000.0))[0].points
     assert len(pts) == 1 and pts[0].util_mean is None

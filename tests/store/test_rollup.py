@@ -255,7 +255,7 @@ async def test_unused_gpu_rows_are_pruned_and_may_come_back(config: StorageConfi
     assert left == ["GPU-live"] and placements <= 1
     s.submit_snapshot("h1", snap(gpu(0, uuid="GPU-churn-3", procs=[proc(7)]), ts=far + 1), far + 1)
     await s.flush()  # the writer's id cache forgot the pruned row: no foreign-key error, no dropped frame
-    latest = {g.uuid for g in await s.latest()}
+    latest = {g.uuid for snap in (await s.latest()).values() for g in snap.gpus}
     rejected = s.rejected
     await s.close()
     assert "GPU-churn-3" in latest and rejected == 0

@@ -46,7 +46,8 @@ async def test_reopen_is_idempotent_and_keeps_data(config: StorageConfig) -> Non
         s = await Store.open(config)
         latest = await s.latest()
         await s.close()
-        assert [(g.host, g.index, g.ts) for g in latest] == [("h1", 0, 1000.0)]
+        assert [(host, g.index, snap.ts) for host, snap in latest.items() for g in snap.gpus] == [
+            ("h1", 0, 1000.0)]
     with sqlite3.connect(config.resolved_path()) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == schema.LATEST
 
@@ -102,7 +103,8 @@ async def test_upgrade_path_from_an_older_version(config: StorageConfig,
     monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS[:old], fixed])
     s = await Store.open(config)
     try:
-        assert [(g.ts, g.util_gpu) for g in await s.latest("h1")] == [(1000.0, 42)]
+        last = (await s.latest("h1"))["h1"]
+        assert [(last.ts, g.util_gpu) for g in last.gpus] == [(1000.0, 42)]
         s.submit_snapshot("h1", snap(gpu(0, util=7), ts=1001.0), 1001.0)  # the old INSERT still fits
         await s.flush()
     finally:

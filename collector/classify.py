@@ -30,43 +30,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal
 
 from gpufleet.collector.settings import DEFAULT_RULES
+
+if TYPE_CHECKING:  # annotations only: the CLI reads the thresholds without importing msgspec
+    from gpufleet.collector.sample import GpuSample, ProcessSample
 
 Activity = Literal["busy", "idle", "stuck"]
 MIB = 1 << 20
 #: The name of a process /proc could not attribute (same in alerts, GPU-hours and history).
 UNATTRIBUTED = "?"
-
-
-class ProcLike(Protocol):
-    """What classification reads of a process (wire samples and stored rows both have it)."""
-
-    @property
-    def user(self) -> str | None: ...
-    @property
-    def gpu_memory(self) -> int | None: ...
-    @property
-    def state(self) -> str | None: ...
-
-
-class GpuLike(Protocol):
-    """What classification reads of a GPU sample."""
-
-    @property
-    def util_gpu(self) -> int | None: ...
-    @property
-    def memory_used(self) -> int | None: ...
-    @property
-    def power_draw(self) -> float | None: ...
-    @property
-    def power_limit(self) -> float | None: ...
-    @property
-    def error(self) -> str | None: ...
-    # util_mem and sm_active (memory bandwidth, GPM SM activity) are read where the sample has them
-    @property
-    def processes(self) -> Sequence[Any]: ...
 
 
 @dataclass(slots=True, frozen=True)
@@ -111,31 +85,30 @@ def thresholds_of(rules: Mapping[str, Any]) -> Thresholds:
     return Thresholds.from_rules({name: rc.params for name, rc in rules.items()})
 
 
-def user_of(p: Any) -> str:
+def user_of(p: ProcessSample) -> str:
     """The name a process is credited to: its user, else ``uid<N>``, else ``?``."""
     if p.user:
-        return str(p.user)
-    uid = getattr(p, "uid", None)
-    return f"uid{uid}" if uid is not None else UNATTRIBUTED
+        return p.user
+    return f"uid{p.uid}" if p.uid is not None else UNATTRIBUTED
 
 
-def is_zombie(p: ProcLike) -> bool:
+def is_zombie(p: ProcessSample) -> bool:
     return (p.state or "").startswith("Z")
 
 
-def activity(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> Activity | None:
+def activity(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> Activity | None:
     """busy / idle / stuck for one sample, or None when it cannot be judged (rules: the module docstring)."""
     if g.error:
         return None
     util: float | None = g.util_gpu
     if util is None:
-        sm_util = [p.sm_util for p in g.processes if getattr(p, "sm_util", None) is not None]
+        sm_util = [p.sm_util for p in g.processes if p.sm_util is not None]
         util = max(sm_util) if sm_util else None
     if util is None:
         return None
     power = g.power_draw / g.power_limit if g.power_draw is not None and g.power_limit else None
-    mem = getattr(g, "util_mem", None) if t.mem_busy_at_least > 0 else None
-    sm = getattr(g, "sm_active", None) if t.sm_active_at_least > 0 else None
+    mem = g.util_mem if t.mem_busy_at_least > 0 else None
+    sm = g.sm_active if t.sm_active_at_least > 0 else None
     work = (mem is not None and mem >= t.mem_busy_at_least) or (sm is not None and sm >= t.sm_active_at_least)
     if util >= t.util_below:
         if work:
@@ -150,9 +123,9 @@ def activity(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> Activity | None:
     return "idle"
 
 
-def holders(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> dict[str, list[Any]]:
+def holders(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> dict[str, list[ProcessSample]]:
     """user -> their live processes holding at least ``min_memory_bytes`` on the GPU."""
-    out: dict[str, list[Any]] = {}
+    out: dict[str, list[ProcessSample]] = {}
     for p in g.processes:
         mem = p.gpu_memory
         if mem is None or mem < t.min_memory_bytes or is_zombie(p):
@@ -161,21 +134,21 @@ def holders(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> dict[str, list[An
     return out
 
 
-def wasting_users(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> list[str]:
+def wasting_users(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> list[str]:
     """The users this one sample counts as wasting the GPU (idle or stuck while they hold it)."""
     if activity(g, t) not in ("idle", "stuck"):
         return []
     return sorted(holders(g, t))
 
 
-def waste_users(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> list[str]:
+def waste_users(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> list[str]:
     """Every user whose holding of this sample is waste, by any waste rule: idle or stuck holders (``wasted``)
     and zombies still holding at least ``min_memory_bytes`` (``stale``). GPU-hours "wasted" counts these;
     orphaned memory is credited to the last holders by the accounting (it needs the GPU's past)."""
     return waste_of(activity(g, t), holders(g, t), g.processes, t)
 
 
-def waste_of(kind: Activity | None, held: Mapping[str, Any], processes: Sequence[Any],
+def waste_of(kind: Activity | None, held: Mapping[str, Any], processes: Sequence[ProcessSample],
              t: Thresholds = DEFAULT_THRESHOLDS) -> list[str]:
     """:func:`waste_users` from a sample's activity and holders already worked out (collector/facts.py)."""
     users = set(held) if kind in ("idle", "stuck") else set()
@@ -185,21 +158,21 @@ def waste_of(kind: Activity | None, held: Mapping[str, Any], processes: Sequence
     return sorted(users)
 
 
-def is_free(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> bool:
+def is_free(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> bool:
     """Nothing allocated: no process, (almost) no memory used, 0 % util: free capacity."""
     if g.error or g.processes or g.util_gpu is None or g.util_gpu > 0:
         return False
     return g.memory_used is not None and g.memory_used < t.free_max_memory_bytes
 
 
-def orphaned_bytes(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> int | None:
+def orphaned_bytes(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> int | None:
     """Memory in use with no process visible (None when there is none worth flagging, or MIG)."""
-    if g.error or getattr(g, "mig_mode", None) or g.processes or g.memory_used is None:
+    if g.error or g.mig_mode or g.processes or g.memory_used is None:
         return None
     return g.memory_used if g.memory_used >= t.orphan_min_bytes else None
 
 
-def gpu_state(g: GpuLike, t: Thresholds = DEFAULT_THRESHOLDS) -> Literal["busy", "idle", "lost"]:
+def gpu_state(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> Literal["busy", "idle", "lost"]:
     """The status screen's state of a GPU on a host that is up: lost, idle (free capacity) or busy."""
     if g.error:
         return "lost"

@@ -73,6 +73,7 @@ def test_the_spinning_scenario_reads_the_opposite_of_util_alone(clock) -> None: 
     from gpufleet.agent.fake import FakeNvml, FakeProcs, load_scenario
     from gpufleet.agent.nvml import Gateway
     from gpufleet.agent.sampler import Sampler
+    from gpufleet.collector import sample
     from gpufleet.collector.classify import Thresholds, activity
 
     lib = FakeNvml(load_scenario("spinning"), clock=clock, sleep=lambda s: None)
@@ -84,6 +85,8 @@ def test_the_spinning_scenario_reads_the_opposite_of_util_alone(clock) -> None: 
     spin, stream = snap.gpus
     assert (spin.util_gpu, spin.util_mem, spin.sm_active) == (100, 0, 1)
     assert stream.util_gpu is not None and stream.util_gpu < 5 and (stream.util_mem or 0) >= 60
-    assert [activity(g) for g in snap.gpus] == ["stuck", "busy"]
+    seen = sample.from_wire(snap)  # what the collector classifies: the frame converted at its edge
+    assert isinstance(seen, sample.Snapshot)
+    assert [activity(g) for g in seen.gpus] == ["stuck", "busy"]
     util_only = Thresholds(mem_busy_at_least=0, sm_active_at_least=0)
-    assert [activity(g, util_only) for g in snap.gpus] == ["busy", "idle"]
+    assert [activity(g, util_only) for g in seen.gpus] == ["busy", "idle"]

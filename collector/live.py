@@ -151,7 +151,7 @@ class LiveView:
             state.agent_version = state.agent_version or row.agent_version
             state.driver_version = state.driver_version or row.driver_version
             stored = latest.get(row.name)
-            if stored and stored.gpus and state.snapshot is None:
+            if stored is not None and state.snapshot is None:  # the store keeps no snapshot without GPUs
                 state.snapshot = stored
             seeded += 1
         return seeded

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from gpufleet.collector import query, sample
+from gpufleet.collector import query
 from gpufleet.collector.api.access import Access, AccessDenied, Peer, this_process
 from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds, thresholds_of
 from gpufleet.collector.errors import QueryError
@@ -38,6 +38,7 @@ from gpufleet.collector.store.records import (
 from gpufleet.collector.units import MAX_DURATION, MAX_DURATION_TEXT
 
 if TYPE_CHECKING:
+    from gpufleet.collector import sample
     from gpufleet.collector.report import ReportFormat
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,9 @@
-"""Xid events in their own thread: nvmlEventSetWait with a short wait, pushing Event frames out.
+"""Xid events in their own thread: nvmlEventSetWait, pushing Event frames out.
 
-Xids arrive between samples and must not wait for (or delay) the sampling loop. Where event sets are not
+Xids arrive between samples and must not wait for (or delay) the sampling loop. An event wakes the wait at
+once, however long it is; the wait's length only bounds how long stopping takes (NVML cannot interrupt a
+wait) and costs a wake-up each time it runs out: :data:`WAIT_MS` (1 s) is a wake-up a second, where 0.5 s
+cost a sixth of the agent's CPU on tests/bench/agent_overhead.py. Where event sets are not
 supported (some vGPU/WSL setups, the fake library without them) the watcher quietly does nothing. On a
 driver error it stops and sets :attr:`XidWatcher.failed`; the main loop restarts it after re-init.
 """
@@ -17,6 +20,9 @@ from gpufleet.agent.errors import DriverError, EventWaitError, GpuLostError
 from gpufleet.agent.wire import CRITICAL_XIDS, WARNING_XIDS, Event
 
 log = logging.getLogger(__name__)
+
+#: How long one nvmlEventSetWait may block (module docstring): also the most that stopping waits for it.
+WAIT_MS = 1000
 
 
 def xid_event(ts: float, xid: int, gpu: tuple[int, str] | None) -> Event:
@@ -42,7 +48,7 @@ class XidWatcher:
         gpus: dict[int, tuple[int, str]],
         emit: Callable[[Event], None],
         *,
-        wait_ms: int = 500,
+        wait_ms: int = WAIT_MS,
         wall: Callable[[], float] = time.time,
     ) -> None:
         self.gw = gateway

@@ -250,10 +250,13 @@ class Agent:
             self.watcher = None
 
     def _heartbeats(self) -> None:
+        """Wakes when a heartbeat would be due (``period`` after the last write), not on a fixed tick: while
+        snapshots flow, about once per (period - interval), and a stall gets its heartbeat on time."""
         period = self.heartbeat
-        while not self.stop.wait(min(period / 2.0, 1.0)):
-            if self.clock() - self.writer.last_write >= period:
-                self.writer.write(wire.Heartbeat(ts=self.wall(), seq=self.last_seq))
+        while not self.stop.wait(max(0.01, self.writer.last_write + period - self.clock())):
+            if self.clock() - self.writer.last_write >= period and not self.writer.write(
+                    wire.Heartbeat(ts=self.wall(), seq=self.last_seq)):
+                return  # stdout is gone (the writer stops the agent)
 
     def _publish(self, snapshot: wire.Snapshot, events: list[wire.Event]) -> None:
         from gpufleet.agent.sampler import shrink_to_fit

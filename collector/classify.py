@@ -123,15 +123,25 @@ def activity(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> Activity | Non
     return "idle"
 
 
-def holders(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> dict[str, list[ProcessSample]]:
-    """user -> their live processes holding at least ``min_memory_bytes`` on the GPU."""
+def holdings(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> tuple[dict[str, list[ProcessSample]],
+                                                                         list[ProcessSample]]:
+    """(:func:`holders`, the zombie processes) of one sample, in one pass over its processes."""
     out: dict[str, list[ProcessSample]] = {}
+    zombies: list[ProcessSample] = []
     for p in g.processes:
+        if is_zombie(p):
+            zombies.append(p)
+            continue
         mem = p.gpu_memory
-        if mem is None or mem < t.min_memory_bytes or is_zombie(p):
+        if mem is None or mem < t.min_memory_bytes:
             continue
         out.setdefault(user_of(p), []).append(p)
-    return out
+    return out, zombies
+
+
+def holders(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> dict[str, list[ProcessSample]]:
+    """user -> their live processes holding at least ``min_memory_bytes`` on the GPU."""
+    return holdings(g, t)[0]
 
 
 def wasting_users(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> list[str]:
@@ -145,15 +155,17 @@ def waste_users(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> list[str]:
     """Every user whose holding of this sample is waste, by any waste rule: idle or stuck holders (``wasted``)
     and zombies still holding at least ``min_memory_bytes`` (``stale``). GPU-hours "wasted" counts these;
     orphaned memory is credited to the last holders by the accounting (it needs the GPU's past)."""
-    return waste_of(activity(g, t), holders(g, t), g.processes, t)
+    held, zombies = holdings(g, t)
+    return waste_of(activity(g, t), held, zombies, t)
 
 
-def waste_of(kind: Activity | None, held: Mapping[str, Any], processes: Sequence[ProcessSample],
+def waste_of(kind: Activity | None, held: Mapping[str, Any], zombies: Sequence[ProcessSample],
              t: Thresholds = DEFAULT_THRESHOLDS) -> list[str]:
-    """:func:`waste_users` from a sample's activity and holders already worked out (collector/facts.py)."""
+    """:func:`waste_users` from a sample's activity and :func:`holdings` already worked out
+    (collector/facts.py)."""
     users = set(held) if kind in ("idle", "stuck") else set()
-    for p in processes:
-        if is_zombie(p) and p.gpu_memory is not None and p.gpu_memory >= t.min_memory_bytes:
+    for p in zombies:
+        if p.gpu_memory is not None and p.gpu_memory >= t.min_memory_bytes:
             users.add(user_of(p))
     return sorted(users)
 

@@ -8,7 +8,7 @@ latest answer, so whoever asks first pays and the others read (the alert engine 
 after it: collector/daemon.py shares one instance).
 
 The answers are classify's and jobkey's, never a second definition: :meth:`SnapshotFacts.build` calls
-:func:`~gpufleet.collector.classify.activity`, :func:`~gpufleet.collector.classify.holders`,
+:func:`~gpufleet.collector.classify.activity`, :func:`~gpufleet.collector.classify.holdings`,
 :func:`~gpufleet.collector.classify.waste_of` and :func:`~gpufleet.collector.jobkey.keys`. Samples are not
 changed after decode, so an answer stays true for its snapshot; a new snapshot (another object) is worked
 out afresh, except each process's job and group keys: they depend only on what identifies the process
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from gpufleet.collector import sample
-from gpufleet.collector.classify import Activity, Thresholds, activity, holders, waste_of
+from gpufleet.collector.classify import Activity, Thresholds, activity, holdings, waste_of
 from gpufleet.collector.jobkey import keys
 
 
@@ -64,7 +64,7 @@ class SnapshotFacts:
         known: dict[ProcIdentity, tuple[str, str]] = {}
         for g in snapshot.gpus:
             kind = activity(g, thresholds)
-            held = holders(g, thresholds)
+            held, zombies = holdings(g, thresholds)
             jobs, groups = {}, {}
             for p in g.processes:
                 ident = _identity(p)
@@ -73,7 +73,7 @@ class SnapshotFacts:
                     pair = keys(host, p)
                 known[ident] = pair
                 jobs[p.pid], groups[p.pid] = pair
-            gpus.append(GpuFacts(g, kind, held, waste_of(kind, held, g.processes, thresholds), jobs, groups))
+            gpus.append(GpuFacts(g, kind, held, waste_of(kind, held, zombies, thresholds), jobs, groups))
         return cls(host, snapshot, thresholds, gpus, known)
 
     def agrees(self, snapshot: sample.Snapshot, thresholds: Thresholds) -> bool:

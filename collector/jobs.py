@@ -125,32 +125,37 @@ class JobTracker:
             last = self._last_sample.get((host, g.uuid))
             seconds, typical = credit(now - last[0], last[1]) if last is not None else (0.0, None)
             self._last_sample[(host, g.uuid)] = (now, typical)
-            mine: dict[str, list[sample.ProcessSample]] = {}
+            # job -> the memory its processes hold here (and its first process): one pass, no list per job
+            memory: dict[str, int] = {}
+            first: dict[str, sample.ProcessSample] = {}
             jobs = gf.jobs
             for p in g.processes:
-                if p.gpu_memory is None or p.gpu_memory > 0:
-                    mine.setdefault(jobs[p.pid], []).append(p)
-            if not mine:
+                mem = p.gpu_memory
+                if mem is None or mem > 0:
+                    key = jobs[p.pid]
+                    held = memory.get(key)
+                    if held is None:
+                        memory[key] = mem or 0
+                        first[key] = p
+                    else:
+                        memory[key] = held + (mem or 0)
+            if not memory:
                 continue
             wasting = gf.waste
             fired = self._flags.get((host, g.index))
             util = g.util_gpu
             where = (host, g.index)
-            for key, procs in mine.items():
+            for key, mem_sum in memory.items():
                 shown.add(key)
                 job = self.jobs.get(key)
                 if job is None:
-                    p = procs[0]
-                    starts = [q.start_time for q in procs if q.start_time is not None]
-                    job = self.jobs[key] = _Job(key, user_of(p), min(starts, default=now),
-                                                short_command(p.command, 120), now)
+                    job = self.jobs[key] = self._new_job(key, first[key], g, jobs, now)
                 job.seen[host] = now
                 job.present.add(host)
                 on_host.add(key)
                 job.gpus.add(where)
-                memory = sum(q.gpu_memory or 0 for q in procs)
-                if job.peak_memory is None or memory > job.peak_memory:
-                    job.peak_memory = memory
+                if job.peak_memory is None or mem_sum > job.peak_memory:
+                    job.peak_memory = mem_sum
                 if util is not None and (job.peak_util is None or util > job.peak_util):
                     job.peak_util = float(util)
                 if fired:
@@ -174,6 +179,15 @@ class JobTracker:
                 if not job.present:
                     ended.append(job)
         self._end(ended)
+
+    @staticmethod
+    def _new_job(key: str, p: sample.ProcessSample, g: sample.GpuSample, jobs: dict[int, str],
+                 now: float) -> _Job:
+        """A job first seen now: its user and command from its first process on ``g``, started when the
+        earliest of its processes there did."""
+        starts = [q.start_time for q in g.processes if q.start_time is not None and jobs[q.pid] == key
+                  and (q.gpu_memory is None or q.gpu_memory > 0)]
+        return _Job(key, user_of(p), min(starts, default=now), short_command(p.command, 120), now)
 
     def sweep(self, now: float) -> None:
         """End the jobs whose hosts went quiet for QUIET_AFTER; drop the GPU clocks of quiet hosts."""

@@ -14,10 +14,13 @@ import functools
 import socket
 import threading
 from collections.abc import Coroutine, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpufleet.agent import wire
 from gpufleet.collector import sample
+
+if TYPE_CHECKING:
+    from gpufleet.collector.store import Store
 
 #: what the builders build: the collector's Structs (``sample``), or ``wire`` for the agent's own dataclasses
 Model = Any
@@ -125,6 +128,19 @@ def scenario_frames(samples: int = 12, step: float = 5.0) -> Iterator[wire.Frame
             yield frame
             yield from events
             clock.advance(step)
+
+
+def cap_store_pages(store: Store, pages: int | None) -> int:
+    """Cap the store's file at ``pages`` (None: the pages it has now) so the next writes hit SQLITE_FULL: a
+    disk filling up, on the writing connection only (PRAGMA max_page_count is per connection).
+
+    Called from the test's thread on purpose: while writes fail, a job queued to the writer would wait
+    behind the frames being retried. sqlite3 connections are serialized, so this is safe."""
+    assert store._writer_conn is not None
+    raw = store._writer_conn._conn
+    if pages is None:
+        pages = int(raw.execute("PRAGMA page_count").fetchone()[0])
+    return int(raw.execute(f"PRAGMA max_page_count={pages}").fetchone()[0])
 
 
 def free_port() -> int:

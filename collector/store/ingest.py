@@ -8,11 +8,15 @@ a retried batch is converted again from the same starting point (no double-count
 Running totals -- process spans, GPU-hours (usage, per user and per Slurm job) and capacity -- are written
 every ``accrue_interval`` seconds (10 by default; 0: with every batch, as before), not with every batch: they
 are upserts of one row a process or GPU-user-hour, so written each batch (every 0.5 s at fleet scale) they
-cost more than the samples. Between writes they are held in :class:`Totals`, merged only after the batch that
-produced them committed, so a rolled-back batch adds nothing twice. The trade-off: a reader of the file sees
-spans and GPU-hours up to ``accrue_interval`` late, and a crash (kill -9, power) loses at most that much of
-those totals, never a sample. A flush someone awaits (:meth:`Store.flush`), a clean stop, and the store's own
-reads of spans and GPU-hours (``Writer.write_totals`` first) write them.
+cost more than the samples. Between writes they accumulate in :class:`Totals` (``IngestState.totals``)
+straight from each snapshot: no per-batch copy to merge. A frame whose totals were added is marked
+(``FrameItem.accrued``); if its batch rolls back and it is written again, it adds to a throwaway instead, so a
+retried batch adds nothing twice. A snapshot's statements (ids, GPU registration, the span lookups) all run
+before it adds anything, so a write that fails part-way through a snapshot has added none of it. The
+trade-off: a reader of the file sees spans and GPU-hours up to ``accrue_interval`` late, and a crash (kill
+-9, power) loses at most that much of those totals, never a sample. A flush someone awaits
+(:meth:`Store.flush`), a clean stop, and the store's own reads of spans and GPU-hours
+(``Writer.write_totals`` first) write them.
 
 A sample older than or equal to the GPU's newest one (a replay, or late) is still inserted with
 ``INSERT OR IGNORE`` but adds nothing to process spans or usage, so replays are idempotent. A sample for a
@@ -26,7 +30,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeAlias, TypeVar
+from typing import Any, Final, TypeAlias
 
 from gpufleet.agent import wire
 from gpufleet.collector import sample
@@ -51,6 +55,8 @@ class FrameItem:
     #: the snapshot already classified on the loop (collector/facts.py, shared with the rules and the job
     #: tracker), so the GPU-hours accounting reads its waste instead of classifying it a second time
     facts: SnapshotFacts | None = None
+    #: its running totals were added to ``IngestState.totals`` (a retry after a rollback adds nothing again)
+    accrued: bool = False
 
 
 IngestItem: TypeAlias = FrameItem | HostRecord
@@ -97,23 +103,19 @@ class SpanAcc:
 
 @dataclass(slots=True)
 class Rows:
-    """Everything one batch writes besides the statements run while converting."""
+    """What one batch writes besides the statements run while converting (the running totals: Totals)."""
 
     samples: list[tuple[Any, ...]] = field(default_factory=list)
     gpu_last: dict[int, float] = field(default_factory=dict)
-    spans: dict[tuple[int, int, float], SpanAcc] = field(default_factory=dict)
-    usage: dict[UsageKey, list[float]] = field(default_factory=dict)
-    capacity: dict[CapacityKey, list[float]] = field(default_factory=dict)
     events: list[tuple[Any, ...]] = field(default_factory=list)
     host_seen: dict[int, float] = field(default_factory=dict)
     dirty: set[tuple[int, int]] = field(default_factory=set)  # (gpu_id, minute) already rolled up
     slurm_jobs: dict[tuple[int, str], slurm.JobRow] = field(default_factory=dict)  # (host_id, job) -> row
-    slurm_usage: dict[UsageKey, list[float]] = field(default_factory=dict)  # (hour, host, gpu, job)
 
 
 @dataclass(slots=True)
 class Totals:
-    """Running totals of committed batches not written yet (IngestState.accrue_interval)."""
+    """Running totals added since they were last written (module docstring; IngestState.accrue_interval)."""
 
     spans: dict[tuple[int, int, float], SpanAcc] = field(default_factory=dict)
     usage: dict[UsageKey, list[float]] = field(default_factory=dict)
@@ -122,63 +124,6 @@ class Totals:
 
     def __bool__(self) -> bool:
         return bool(self.spans or self.usage or self.capacity or self.slurm_usage)
-
-    def take(self, rows: Rows) -> Totals:
-        """Move ``rows``' totals out of it (they will be written later)."""
-        out = Totals(rows.spans, rows.usage, rows.capacity, rows.slurm_usage)
-        rows.spans, rows.usage, rows.capacity, rows.slurm_usage = {}, {}, {}, {}
-        return out
-
-    def put_into(self, rows: Rows) -> None:
-        """Add these (older) totals to ``rows``' (newer) without changing this object: if the batch rolls
-        back, these are still what has been committed but not written."""
-        for key, old in self.spans.items():
-            new = rows.spans.get(key)
-            if new is None:
-                rows.spans[key] = old
-            else:
-                _merge_span(new, old)
-        _add_sums(rows.usage, self.usage, copy=True)
-        _add_sums(rows.capacity, self.capacity, copy=True)
-        _add_sums(rows.slurm_usage, self.slurm_usage, copy=True)
-
-    def absorb(self, newer: Totals) -> None:
-        """Add a committed batch's totals (newer than these)."""
-        for key, new in newer.spans.items():
-            old = self.spans.get(key)
-            if old is None:
-                self.spans[key] = new
-            else:
-                _merge_span(new, old)
-                self.spans[key] = new
-        _add_sums(self.usage, newer.usage, copy=False)
-        _add_sums(self.capacity, newer.capacity, copy=False)
-        _add_sums(self.slurm_usage, newer.slurm_usage, copy=False)
-
-
-K = TypeVar("K")
-
-
-def _add_sums(dst: dict[K, list[float]], src: dict[K, list[float]], copy: bool) -> None:
-    """dst[k] += src[k], element by element; ``copy``: never share or change ``src``'s lists."""
-    for k, v in src.items():
-        mine = dst.get(k)
-        if mine is None:
-            dst[k] = list(v) if copy else v
-        elif copy:
-            dst[k] = [a + b for a, b in zip(mine, v, strict=True)]
-        else:
-            for i, x in enumerate(v):
-                mine[i] += x
-
-
-def _merge_span(new: SpanAcc, old: SpanAcc) -> None:
-    """Fold an older accumulation of the same span into a newer one (the newer sample's fields win)."""
-    new.first = min(new.first, old.first)
-    if old.max_mem is not None and (new.max_mem is None or old.max_mem > new.max_mem):
-        new.max_mem = old.max_mem
-    new.sm_sum += old.sm_sum
-    new.sm_count += old.sm_count
 
 
 #: Seconds between writes of the running totals (Tuning.accrue_interval; module docstring).
@@ -226,7 +171,7 @@ class IngestState:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.params = params
         self.accrue_interval = accrue_interval
-        self.totals = Totals()  # committed, not written yet
+        self.totals = Totals()  # added up, not written yet
         self._clock = clock
         self._totals_at = float("-inf")  # when they were last written (the first batch writes them)
         self.hosts: dict[str, int] = {}
@@ -234,25 +179,18 @@ class IngestState:
         self._rolled = float("-inf")  # minutes before this are rolled up already (meta m1_upto)
         self.slurm = slurm.SlurmSeen()
 
-    def hold(self, rows: Rows, force: bool = False) -> Totals | None:
-        """Before writing ``rows``: take its totals out to hold them (returned), or, when it is time (or
-        ``force``), add the held ones to it so they are written with it (returns None)."""
-        if force or self._clock() - self._totals_at >= self.accrue_interval:
-            self.totals.put_into(rows)
-            return None
-        return self.totals.take(rows)
+    def due(self, force: bool = False) -> bool:
+        """Is it time to write the running totals with the batch being written (or ``force``: a flush)?"""
+        return bool(self.totals) and (force or self._clock() - self._totals_at >= self.accrue_interval)
 
-    def committed(self, held: Totals | None) -> None:
-        """After the commit of the batch :meth:`hold` saw: keep its totals, or forget the written ones."""
-        if held is None:
-            self.totals = Totals()
-            self._totals_at = self._clock()
-        else:
-            self.totals.absorb(held)
+    def written(self) -> None:
+        """After the commit of a batch that wrote the totals: start adding up afresh."""
+        self.totals = Totals()
+        self._totals_at = self._clock()
 
     def reset(self) -> None:
-        """Forget everything; used after a rollback so nothing refers to rows that no longer exist. The held
-        totals stay: they are of committed batches."""
+        """Forget everything; used after a rollback so nothing refers to rows that no longer exist. The totals
+        stay: what they hold of the rolled-back batch is marked on its frames (FrameItem.accrued)."""
         self.hosts.clear()
         self.gpus.clear()
         self.slurm.clear()
@@ -323,7 +261,7 @@ class IngestState:
                 continue
             frame = item.frame
             if isinstance(frame, sample.Snapshot):
-                self._snapshot(conn, item.host, frame, item.received, rows, item.facts)
+                self._snapshot(conn, item, frame, rows)
             elif isinstance(frame, wire.Event):
                 hid = self.host_id(conn, item.host)
                 rows.events.append((hid, frame.ts, frame.kind, frame.message, _i(frame.gpu_index),
@@ -358,17 +296,16 @@ class IngestState:
             gs = self.gpu(conn, hid, info, h.ts)
             conn.execute("UPDATE gpus SET last_seen = max(last_seen, ?) WHERE id = ?", (h.ts, gs.id))
 
-    def _snapshot(self, conn: sqlite3.Connection, host: str, snap: sample.Snapshot, received: float,
-                  rows: Rows, facts: SnapshotFacts | None = None) -> None:
-        hid = self.host_id(conn, host)
-        # the loop's classification when it is this snapshot's under these thresholds; else worked out here
-        waste = ([gf.waste for gf in facts.gpus] if facts is not None and facts.agrees(snap, self.params)
-                 else None)
+    def _snapshot(self, conn: sqlite3.Connection, item: FrameItem, snap: sample.Snapshot, rows: Rows) -> None:
+        hid = self.host_id(conn, item.host)
+        received = item.received
         seen = rows.host_seen.get(hid)
         rows.host_seen[hid] = received if seen is None or received > seen else seen
         ts = snap.ts
         late = ts < self._rolled
         append = rows.samples.append
+        # first every statement the snapshot needs (a failure part-way must not have added anything) ...
+        fresh: list[tuple[int, sample.GpuSample, GpuState, float | None]] = []
         for i, g in enumerate(snap.gpus):
             gs = self.gpu(conn, hid, g, ts)
             reasons = g.throttle_reasons
@@ -382,33 +319,46 @@ class IngestState:
                 continue  # replayed or late: the sample row only (ignored if already there)
             gs.last_ts = ts
             rows.gpu_last[gs.id] = ts
+            for p in g.processes:
+                if p.start_time is None:
+                    self._nostart_start(conn, gs, p.pid, ts)  # its span's start: looked up now
+            fresh.append((i, g, gs, last))
+        # ... then the running totals, once per frame (a retried frame adds to a throwaway)
+        totals = self.totals if not item.accrued else Totals()
+        item.accrued = True
+        facts = item.facts
+        # the loop's classification when it is this snapshot's under these thresholds; else worked out here
+        waste = ([gf.waste for gf in facts.gpus] if facts is not None and facts.agrees(snap, self.params)
+                 else None)
+        for i, g, gs, last in fresh:
             if g.processes:
-                self._spans(conn, gs, g.processes, ts, rows)
+                self._spans(conn, gs, g.processes, ts, rows, totals)
             if last is not None:
                 seconds, gs.typical = usage.credit(ts - last, gs.typical)
-                gs.holders = usage.account(rows.usage, rows.capacity, self.params, hid, gs.id, g, ts,
-                                           seconds, gs.holders, rows.slurm_usage,
+                gs.holders = usage.account(totals.usage, totals.capacity, self.params, hid, gs.id, g, ts,
+                                           seconds, gs.holders, totals.slurm_usage,
                                            waste=None if waste is None else waste[i])
 
     def _spans(self, conn: sqlite3.Connection, gs: GpuState, procs: Sequence[sample.ProcessSample], ts: float,
-               rows: Rows) -> None:
-        spans = rows.spans
+               rows: Rows, totals: Totals) -> None:
+        spans = totals.spans
+        gid, hid, idx = gs.id, gs.host_id, gs.idx
         for p in procs:
             if p.start_time is not None:
                 start, known = p.start_time, 1
             else:
                 start, known = self._nostart_start(conn, gs, p.pid, ts), 0
-            key = (gs.id, p.pid, start)
+            key = (gid, p.pid, start)
             mem = p.gpu_memory
             sm = p.sm_util
             if p.job is not None:
-                self.slurm.note(rows.slurm_jobs, gs.host_id, p, ts)
+                self.slurm.note(rows.slurm_jobs, hid, p, ts)
             acc = spans.get(key)
             if acc is None:
-                spans[key] = SpanAcc(gs.id, p.pid, start, known, gs.host_id, gs.idx, p, ts, ts, mem,
+                spans[key] = SpanAcc(gid, p.pid, start, known, hid, idx, p, ts, ts, mem,
                                      0.0 if sm is None else float(sm), 0 if sm is None else 1)
                 continue
-            acc.proc, acc.last, acc.host_id, acc.gpu_idx = p, ts, gs.host_id, gs.idx
+            acc.proc, acc.last, acc.host_id, acc.gpu_idx = p, ts, hid, idx
             if mem is not None and (acc.max_mem is None or mem > acc.max_mem):
                 acc.max_mem = mem
             if sm is not None:
@@ -447,18 +397,23 @@ def write_rows(conn: sqlite3.Connection, rows: Rows) -> None:
         conn.executemany("UPDATE gpus SET last_seen = max(last_seen, ?1), "
                          "last_sample = max(coalesce(last_sample, ?1), ?1) WHERE id = ?2",
                          [(ts, gid) for gid, ts in rows.gpu_last.items()])
-    if rows.spans:
-        conn.executemany(SPAN_UPSERT, [acc.row() for acc in rows.spans.values()])
-    if rows.usage:
-        conn.executemany(usage.UPSERT, usage.upsert_rows(rows.usage))
-    if rows.capacity:
-        conn.executemany(usage.CAPACITY_UPSERT, [(*k, v[0], v[1]) for k, v in rows.capacity.items()])
     if rows.events:
         conn.executemany(EVENT_INSERT, rows.events)
-    slurm.write(conn, rows.slurm_jobs, rows.slurm_usage)
+    slurm.write(conn, rows.slurm_jobs, {})
     if rows.dirty:
         conn.executemany("INSERT OR IGNORE INTO rollup_dirty (gpu_id, bucket) VALUES (?, ?)",
                          sorted(rows.dirty))
     if rows.host_seen:
         conn.executemany("UPDATE hosts SET last_seen = max(coalesce(last_seen, ?1), ?1) WHERE id = ?2",
                          [(ts, hid) for hid, ts in rows.host_seen.items()])
+
+
+def write_totals(conn: sqlite3.Connection, totals: Totals) -> None:
+    """The running totals' upserts (they add to what the rows hold: write each Totals once)."""
+    if totals.spans:
+        conn.executemany(SPAN_UPSERT, [acc.row() for acc in totals.spans.values()])
+    if totals.usage:
+        conn.executemany(usage.UPSERT, usage.upsert_rows(totals.usage))
+    if totals.capacity:
+        conn.executemany(usage.CAPACITY_UPSERT, [(*k, v[0], v[1]) for k, v in totals.capacity.items()])
+    slurm.write(conn, {}, totals.slurm_usage)

@@ -43,6 +43,7 @@ from gpufleet.collector.store.ingest import (
     IngestState,
     Rows,
     write_rows,
+    write_totals,
 )
 from gpufleet.collector.store.shedding import Shedder
 
@@ -134,8 +135,10 @@ def _write_batch(conn: sqlite3.Connection, state: IngestState, items: Sequence[I
     try:
         rows = Rows()
         state.apply(conn, items, rows)
-        held = state.hold(rows, force=totals)
         write_rows(conn, rows)
+        due = state.due(force=totals)
+        if due:
+            write_totals(conn, state.totals)
         results: list[Any] = []
         for fn in jobs:
             conn.execute("SAVEPOINT job")
@@ -149,7 +152,8 @@ def _write_batch(conn: sqlite3.Connection, state: IngestState, items: Sequence[I
                 conn.execute("RELEASE job")
                 results.append(_Failed(exc))
         conn.execute("COMMIT")
-        state.committed(held)
+        if due:
+            state.written()
         return results
     except BaseException:
         rollback(conn)

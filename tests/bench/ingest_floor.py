@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
+from gpufleet.collector import sample, wirefast
 from gpufleet.collector.classify import DEFAULT_THRESHOLDS
 from gpufleet.collector.simfleet import FrameGenerator
 from gpufleet.collector.store import schema
@@ -103,7 +103,7 @@ def main() -> int:
     for label, rows in (("json.loads", "none"), ("json.loads + executemany of 8 sample rows", "samples"),
                         ("json.loads + executemany of 72 rows", "all")):
         print(f"  floor: {label:<44} {floor_ms(lines, rows):6.3f} ms CPU per host-sample")
-    frames = [wire.decode(g.snapshot(0)) for g in gens]
+    frames = [wirefast.decode(g.snapshot(0)) for g in gens]
     for interval in (0.0, 10.0):
         assert all(isinstance(f, sample.Snapshot) for f in frames)
         ms = writer_ms(frames, args.hosts, args.seconds, interval)  # type: ignore[arg-type]

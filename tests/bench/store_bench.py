@@ -35,7 +35,8 @@ GIB = 1 << 30
 DAY = 86400.0
 
 
-def build_snapshots(host_count: int, seconds: int, t0: float) -> list[tuple[str, sample.Snapshot]]:
+def build_snapshots(host_count: int, seconds: int, t0: float,
+                    procs_per_gpu: int = 2) -> list[tuple[str, sample.Snapshot]]:
     out: list[tuple[str, sample.Snapshot]] = []
     for s in range(seconds):
         ts = t0 + s + 0.123
@@ -46,7 +47,8 @@ def build_snapshots(host_count: int, seconds: int, t0: float) -> list[tuple[str,
                 procs = [sample.ProcessSample(pid=1000 + i * 2 + k, user=f"user{(h + i + k) % 5}",
                                             gpu_memory=(4 + k) * GIB, sm_util=util // (k + 1),
                                             command="python train.py --config big.yaml",
-                                            start_time=t0 - 3600 + k, state="R") for k in range(2)]
+                                            start_time=t0 - 3600 + k, state="R")
+                     for k in range(procs_per_gpu)]
                 gpus.append(sample.GpuSample(index=i, uuid=f"GPU-{h:03d}-{i}", name="NVIDIA H100 80GB HBM3",
                                            util_gpu=util, util_mem=util // 2, memory_total=80 * GIB,
                                            memory_used=9 * GIB + s % 100 * 4096, temperature=40 + util // 4,

@@ -8,7 +8,7 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from builders import proc, snap
+from builders import cap_store_pages, proc, snap
 from builders import store_gpu as gpu
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import Store, Tuning
@@ -38,9 +38,13 @@ async def _committed(store: Store, n: int) -> None:
     raise AssertionError(f"no commit {n}")
 
 
-def _sample(i: int) -> tuple[str, object, float]:
+def _sample(i: int, gpus: int = 1) -> tuple[str, object, float]:
+    """Alice's Slurm job 700 and bob's process (neither with a start time), and with ``gpus`` > 1 carol's
+    process (with one) on each further GPU."""
     procs = [proc(7, "alice", mem_gib=1 + i % 3, sm=10 * (i % 5), job="700"), proc(8, "bob", mem_gib=2, sm=3)]
-    return "h1", snap(gpu(0, util=40 + i, procs=procs), ts=100.0 + i), 0.0
+    more = [gpu(k, util=k, procs=[proc(20 + k, "carol", mem_gib=k, sm=i % 7, start=50.0, command="x" * 200)])
+            for k in range(1, gpus)]
+    return "h1", snap(gpu(0, util=40 + i, procs=procs), *more, ts=100.0 + i), 0.0
 
 
 async def test_totals_wait_for_the_interval_a_flush_or_a_clean_stop(config: StorageConfig) -> None:
@@ -101,3 +105,36 @@ async def test_reads_through_the_store_see_the_held_totals(config: StorageConfig
         await s.close()
     assert max(sp.last_seen for sp in spans if sp.pid == 7) == 105.0
     assert {u.user: round(u.gpu_hours_held * 3600) for u in usage} == {"alice": 5, "bob": 5}
+
+
+async def test_a_batch_written_again_after_a_failed_write_adds_nothing_twice(tmp_path: Path) -> None:
+    """The disk fills while the totals are held: the batch is rolled back and written again every
+    retry_interval until space returns. Spans and GPU-hours then equal those of a store that never failed."""
+    results = []
+    for fail in (False, True):
+        config = StorageConfig(path=str(tmp_path / f"{fail}.db"), batch_max_delay=0.0)
+        s = await Store.open(config, tuning=Tuning(accrue_interval=3600.0, retry_interval=0.02))
+        for i in range(5):
+            s.submit_snapshot(*_sample(i, gpus=8))  # type: ignore[arg-type]
+        await s.flush()
+        if fail:
+            cap_store_pages(s, None)
+        for i in range(5, 60):
+            s.submit_snapshot(*_sample(i, gpus=8))  # type: ignore[arg-type]
+            await asyncio.sleep(0)
+        if fail:
+            for _ in range(500):
+                if not s.healthy:
+                    break
+                await asyncio.sleep(0.01)
+            assert not s.healthy and s.queue_depth > 0
+            await asyncio.sleep(0.3)  # about fifteen more tries, each rolled back
+            assert not s.healthy
+            cap_store_pages(s, 1 << 30)
+        await s.close()
+        assert s.dropped == 0 and s.shed == 0
+        results.append(_totals(config.resolved_path()))
+    assert results[1] == results[0]
+    spans, usage, jobs = results[0]
+    assert [sp[4] for sp in spans] == [60, 60] + [60] * 7  # every sample counted once
+    assert usage[0][0] == "alice" and usage[0][1] == 59.0

@@ -10,19 +10,11 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
+from builders import cap_store_pages
 from gpufleet.collector.daemon import Collector
 from gpufleet.collector.settings import ApiConfig, Config, StorageConfig, default_rules
 from gpufleet.collector.simfleet import SimFleet
 from gpufleet.collector.store import Store
-
-
-def _set_max_pages(store: Store, pages: int | None) -> int:
-    """Cap the writing connection's file size (see test_faults._set_max_pages for why from this thread)."""
-    assert store._writer_conn is not None
-    raw = store._writer_conn._conn
-    if pages is None:
-        pages = int(raw.execute("PRAGMA page_count").fetchone()[0])
-    return int(raw.execute(f"PRAGMA max_page_count={pages}").fetchone()[0])
 
 
 async def _until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
@@ -52,7 +44,7 @@ async def test_disk_full_fires_and_resolves_the_storage_alert(tmp_path: Path) ->
             await store.flush()
             assert await store.latest(host) and store.healthy and _storage_alerts(collector) == []
 
-            _set_max_pages(store, None)  # the file may not grow any more: the next batches hit SQLITE_FULL
+            cap_store_pages(store, None)  # the file may not grow any more: the next batches hit SQLITE_FULL
             await _until(lambda: not store.healthy, "writes to fail")
             assert store.last_error is not None and "full" in store.last_error
             await _until(lambda: _storage_alerts(collector) == ["firing"], "a firing storage alert")
@@ -67,7 +59,7 @@ async def test_disk_full_fires_and_resolves_the_storage_alert(tmp_path: Path) ->
             assert series.points and series.points[-1].ts == frozen
             assert collector.live.hosts[host].status == "up"  # the live view is unaffected
 
-            _set_max_pages(store, 1 << 30)  # space returns
+            cap_store_pages(store, 1 << 30)  # space returns
             await _until(lambda: store.healthy, "writes to work again")
             await _until(lambda: _storage_alerts(collector) == [], "the storage alert to resolve")
             await _until(lambda: collector.live.hosts[host].snapshot is not None

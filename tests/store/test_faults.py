@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from builders import snap
+from builders import cap_store_pages, snap
 from builders import store_gpu as gpu
 from builders import store_proc as proc
 from gpufleet.collector import sample
@@ -77,19 +77,6 @@ async def test_kill_9_loses_no_committed_sample(config: StorageConfig) -> None:
 # ----------------------------------------------------------------------------------------- disk full
 
 
-def _set_max_pages(store: Store, pages: int | None) -> int:
-    """Test hook: cap the writing connection's file size (PRAGMA max_page_count is per connection).
-
-    Set from the test thread on purpose: while writes fail, a job queued to the writer would wait behind
-    the frames being retried. sqlite3 connections are serialized, so this is safe.
-    """
-    assert store._writer_conn is not None
-    raw = store._writer_conn._conn
-    if pages is None:
-        pages = int(raw.execute("PRAGMA page_count").fetchone()[0])
-    return int(raw.execute(f"PRAGMA max_page_count={pages}").fetchone()[0])
-
-
 def _alert() -> AlertRecord:
     return AlertRecord(fingerprint="f", rule="storage", severity="critical", state="firing")
 
@@ -144,8 +131,8 @@ async def _disk_full_round_trip(store: Store, fill: Callable[[], object], free: 
 async def test_disk_full_max_page_count_rolls_back_and_recovers(config: StorageConfig) -> None:
     store = await Store.open(config, tuning=FAST)
     try:
-        await _disk_full_round_trip(store, lambda: _set_max_pages(store, None),
-                                    lambda: _set_max_pages(store, 1 << 30))
+        await _disk_full_round_trip(store, lambda: cap_store_pages(store, None),
+                                    lambda: cap_store_pages(store, 1 << 30))
     finally:
         await store.close()
     assert _integrity(config.resolved_path()) == "ok"

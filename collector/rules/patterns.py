@@ -40,8 +40,23 @@ ProcKey = tuple[int, float | None]  # pid, start time
 
 
 @dataclass(slots=True)
+class _Series:
+    """The per-sample util of processes first seen together on one GPU and holding only it ever since: they
+    have been given the same values, so one mean serves them all (8 processes on a GPU cost one add a
+    sample, not eight). ``gpu`` None: one process's own (it held several GPUs or moved), never shared."""
+
+    util: WindowMean
+    gpu: str | None  # the uuid whose util it takes
+    fed: object = None  # the observe call that added this sample's value (once, however many share it)
+
+    def own(self) -> _Series:
+        """A copy for one process whose values part from the others' from this sample on."""
+        return _Series(self.util.copy(), None)
+
+
+@dataclass(slots=True)
 class _ProcTrack:
-    util: WindowMean  # mean util of the GPUs the process holds, per sample
+    series: _Series  # mean util of the GPUs the process holds, per sample
     gpu: sample.GpuSample  # the first GPU it holds, latest sample
     proc: sample.ProcessSample
 
@@ -58,7 +73,8 @@ class UnderusedRule(Rule):
         old = self._procs.get(ctx.name, {})
         procs = self._procs[ctx.name] = {}  # processes gone from the snapshot drop out
         # each process's util this sample: its GPU's, or the mean of its GPUs' when it holds several (rare:
-        # a list is made only then; every process costs this rule each sample)
+        # a list is made only then). A process whose value parts from its series' takes its own copy here,
+        # before any value of this sample is added.
         first: dict[ProcKey, float] = {}
         several: dict[ProcKey, list[float]] = {}
         for gf in self.facts(ctx, snapshot).gpus:
@@ -66,23 +82,36 @@ class UnderusedRule(Rule):
             if g.error or g.util_gpu is None:
                 continue
             util = float(g.util_gpu)
+            newcomers: _Series | None = None  # the series of the processes first seen now on this GPU
             for plist in gf.holders.values():
                 for p in plist:
                     key = (p.pid, p.start_time)
                     seen = first.get(key)
                     if seen is not None:
                         several.setdefault(key, [seen]).append(util)
+                        held = procs[key]
+                        if held.series.gpu is not None:
+                            held.series = held.series.own()
                         continue
                     first[key] = util
                     track = old.get(key)
                     if track is None:
-                        track = _ProcTrack(WindowMean(span), g, p)
+                        if newcomers is None:
+                            newcomers = _Series(WindowMean(span), g.uuid)
+                        track = _ProcTrack(newcomers, g, p)
                     else:
                         track.gpu, track.proc = g, p  # the first GPU it holds, as listed
+                        if track.series.gpu is not None and track.series.gpu != g.uuid:
+                            track.series = track.series.own()
                     procs[key] = track
+        this_sample = object()
         for key, track in procs.items():
+            series = track.series
+            if series.fed is this_sample:
+                continue
+            series.fed = this_sample
             values = several.get(key)
-            track.util.add(now, first[key] if values is None else sum(values) / len(values))
+            series.util.add(now, first[key] if values is None else sum(values) / len(values))
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
@@ -90,11 +119,14 @@ class UnderusedRule(Rule):
         below = self.param_float("util_below", 30.0)
         idle_below = self.thresholds.util_below  # under this the GPU is idle: the wasted rule's case
         out: list[Condition] = []
+        verdicts: dict[int, float | None] = {}  # id(mean) -> the mean when full, else None: once per series
         for track in self._procs.get(ctx.name, {}).values():
-            if not track.util.full():
-                continue
-            mean = track.util.mean()
-            if idle_below <= mean < below:
+            util = track.series.util
+            if id(util) in verdicts:
+                mean = verdicts[id(util)]
+            else:
+                mean = verdicts[id(util)] = util.mean() if util.full() else None
+            if mean is not None and idle_below <= mean < below:
                 out.append(self._condition(ctx.name, track, mean))
         return out
 

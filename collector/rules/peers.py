@@ -95,6 +95,8 @@ class IdlePeersRule(Rule):
     def _index(self, host: str, old: _HostPart | None, new: _HostPart | None) -> None:
         before = old.by_group.keys() if old is not None else set()
         after = new.by_group.keys() if new is not None else set()
+        if before == after:
+            return  # the same jobs as a sample ago: nothing to move (most samples)
         for key in before - after:
             hosts = self._members.get(key)
             if hosts is not None:

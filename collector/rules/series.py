@@ -54,6 +54,11 @@ class Window(Generic[T]):
     def values(self) -> Iterator[T]:
         return (v for _, v in self._points)
 
+    def copy(self) -> Window[T]:
+        twin: Window[T] = Window(self.span, self.cap)
+        twin._points.extend(self._points)
+        return twin
+
     def __len__(self) -> int:
         return len(self._points)
 
@@ -93,6 +98,13 @@ class WindowMean:
 
     def mean(self) -> float:
         return self.total / self.count if self.count else 0.0
+
+    def copy(self) -> WindowMean:
+        """Another mean with the same values so far, going on separately."""
+        twin = WindowMean.__new__(WindowMean)
+        twin.window, twin.step, twin.total, twin.count = self.window.copy(), self.step, self.total, self.count
+        twin._open_ts, twin._open_sum, twin._open_n = self._open_ts, self._open_sum, self._open_n
+        return twin
 
     def full(self) -> bool:
         """The values span (almost) the whole window (see :meth:`Window.full`), the open bucket included."""

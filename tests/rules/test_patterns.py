@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpufleet.collector.jobkey import group_key, job_key
 from gpufleet.collector.rules.base import HostContext
 from gpufleet.collector.rules.patterns import _GpuTrack
-from gpufleet.collector.rules.series import Window
+from gpufleet.collector.rules.series import Window, WindowMean
 
 
 def feed(r, snaps, start=0.0):
@@ -64,6 +64,39 @@ def test_underused_takes_the_mean_of_every_gpu_a_process_holds(runner, w):
     snaps = [w.snap(w.gpu(0, util=10, procs=[p]), w.gpu(1, util=40, procs=[p]))] * 150
     [c] = feed(r, snaps)
     assert c.labels["gpu"] == "0" and c.value == 25.0 and "averages 25 %" in c.summary
+
+
+def test_underused_means_are_each_process_own_however_they_share(runner, w):
+    """Processes first seen together on one GPU share one running mean; any whose values part from the
+    others' (it takes a second GPU, moves to another, leaves and comes back) goes on with its own. Every
+    verdict equals that of a mean kept per process from its own values, sample by sample."""
+    r = runner("underused", window=60.0)
+    procs = {pid: w.proc(pid, user=f"u{pid}", start_time=float(pid)) for pid in range(1, 9)}
+
+    def gpus_of(pid: int, i: int) -> list[int]:
+        if pid <= 3:
+            return [0]  # together from the start
+        if pid == 4:
+            return [0] if i < 90 else [1]  # moves
+        if pid == 5:
+            return [1, 2] if 40 <= i < 70 else [1]  # holds a second one for a while
+        if pid == 6:
+            return [] if 80 <= i < 85 else [1]  # with 5 from the start; leaves and comes back
+        return [0] if i >= 30 else []  # 7 and 8 arrive later, together
+
+    reference: dict[int, WindowMean] = {}
+    for i in range(200):
+        util = {k: 10 + (i * (k + 3) + 7 * k) % 18 for k in range(3)}  # 10..27: never idle, always low
+        on = {pid: gpus_of(pid, i) for pid in procs}
+        snap = w.snap(*[w.gpu(k, util=util[k], procs=[procs[p] for p in procs if k in on[p]])
+                        for k in range(3)])
+        conds = r.feed(snap, float(i))
+        reference = {pid: reference.get(pid) or WindowMean(60.0) for pid in procs if on[pid]}
+        for pid, mean in reference.items():
+            mean.add(float(i), sum(util[k] for k in on[pid]) / len(on[pid]))
+        expected = {pid: mean.mean() for pid, mean in reference.items() if mean.full()}
+        assert {int(c.labels["pid"]): c.value for c in conds or []} == expected, i
+    assert len(expected) == 8
 
 
 def sawtooth(i, low=8, high=92, period=10):

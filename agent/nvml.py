@@ -504,8 +504,9 @@ class Gateway:
             last = max(last, ts)
             sm = max(0, min(100, int(s.smUtil)))
             mem = max(0, min(100, int(s.memUtil)))
-            old = by_pid.get(int(s.pid))
-            by_pid[int(s.pid)] = (sm, mem) if old is None else (max(old[0], sm), max(old[1], mem))
+            pid = int(s.pid)
+            old = by_pid.get(pid)
+            by_pid[pid] = (sm, mem) if old is None else (max(old[0], sm), max(old[1], mem))
         return ProcessUtil(by_pid, last)
 
     # ------------------------------------------------------------------ Xid events

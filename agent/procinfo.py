@@ -97,7 +97,9 @@ def _read_small(path: str) -> str:
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         chunks = [os.read(fd, 4096)]
-        while chunks[-1]:  # /proc answers a small file in one read; the empty read ends it
+        # /proc answers a small file in one read: a read shorter than asked for is the end (so is the empty
+        # read after a longer file), without one more read to find out (each GPU process's stat, each sample)
+        while len(chunks[-1]) == 4096:
             chunks.append(os.read(fd, 4096))
     finally:
         os.close(fd)

@@ -7,7 +7,8 @@ Frames are the simulator's (8 GPUs x 8 processes, collector/simfleet.py), decode
 collector's decoder, then fed host by host, sample by sample, through ``LiveView.frame`` into the
 ``AlertEngine`` (every default rule, no store) and the ``JobTracker``, as the daemon wires them; the store's
 writer is left out (its queue put is cheap on the loop; ingest_floor.py measures its thread). The baseline
-printed beside it, in the same process, is ``json.loads`` of the same line.
+printed beside it, in the same process, is ``json.loads`` of the same line. The daemon's cycle-collector
+settings apply (collector/gcpause.py).
 
 Target: at most 0.25 ms CPU per host-sample for the sinks, so that with decode (~0.08 ms) the loop's
 share of issue 13's budget stays under what one core gives 5,000 hosts at 1 Hz with the 8x8 frames
@@ -23,7 +24,7 @@ import pstats
 import sys
 import time
 
-from gpufleet.collector import sample, wirefast
+from gpufleet.collector import gcpause, sample, wirefast
 from gpufleet.collector.alerts.engine import AlertEngine
 from gpufleet.collector.classify import thresholds_of
 from gpufleet.collector.facts import FleetFacts
@@ -89,6 +90,7 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=30)
     ap.add_argument("--profile", action="store_true", help="print a cProfile of the sinks (slower)")
     args = ap.parse_args()
+    gcpause.tune_for_daemon()  # the daemon's cycle-collector settings, as it runs these sinks
     per_ms = run(args.hosts, args.samples, args.profile)
     return 0 if per_ms <= TARGET_MS or args.profile else 1
 

@@ -138,3 +138,29 @@ async def test_a_batch_written_again_after_a_failed_write_adds_nothing_twice(tmp
     spans, usage, jobs = results[0]
     assert [sp[4] for sp in spans] == [60, 60] + [60] * 7  # every sample counted once
     assert usage[0][0] == "alice" and usage[0][1] == 59.0
+
+
+async def test_a_frame_that_cannot_be_written_costs_only_itself(tmp_path: Path) -> None:
+    """A batch that fails for a reason that will not pass (here a GPU without a UUID: a NOT NULL column) is
+    written frame by frame: the bad frame is dropped, the others' spans and GPU-hours count exactly once,
+    those added before the failure as well as those after it."""
+    config = StorageConfig(path=str(tmp_path / "g.db"), batch_max_delay=0.5)
+    s = await Store.open(config, tuning=Tuning(accrue_interval=3600.0))
+    try:
+        for i in range(3):
+            s.submit_snapshot(*_sample(i))  # type: ignore[arg-type]
+        host, bad, _ = _sample(3)
+        bad.gpus[0].uuid = None  # type: ignore[attr-defined]
+        s.submit_snapshot(host, bad, 0.0)  # type: ignore[arg-type]
+        for i in range(4, 7):
+            s.submit_snapshot(*_sample(i))  # type: ignore[arg-type]
+        await s.flush()
+        assert s.rejected == 1 and s._writer is not None and s._writer.commits >= 1
+    finally:
+        await s.close()
+    spans, usage, _ = _totals(config.resolved_path())
+    assert [(sp[0], sp[4]) for sp in spans] == [(7, 6), (8, 6)]  # six samples each, none twice
+    # held: 1 s for each of 101, 102, 105, 106 and 2 s at 104 (the dropped 103's second goes to the next
+    # sample, as for any gap); used: those seconds x util (40 + i) %
+    used = round((41 + 42 + 2 * 44 + 45 + 46) / 100, 6)
+    assert usage == [("alice", 6.0, used), ("bob", 6.0, used)]

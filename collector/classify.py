@@ -92,6 +92,12 @@ def user_of(p: ProcessSample) -> str:
     return f"uid{p.uid}" if p.uid is not None else UNATTRIBUTED
 
 
+def holds_memory(p: ProcessSample) -> bool:
+    """Listed with GPU memory in use, or with memory NVML could not read: it holds the GPU (GPU-hours, jobs).
+    A process listed with 0 bytes holds nothing."""
+    return p.gpu_memory is None or p.gpu_memory > 0
+
+
 def is_zombie(p: ProcessSample) -> bool:
     return (p.state or "").startswith("Z")
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from gpufleet.collector import sample
-from gpufleet.collector.classify import DEFAULT_THRESHOLDS, user_of
+from gpufleet.collector.classify import DEFAULT_THRESHOLDS, holds_memory, user_of
 from gpufleet.collector.facts import FleetFacts
 from gpufleet.collector.live import HostState
 from gpufleet.collector.procname import short_command
@@ -130,15 +130,12 @@ class JobTracker:
             first: dict[str, sample.ProcessSample] = {}
             jobs = gf.jobs
             for p in g.processes:
-                mem = p.gpu_memory
-                if mem is None or mem > 0:
+                if holds_memory(p):
                     key = jobs[p.pid]
                     held = memory.get(key)
                     if held is None:
-                        memory[key] = mem or 0
                         first[key] = p
-                    else:
-                        memory[key] = held + (mem or 0)
+                    memory[key] = (held or 0) + (p.gpu_memory or 0)
             if not memory:
                 continue
             wasting = gf.waste
@@ -185,8 +182,8 @@ class JobTracker:
                  now: float) -> _Job:
         """A job first seen now: its user and command from its first process on ``g``, started when the
         earliest of its processes there did."""
-        starts = [q.start_time for q in g.processes if q.start_time is not None and jobs[q.pid] == key
-                  and (q.gpu_memory is None or q.gpu_memory > 0)]
+        starts = [q.start_time for q in g.processes
+                  if q.start_time is not None and jobs[q.pid] == key and holds_memory(q)]
         return _Job(key, user_of(p), min(starts, default=now), short_command(p.command, 120), now)
 
     def sweep(self, now: float) -> None:

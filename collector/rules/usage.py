@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass
 
 from gpufleet.collector import sample
-from gpufleet.collector.classify import holders, is_free, is_zombie, orphaned_bytes, user_of
+from gpufleet.collector.classify import holders, holds_memory, is_free, is_zombie, orphaned_bytes, user_of
 from gpufleet.collector.rules.base import (
     DURATION,
     Condition,
@@ -265,7 +265,7 @@ class StaleRule(Rule):
         unused_since = self._unused_since.get(ctx.name, {})
         for g in ctx.snapshot.gpus:
             for p in g.processes:
-                if is_zombie(p) and (p.gpu_memory is None or p.gpu_memory > 0):
+                if is_zombie(p) and holds_memory(p):
                     who = self._who(ctx.name, g, p)
                     out.append(self._cond(ctx.name, g, p, "zombie", f"{who} is a zombie {_holding(p)}",
                                           "The process exited but was not reaped; the GPU memory stays "

@@ -305,7 +305,7 @@ class IngestState:
         late = ts < self._rolled
         append = rows.samples.append
         # first every statement the snapshot needs (a failure part-way must not have added anything) ...
-        fresh: list[tuple[int, sample.GpuSample, GpuState, float | None]] = []
+        fresh: list[tuple[int, sample.GpuSample, GpuState, float | None, list[float]]] = []
         for i, g in enumerate(snap.gpus):
             gs = self.gpu(conn, hid, g, ts)
             reasons = g.throttle_reasons
@@ -319,10 +319,10 @@ class IngestState:
                 continue  # replayed or late: the sample row only (ignored if already there)
             gs.last_ts = ts
             rows.gpu_last[gs.id] = ts
-            for p in g.processes:
-                if p.start_time is None:
-                    self._nostart_start(conn, gs, p.pid, ts)  # its span's start: looked up now
-            fresh.append((i, g, gs, last))
+            # each process's span start (one without a start time: looked up, hence now)
+            starts = [p.start_time if p.start_time is not None else self._nostart_start(conn, gs, p.pid, ts)
+                      for p in g.processes]
+            fresh.append((i, g, gs, last, starts))
         # ... then the running totals, once per frame (a retried frame adds to a throwaway)
         totals = self.totals if not item.accrued else Totals()
         item.accrued = True
@@ -330,24 +330,22 @@ class IngestState:
         # the loop's classification when it is this snapshot's under these thresholds; else worked out here
         waste = ([gf.waste for gf in facts.gpus] if facts is not None and facts.agrees(snap, self.params)
                  else None)
-        for i, g, gs, last in fresh:
+        for i, g, gs, last, starts in fresh:
             if g.processes:
-                self._spans(conn, gs, g.processes, ts, rows, totals)
+                self._spans(gs, g.processes, starts, ts, rows, totals)
             if last is not None:
                 seconds, gs.typical = usage.credit(ts - last, gs.typical)
                 gs.holders = usage.account(totals.usage, totals.capacity, self.params, hid, gs.id, g, ts,
                                            seconds, gs.holders, totals.slurm_usage,
                                            waste=None if waste is None else waste[i])
 
-    def _spans(self, conn: sqlite3.Connection, gs: GpuState, procs: Sequence[sample.ProcessSample], ts: float,
+    def _spans(self, gs: GpuState, procs: Sequence[sample.ProcessSample], starts: Sequence[float], ts: float,
                rows: Rows, totals: Totals) -> None:
+        """Add the processes' sample to their spans; ``starts``: each one's span start (_snapshot)."""
         spans = totals.spans
         gid, hid, idx = gs.id, gs.host_id, gs.idx
-        for p in procs:
-            if p.start_time is not None:
-                start, known = p.start_time, 1
-            else:
-                start, known = self._nostart_start(conn, gs, p.pid, ts), 0
+        for p, start in zip(procs, starts, strict=True):
+            known = 0 if p.start_time is None else 1
             key = (gid, p.pid, start)
             mem = p.gpu_memory
             sm = p.sm_util
@@ -399,7 +397,7 @@ def write_rows(conn: sqlite3.Connection, rows: Rows) -> None:
                          [(ts, gid) for gid, ts in rows.gpu_last.items()])
     if rows.events:
         conn.executemany(EVENT_INSERT, rows.events)
-    slurm.write(conn, rows.slurm_jobs, {})
+    slurm.write_jobs(conn, rows.slurm_jobs)
     if rows.dirty:
         conn.executemany("INSERT OR IGNORE INTO rollup_dirty (gpu_id, bucket) VALUES (?, ?)",
                          sorted(rows.dirty))
@@ -416,4 +414,4 @@ def write_totals(conn: sqlite3.Connection, totals: Totals) -> None:
         conn.executemany(usage.UPSERT, usage.upsert_rows(totals.usage))
     if totals.capacity:
         conn.executemany(usage.CAPACITY_UPSERT, [(*k, v[0], v[1]) for k, v in totals.capacity.items()])
-    slurm.write(conn, {}, totals.slurm_usage)
+    slurm.write_usage(conn, totals.slurm_usage)

@@ -67,10 +67,14 @@ class SlurmSeen:
         self.last.clear()
 
 
-def write(conn: sqlite3.Connection, jobs: dict[tuple[int, str], JobRow],
-          usage: dict[UsageKey, list[float]]) -> None:
+def write_jobs(conn: sqlite3.Connection, jobs: dict[tuple[int, str], JobRow]) -> None:
+    """A batch's ``slurm_jobs`` rows (SlurmSeen.note queued them)."""
     if jobs:
         conn.executemany(JOB_UPSERT, list(jobs.values()))
+
+
+def write_usage(conn: sqlite3.Connection, usage: dict[UsageKey, list[float]]) -> None:
+    """GPU-hours per job, added to what is stored (the running totals: write each once)."""
     if usage:
         conn.executemany(USAGE_UPSERT, [(*k, *v) for k, v in usage.items()])
 

@@ -22,7 +22,14 @@ from collections.abc import Sequence
 from typing import Final
 
 from gpufleet.collector import sample
-from gpufleet.collector.classify import Thresholds, is_free, orphaned_bytes, user_of, waste_users
+from gpufleet.collector.classify import (
+    Thresholds,
+    holds_memory,
+    is_free,
+    orphaned_bytes,
+    user_of,
+    waste_users,
+)
 from gpufleet.collector.store.records import CapacityRow, UsageRow
 
 #: Never credit more than this many seconds for one sample, however long the gap before it.
@@ -73,8 +80,8 @@ def account(acc: dict[UsageKey, list[float]], cap: dict[CapacityKey, list[float]
     held: set[str] = set()
     job_users: dict[str, str] = {}
     for proc in gpu.processes:
-        if proc.gpu_memory is not None and proc.gpu_memory <= 0:
-            continue  # listed but holding nothing
+        if not holds_memory(proc):
+            continue
         user = user_of(proc)
         held.add(user)
         if proc.job is not None:

@@ -23,6 +23,7 @@ from gpufleet.cli.client import (
     ApiClient,
     CliError,
 )
+from gpufleet.cli.maintenance import maintenance
 from gpufleet.cli.options import (
     State,
     pass_state,
@@ -337,6 +338,7 @@ def jobs(state: State, user: str | None, since: str | None, as_json: bool) -> No
 
 
 cli.add_command(silence)
+cli.add_command(maintenance)
 
 
 # ------------------------------------------------------------------------------------------- demo

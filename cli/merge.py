@@ -164,6 +164,18 @@ def merge_history(answers: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return max(answers, key=size)
 
 
+#: Ops whose answer is maintenance windows (collector/maintenance.py), one per host in force
+MAINTENANCE_OPS = frozenset({"maintenance_start", "maintenance_stop", "maintenance_list"})
+
+
+def merge_windows(answers: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Replicas of a shard each keep their own copy of a host's window: one per host, the latest started
+    (shards hold disjoint hosts, so they only add)."""
+    rows = _freshest([w for a in answers for w in a], lambda w: str(w.get("host")),
+                     lambda w: (w.get("starts_at") or 0.0,))
+    return sorted(rows, key=lambda w: natural_key(str(w.get("host"))))
+
+
 def merge(op: str, answers: Sequence[Any], args: dict[str, Any] | None = None) -> Any:
     """The merged answer of ``op``; ops without a merge take the first answer (one shard's view)."""
     args = args or {}
@@ -179,6 +191,8 @@ def merge(op: str, answers: Sequence[Any], args: dict[str, Any] | None = None) -
         return merge_alerts(answers)
     if op == "history":
         return merge_history(answers)
+    if op in MAINTENANCE_OPS and not args.get("include_ended"):
+        return merge_windows(answers)
     if all(isinstance(a, list) for a in answers):  # events, processes, usage rows, silences ...
         seen: set[str] = set()
         rows: list[Any] = []

@@ -12,7 +12,7 @@ from collections.abc import Container, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 from gpufleet.cli.lines import Line, cells, cut, tagged, to_text
-from gpufleet.cli.timeparse import fmt_ago
+from gpufleet.cli.timeparse import fmt_ago, fmt_until
 from gpufleet.collector.model import slurm_label
 from gpufleet.collector.query import FleetView, GpuView, HostInfo, HostView, ProcView, UserUsage
 from gpufleet.collector.units import GIB, fmt_duration, fmt_duration_short, fmt_pct, fmt_size, fmt_size_short
@@ -42,7 +42,8 @@ FLAG_STYLES = {
     "underused": "yellow",
     "input_bound": "yellow",
 }
-STATUS_STYLES = {"up": "green", "down": "bold red", "connecting": "yellow", "unknown": "dim"}
+STATUS_STYLES = {"up": "green", "down": "bold red", "connecting": "yellow", "maintenance": "bold blue",
+                 "unknown": "dim"}
 FLAG_CELLS = 9  # the narrow flags column: "orphaned", "throttled"; wider where a longer flag is on screen
 #: the order flags are listed in on a one-line host summary: the worst first (cut ones become "+N")
 FLAG_ORDER = (
@@ -394,6 +395,8 @@ def _host_line(lay: Layout, h: HostView, now: float) -> Line:
     bits = []
     if h.reason:
         bits.append(h.reason)
+    if h.maintenance is not None:
+        bits.append(fmt_until(h.maintenance.ends_at, now))
     bits.append(f"last seen {fmt_ago(h.last_seen, now)}")
     if h.gpus:
         bits.append(plural(len(h.gpus), "GPU"))
@@ -416,6 +419,8 @@ def totals_lines(view: FleetView, width: int) -> list[Line]:
         hosts.append(f", {t.hosts_down} down", "bold red")
     if t.hosts_connecting:
         hosts.append(f", {t.hosts_connecting} connecting", "yellow")
+    if t.hosts_maintenance:
+        hosts.append(f", {t.hosts_maintenance} in maintenance", "bold blue")
     gpus = Line()
     gpus.append(f"{plural(t.gpus, 'GPU')}: ", "bold")
     parts = [
@@ -690,7 +695,8 @@ def render_hosts(hosts: Sequence[HostInfo], width: int, now: float) -> Renderabl
                 agent,
                 h.driver_version or "-",
                 ",".join(h.tags),
-                (h.reason or "", "dim"),
+                (" · ".join(x for x in (h.reason, h.maintenance and fmt_until(h.maintenance.ends_at, now))
+                            if x), "dim"),
             ]
         )
     up = sum(1 for h in hosts if h.status == "up")

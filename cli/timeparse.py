@@ -99,3 +99,11 @@ def fmt_ts(ts: float | None) -> str:
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
     except (OverflowError, OSError, ValueError):
         return "?"
+
+
+def fmt_until(ts: float, now: float | None = None) -> str:
+    """``until 15:42 (in 52m)``: the clock time alone when it is within a day, with the date beyond."""
+    now = time.time() if now is None else now
+    shown = fmt_ts(ts)
+    shown = shown[11:16] if 0 <= ts - now < 86400 else shown[:16]
+    return f"until {shown} (in {fmt_duration(max(0.0, ts - now))})"

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from gpufleet.collector.alerts.engine import AlertEngine
     from gpufleet.collector.api import QueryServer
     from gpufleet.collector.jobs import JobTracker
+    from gpufleet.collector.maintenance import Maintenance
     from gpufleet.collector.metrics import MetricsServer
     from gpufleet.collector.notify import NotificationDispatcher
     from gpufleet.collector.store.records import JobRecord
@@ -55,6 +56,7 @@ class Collector:
         self._api: QueryServer | None = None
         self._metrics: MetricsServer | None = None
         self._web: WebServer | None = None
+        self._windows: Maintenance | None = None  # host maintenance windows (not the store's upkeep below)
         self._maintenance: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
         self._running = False
@@ -80,6 +82,13 @@ class Collector:
         return self._transport
 
     @property
+    def maintenance(self) -> Maintenance:
+        """The host maintenance windows (collector/maintenance.py), for the query API."""
+        if self._windows is None:
+            raise RuntimeError("collector not started")
+        return self._windows
+
+    @property
     def api_socket(self) -> str:
         return str(self.config.api.resolved_socket())
 
@@ -99,6 +108,7 @@ class Collector:
         from gpufleet.collector.classify import thresholds_of
         from gpufleet.collector.facts import FleetFacts
         from gpufleet.collector.jobs import JobTracker
+        from gpufleet.collector.maintenance import Maintenance
         from gpufleet.collector.notify import NotificationDispatcher, build_notifiers
         from gpufleet.collector.store.store import Store, Tuning
         from gpufleet.collector.transport.manager import FleetTransport
@@ -123,6 +133,10 @@ class Collector:
             self._store.on_health_change = self._alerts.storage_health
             self._store.on_overload_change = self._alerts.collector_overload
             await self._alerts.start()
+            # before the transport exists: a host still in maintenance after a restart is never dialled
+            self._windows = Maintenance(self._store, self.live, self._alerts, [h.name for h in cfg.hosts],
+                                        shard=cfg.shard is not None, clock=self.clock)
+            await self._windows.load()
 
             self._api = QueryServer(self, cfg.api.resolved_socket(), cfg.api.mode)
             await self._api.start()
@@ -144,7 +158,9 @@ class Collector:
             self.live.listeners = [self._store, self._alerts, self._jobs]
             self._transport = FleetTransport(cfg.hosts, self.live, clock=self.clock,
                                              max_concurrent_connects=cfg.max_concurrent_connects)
+            self._windows.attach(self._transport)
             await self._transport.start()
+            self._windows.start()
         except BaseException:
             await self.stop()
             raise
@@ -165,6 +181,8 @@ class Collector:
                 await self._maintenance
             self._maintenance = None
         share = max(timeout / 4, 1.0)
+        if self._windows is not None:  # no window ends (and dials a host) while we stop
+            await self._guard("maintenance windows", self._windows.stop(), share)
         if self._alerts in self.live.listeners:
             # our own hang-ups are not hosts going down: the engine stops listening first
             self.live.listeners.remove(self._alerts)

@@ -12,17 +12,21 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol, get_args
 
 from gpufleet.agent import wire
 from gpufleet.collector import sample
 
 if TYPE_CHECKING:
-    from gpufleet.collector.model import HostRecord
+    from gpufleet.collector.model import HostRecord, MaintenanceRecord
 
 log = logging.getLogger(__name__)
 
-HostStatus = Literal["connecting", "up", "down"]
+#: ``maintenance``: the collector let go of the host on purpose (collector/maintenance.py) and does not dial
+#: it until the window ends; neither up nor down, so host_down does not fire for it.
+HostStatus = Literal["connecting", "up", "down", "maintenance"]
+#: Every status, in order (metrics' per-status counts read it: one owner of the list)
+HOST_STATUSES: tuple[HostStatus, ...] = get_args(HostStatus)
 
 
 @dataclass(slots=True)
@@ -67,6 +71,8 @@ class HostState:
     #: seconds added to the agent's timestamps (its clock is this far behind the collector's; negative:
     #: ahead), while beyond the host's max_clock_skew; None while the clocks agree
     clock_skew: float | None = None
+    #: the maintenance window in force (who, why, until when), set through LiveView.set_maintenance
+    maintenance: MaintenanceRecord | None = None
 
     def noted(self, notes: wire.DecodeNotes) -> None:
         """Count what decode changed in one frame."""
@@ -134,6 +140,13 @@ class LiveView:
 
     def remove_host(self, name: str) -> None:
         self.hosts.pop(name, None)
+
+    def set_maintenance(self, name: str, window: MaintenanceRecord | None) -> None:
+        """The maintenance window now in force for ``name`` (None: none), which every view shows with the
+        host's status; the status itself is the transport's to set (it holds the host's session)."""
+        state = self.hosts.get(name)
+        if state is not None:
+            state.maintenance = window
 
     def carry_over(self, rows: Iterable[HostRecord], latest: Mapping[str, sample.Snapshot]) -> int:
         """Seed the configured hosts from the store after a restart: last seen, versions, the last GPUs.

@@ -33,7 +33,7 @@ from gpufleet.collector import metrics_dcgm, sample
 from gpufleet.collector.aioserver import HttpServer, Request, respond
 from gpufleet.collector.exposition import LabelStrings, Scrape, Spec
 from gpufleet.collector.gcpause import no_cycle_collection
-from gpufleet.collector.live import HostState, LiveView
+from gpufleet.collector.live import HOST_STATUSES, HostState, LiveView
 from gpufleet.collector.wirestate import budget_counts, wire_counts
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import choose_encoder, gzip_accepted
@@ -42,7 +42,6 @@ from prometheus_client.metrics_core import Metric
 log = logging.getLogger(__name__)
 
 UNATTRIBUTED_USER = "(unattributed)"  # label for processes /proc could not attribute
-HOST_STATUSES = ("connecting", "up", "down")
 
 
 class MetricsSource(Protocol):
@@ -81,6 +80,9 @@ _USER = ("host", "gpu", "user")
 _SPECS: tuple[Spec, ...] = (
     # hosts
     Spec("gpufleet_host_up", "gauge", "1 while the collector has a live agent stream from the host.", _HOST),
+    Spec("gpufleet_host_maintenance", "gauge",
+         "1 while the host is in maintenance (gpufleet maintenance start): no agent session, alerts muted.",
+         _HOST),
     Spec("gpufleet_host_last_seen_timestamp_seconds", "gauge", "Wall time the last frame arrived.", _HOST),
     Spec("gpufleet_host_status_since_timestamp_seconds", "gauge", "When the status last changed.", _HOST),
     Spec("gpufleet_host_snapshot_timestamp_seconds", "gauge", "Agent time of the latest snapshot.", _HOST),
@@ -316,6 +318,7 @@ class FleetCollector:
         for h in hosts:
             lab = (h.name,)
             b.add("gpufleet_host_up", lab, 1 if h.status == "up" else 0)
+            b.add("gpufleet_host_maintenance", lab, 1 if h.status == "maintenance" else 0)
             b.add("gpufleet_host_last_seen_timestamp_seconds", lab, h.last_seen)
             b.add("gpufleet_host_status_since_timestamp_seconds", lab, h.since)
             if h.agent_version is not None:

@@ -22,7 +22,7 @@ class HostRecord:
     view keeps mutating its HostState) and what the store's ``hosts`` answers."""
 
     name: str
-    status: str  # connecting | up | down
+    status: str  # a HostStatus (collector/live.py): connecting | up | down | maintenance
     reason: str | None = None
     last_seen: float | None = None
     agent_version: str | None = None
@@ -38,6 +38,21 @@ class HostRecord:
     def of(cls, s: HostState) -> HostRecord:
         return cls(s.name, s.status, s.reason, s.last_seen, s.agent_version, s.driver_version, list(s.tags),
                    s.since, s.nvml_version, s.cuda_version, s.reported_hostname, s.backend)
+
+
+@dataclass(slots=True)
+class MaintenanceRecord:
+    """A host let go of for maintenance (collector/maintenance.py): no agent session from ``starts_at`` until
+    ``ends_at`` (or until stopped: ``ends_at`` is then the stop time), its alerts muted by the silence
+    ``silence_id``. What the store keeps, and what status and hosts show under the host."""
+
+    host: str
+    starts_at: float
+    ends_at: float
+    created_by: str  # the peer's real user name (SO_PEERCRED), never what the client claimed
+    comment: str
+    silence_id: int | None = None
+    id: int | None = None
 
 
 @dataclass(slots=True)
@@ -79,13 +94,14 @@ class GpuView:
 @dataclass(slots=True)
 class HostView:
     name: str
-    status: str  # connecting | up | down
+    status: str  # a HostStatus (collector/live.py); "unknown" from the store for a host it has no row of
     reason: str | None
     last_seen: float | None
     age: float | None  # seconds since last_seen
     tags: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)  # host-level alerts (down, xid without a gpu, ...)
     sample_ts: float | None = None
+    maintenance: MaintenanceRecord | None = None  # while status is "maintenance" (live view only)
     gpus: list[GpuView] = field(default_factory=list)
 
 
@@ -104,6 +120,7 @@ class Totals:
     lost: int = 0
     unknown: int = 0
     orphaned: int = 0  # additive (after the original fields): GPUs flagged orphaned (memory, no process)
+    hosts_maintenance: int = 0  # hosts let go of for maintenance (not counted as down or connecting)
 
 
 @dataclass(slots=True)
@@ -159,6 +176,7 @@ class HostInfo:
     over_budget: bool | None = None
     dropped_frames: int | None = None
     dropped_events: int | None = None
+    maintenance: MaintenanceRecord | None = None  # while status is "maintenance"
 
 
 def slurm_label(job: str | None, name: str | None, account: str | None = None,

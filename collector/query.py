@@ -24,6 +24,7 @@ from gpufleet.collector.model import (
     GpuView,
     HostInfo,
     HostView,
+    MaintenanceRecord,
     ProcView,
     Totals,
     UserUsage,
@@ -148,6 +149,8 @@ def fleet_totals(hosts: Sequence[HostView]) -> Totals:
             t.hosts_up += 1
         elif h.status == "down":
             t.hosts_down += 1
+        elif h.status == "maintenance":
+            t.hosts_maintenance += 1
         else:
             t.hosts_connecting += 1
         for g in h.gpus:
@@ -234,8 +237,11 @@ def build_fleet_view(
         up = s.status == "up"
         snap = s.snapshot
         gpus = [_gpu_view(g, flags(s.name, g.index), up, now, thresholds) for g in snap.gpus] if snap else []
-        views.append(_host_view(s.name, s.status, s.reason, s.last_seen, s.tags, flags,
-                                snap.ts if snap else None, gpus, now))
+        view = _host_view(s.name, s.status, s.reason, s.last_seen, s.tags, flags, snap.ts if snap else None,
+                          gpus, now)
+        if s.maintenance is not None and s.status == "maintenance":
+            view.maintenance = s.maintenance
+        views.append(view)
     return _finish(views, now, "live", host=host, tag=tag, user=user)
 
 
@@ -380,6 +386,7 @@ def host_infos(states: Iterable[HostState], shed: Mapping[str, int] | None = Non
             lag=s.lag,
             shed=shed.get(s.name, 0),
             **edge_facts(s),
+            maintenance=s.maintenance if s.status == "maintenance" else None,
         )
         for s in states
     ]
@@ -507,10 +514,25 @@ def _host_from(d: Mapping[str, Any]) -> HostView:
     if tuple(d) == _HOST_FIELDS:
         v = list(d.values())
         v[-1] = [_gpu_from(g) for g in v[-1]]
-        return HostView(*v)
+        return _with_maintenance(HostView(*v))
     k = _known(d, _HOST_FIELDS)
     k["gpus"] = [_gpu_from(g) for g in d.get("gpus", [])]
-    return HostView(**k)
+    return _with_maintenance(HostView(**k))
+
+
+_MAINTENANCE_FIELDS = tuple(f.name for f in fields(MaintenanceRecord))
+
+
+def maintenance_from_dict(d: Mapping[str, Any]) -> MaintenanceRecord:
+    """A maintenance window from its JSON form (fields a newer collector added are ignored)."""
+    return MaintenanceRecord(**_known(d, _MAINTENANCE_FIELDS))
+
+
+def _with_maintenance(h: HostView) -> HostView:
+    """A host rebuilt from JSON carries its window as a dict: make it the record again."""
+    if isinstance(h.maintenance, Mapping):
+        h.maintenance = maintenance_from_dict(h.maintenance)
+    return h
 
 
 # The compact ("rows") wire form of the status view: each host, GPU and process is a JSON array in the
@@ -566,7 +588,8 @@ def _hosts_from_rows(d: Mapping[str, Any]) -> list[HostView]:
     host: Callable[..., HostView] = HostView
     gpu_: Callable[..., GpuView] = GpuView
     proc: Callable[..., ProcView] = ProcView
-    return [host(*h[:-1], [gpu_(*g[:-1], [proc(*p) for p in g[-1]]) for g in h[-1]]) for h in d["hosts"]]
+    return [_with_maintenance(host(*h[:-1], [gpu_(*g[:-1], [proc(*p) for p in g[-1]]) for g in h[-1]]))
+            for h in d["hosts"]]
 
 
 def fleet_view_from_dict(d: Mapping[str, Any]) -> FleetView:
@@ -599,4 +622,7 @@ def user_usage_from_dict(d: Mapping[str, Any]) -> UserUsage:
 
 def host_info_from_dict(d: Mapping[str, Any]) -> HostInfo:
     """Fields a newer collector added are ignored, as in :func:`fleet_view_from_dict`."""
-    return HostInfo(**_known(d, _HOST_INFO_FIELDS))
+    info = HostInfo(**_known(d, _HOST_INFO_FIELDS))
+    if isinstance(info.maintenance, Mapping):
+        info.maintenance = maintenance_from_dict(info.maintenance)
+    return info

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from gpufleet.collector import query
 from gpufleet.collector.api.access import Access, AccessDenied, Peer, this_process
+from gpufleet.collector.api.maintenance import MaintenanceOps, stored_table
 from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds, thresholds_of
 from gpufleet.collector.errors import QueryError
 from gpufleet.collector.live import LiveView
@@ -440,6 +441,7 @@ class StoreOps:
             "silence_list": self.stored_silence_list,
             "silence_add": needs_collector,
             "silence_expire": needs_collector,
+            **stored_table(self.store),
         }
 
 
@@ -588,5 +590,6 @@ class LiveOps(StoreOps):
             "silence_add": self.silence_add,
             "silence_list": self.silence_list,
             "silence_expire": self.silence_expire,
+            **MaintenanceOps(self.collector, self.access).table(),
         }
 

@@ -6,8 +6,9 @@ notification destination failing (notifier_down), a host whose clock disagrees w
 host_down is true while the transport says the host is ``down``, stays true through ``connecting`` retries
 (so a reconnect loop does not flap the alert), and is also true when a host that is ``up`` has sent no frame
 for ``missed_intervals`` x its sampling interval (plus STARTUP_GRACE before the first frame of a
-connection). A reason starting with "host key" (the transport's HostKeyError) is put first in the summary:
-that is the host-key alert.
+connection). A host in ``maintenance`` is not observed at all: nothing new fires, and an alert already
+there stays as it was (muted by the window's silence) until the host is watched again. A reason starting
+with "host key" (the transport's HostKeyError) is put first in the summary: that is the host-key alert.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ class HostDownRule(Rule):
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         state = ctx.state
-        if state is None:
-            return None  # nothing heard from the transport yet: keep what we knew
+        if state is None or state.status == "maintenance":
+            return None  # nothing heard from the transport yet, or let go of on purpose: keep what we knew
         down = self._down.get(ctx.name)
         if state.status == "down":
             reason = state.reason or "connection lost"

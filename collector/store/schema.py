@@ -295,8 +295,23 @@ _V5: Final[list[str]] = [
     ) WITHOUT ROWID""",
 ]
 
+#: v6: host maintenance windows (collector/maintenance.py, SQL in store/maintenance.py): the collector keeps
+#: no agent session to ``host`` until ``ends_at``; a restarted collector reads the windows still in force.
+_V6: Final[list[str]] = [
+    """CREATE TABLE maintenance (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        host TEXT NOT NULL,
+        starts_at REAL NOT NULL,
+        ends_at REAL NOT NULL,
+        created_by TEXT NOT NULL,
+        comment TEXT NOT NULL,
+        silence_id INTEGER
+    )""",
+    "CREATE INDEX maintenance_ends ON maintenance(ends_at)",
+]
+
 #: MIGRATIONS[i] brings the schema from version i to i + 1.
-MIGRATIONS: Final[list[list[str]]] = [_V1, _V2, _V3, _V4, _V5]
+MIGRATIONS: Final[list[list[str]]] = [_V1, _V2, _V3, _V4, _V5, _V6]
 LATEST: Final = len(MIGRATIONS)
 
 

@@ -29,9 +29,9 @@ from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds
 from gpufleet.collector.errors import StorageError
 from gpufleet.collector.facts import FleetFacts
 from gpufleet.collector.live import HostState
-from gpufleet.collector.model import HostRecord
+from gpufleet.collector.model import HostRecord, MaintenanceRecord
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import jobs, nflog, queries, rollup, schema, slurm
+from gpufleet.collector.store import jobs, maintenance, nflog, queries, rollup, schema, slurm
 from gpufleet.collector.store._db import call, connect, is_corrupt, setup_reader, setup_writer, storage_error
 from gpufleet.collector.store.guard import FileGuard, check_sidecars
 from gpufleet.collector.store.ingest import ACCRUE_INTERVAL, FrameItem, IngestState
@@ -385,6 +385,21 @@ class Store:
     async def expire_silence(self, silence_id: int, now: float) -> bool:
         """End a silence now; False if there is no such silence or it had already ended."""
         result: bool = await self._w().call(partial(queries.expire_silence, silence_id=silence_id, now=now))
+        return result
+
+    async def add_maintenance(self, rec: MaintenanceRecord) -> int:
+        """Persist a maintenance window; returns its id (collector/maintenance.py)."""
+        result: int = await self._w().call(partial(maintenance.add, rec=rec))
+        return result
+
+    async def list_maintenance(self, *, include_ended: bool = False,
+                               now: float | None = None) -> list[MaintenanceRecord]:
+        at = time.time() if now is None else now
+        return await self._read(partial(maintenance.listing, include_ended=include_ended, now=at))
+
+    async def end_maintenance(self, window_id: int, now: float) -> bool:
+        """End a maintenance window now; False if there is no such window or it had already ended."""
+        result: bool = await self._w().call(partial(maintenance.end, window_id=window_id, now=now))
         return result
 
     async def save_nflog(self, rows: list[nflog.NflogRecord], *, prune_before: float | None = None) -> None:

@@ -6,7 +6,8 @@ agent or a changed host key ends only that host's stream. Handshakes are CPU-bou
 server's banner, outside the bound), so dead hosts wait on their timers without holding a slot. Status
 reaches the sink on every change: ``connecting`` (first attempt only), ``up`` (a valid hello arrived),
 ``down`` with a reason (the host stays ``down`` across retries, so alerts do not flap while it is
-unreachable).
+unreachable), ``maintenance`` while the host is held (:meth:`FleetTransport.hold`: its session is ended, EOF
+to the agent, and it is not dialled until :meth:`FleetTransport.release`, which dials at once).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 
 STOP_REASON = "collector stopping"
 RESTART_REASON = "restart requested"
+HOLD_REASON = "maintenance"
 
 
 def raise_fd_limit() -> int:
@@ -83,7 +85,8 @@ class _Host:
         self.backoff = backoff
         self.task: asyncio.Task[None] | None = None
         self.stream: AgentStream | None = None
-        self.wake = asyncio.Event()  # restart_host: skip the backoff sleep
+        self.wake = asyncio.Event()  # restart_host, hold, release: skip the backoff sleep
+        self.held: str | None = None  # why the host is held (maintenance): not dialled while set
 
 
 class FleetTransport:
@@ -120,7 +123,8 @@ class FleetTransport:
         if limit < 2 * len(self._hosts) + 64:
             log.warning("open-file limit %d is low for %d hosts", limit, len(self._hosts))
         for host in self._hosts.values():
-            self._emit(host)
+            if host.held is None:  # a held host's state was reported when it was held
+                self._emit(host)
             host.task = asyncio.create_task(self._run(host), name=f"gpufleet-host-{host.config.name}")
 
     async def stop(self, timeout: float = 5.0) -> None:
@@ -153,17 +157,47 @@ class FleetTransport:
         if host.stream is not None:
             host.stream.request_stop(RESTART_REASON)
 
+    def hold(self, name: str, why: str) -> None:
+        """Let go of the host (maintenance): end its session gracefully (EOF: the agent exits and releases
+        the GPUs' device files), show it as ``maintenance`` with ``why``, and dial it no more until
+        :meth:`release`. Works before :meth:`start` too (a restarted collector never dials a held host)."""
+        host = self._hosts.get(name)
+        if host is None:
+            raise KeyError(name)
+        host.held = why
+        host.wake.set()
+        if host.stream is not None:
+            host.stream.request_stop(HOLD_REASON)
+        self._set(host, "maintenance", why)
+
+    def release(self, name: str) -> None:
+        """End the hold: dial the host now (no backoff left over from before the hold)."""
+        host = self._hosts.get(name)
+        if host is None:
+            raise KeyError(name)
+        if host.held is None:
+            return
+        host.held = None
+        host.backoff.reset()
+        self._set(host, "connecting", None)
+        host.wake.set()
+
     # ---------------------------------------------------------------------------------------- per host
 
     async def _run(self, host: _Host) -> None:
         first = True
         last_reason: str | None = None
         while not self._stopping.is_set():
+            if host.held is not None:
+                await self._held(host)
+                continue
             if not first:
                 host.state.reconnects += 1
             first = False
             host.wake.clear()
             reason, slow, up_for = await self._attempt(host)
+            if reason == HOLD_REASON or host.held is not None:
+                continue  # we let go of it on purpose: not an observation of the host
             self._down(host, reason)
             if self._stopping.is_set():
                 break
@@ -179,6 +213,12 @@ class FleetTransport:
             last_reason = reason
             with contextlib.suppress(asyncio.TimeoutError, TimeoutError):
                 await asyncio.wait_for(host.wake.wait(), delay)
+
+    async def _held(self, host: _Host) -> None:
+        """Wait while the host is held (or until the collector stops)."""
+        while host.held is not None and not self._stopping.is_set():
+            host.wake.clear()
+            await host.wake.wait()
 
     async def _attempt(self, host: _Host) -> tuple[str, bool, float | None]:
         """One session. Returns (reason it ended, retry slowly?, seconds it was up or None)."""
@@ -223,6 +263,8 @@ class FleetTransport:
         self._set(host, "down", reason)
 
     def _set(self, host: _Host, status: HostStatus, reason: str | None) -> None:
+        if host.held is not None and status != "maintenance":
+            return  # a session that ends (or a hello that lands) after the hold does not undo it
         state = host.state
         if state.status == status and state.reason == reason:
             return

@@ -7,7 +7,8 @@ thresholds) and the same :func:`~gpufleet.collector.query.by_user`; this module 
 
 Shape (every value plain JSON; a GPU is an array so 8,000 of them stay small)::
 
-    hosts:  [[name, status, reason, host flags, gpu count, last_seen (null while up), tags], ...]
+    hosts:  [[name, status, reason, host flags, gpu count, last_seen (null while up), tags,
+              maintenance: [by, comment, until] or null], ...]
     gpus:   {"host/index": [util, mem used MiB, mem total MiB, temp, state, flags, procs, name]}
             procs: [[user, GiB held (0.1), short command or null], ...]
     alerts: {fingerprint: [flag, severity, state, host, gpu, user, summary, since]}
@@ -58,7 +59,7 @@ def freeze_hosts(states: Iterable[HostState]) -> list[HostState]:
     out = []
     for h in states:
         c = HostState(name=h.name, status=h.status, reason=h.reason, since=h.since, last_seen=h.last_seen,
-                      tags=list(h.tags), snapshot=h.snapshot)
+                      tags=list(h.tags), snapshot=h.snapshot, maintenance=h.maintenance)
         out.append(c)
     return out
 
@@ -79,8 +80,10 @@ def _build_state(inp: Inputs, thresholds: Thresholds, show_commands: bool) -> St
     hosts: list[list[Any]] = []
     gpus: dict[str, list[Any]] = {}
     for h in view.hosts:
+        m = h.maintenance
         hosts.append([h.name, h.status, h.reason, h.flags, len(h.gpus),
-                      None if h.status == "up" else h.last_seen, h.tags])
+                      None if h.status == "up" else h.last_seen, h.tags,
+                      None if m is None else [m.created_by, m.comment, m.ends_at]])
         for g in h.gpus:
             procs = [[p.user or "?", round((p.memory or 0) / GIB, 1), p.command if show_commands else None]
                      for p in g.processes]

@@ -514,11 +514,16 @@ async def tmux_start(sock: str, cmd: str, width: int, height: int, env: dict[str
                cmd, env=env)
 
 
-def write_config(path: Path, fleet: Any, home: Path, agent_args: Sequence[str] | None = None) -> None:
+def write_config(path: Path, fleet: Any, home: Path, agent_args: Sequence[str] | None = None, *,
+                 own_hostnames: bool = False) -> None:
     """A gpufleet.yaml for ``fleet`` (a SimFleet): its hosts at 0.2 s, the history and socket under ``home``,
-    wasted after 1 s. ``agent_args``: every host's agent arguments instead of the simulator's."""
+    wasted after 1 s. ``agent_args``: every host's agent arguments instead of the simulator's;
+    ``own_hostnames``: each fake agent reports its host's name (and so its own GPU UUIDs: no duplicate_gpu
+    between simulated hosts on one machine)."""
     hosts = []
     for h in fleet.host_configs():
+        args = [*(h.agent_args if agent_args is None else agent_args),
+                *(["--hostname", h.name] if own_hostnames else [])]
         hosts.append(f"""  - name: {h.name}
     address: {h.address}
     port: {h.port}
@@ -526,7 +531,7 @@ def write_config(path: Path, fleet: Any, home: Path, agent_args: Sequence[str] |
     key: {h.key}
     known_hosts: {h.known_hosts}
     interval: 0.2s
-    agent_args: [{", ".join(h.agent_args if agent_args is None else agent_args)}]
+    agent_args: [{", ".join(args)}]
     tags: [sim]""")
     path.write_text(f"""hosts:
 {chr(10).join(hosts)}

@@ -226,6 +226,35 @@ def test_admin_silences_anything(collector: Running, users: Users) -> None:
     assert r.returncode == 0, r.stderr
 
 
+def test_only_admins_start_or_stop_maintenance(collector: Running, users: Users) -> None:
+    """Letting go of a host (no agent, alerts muted) is an admin's act; readers see who did it and why."""
+    r = cli(collector, users.bob, "maintenance", "start", "--host", "gfdown", "--comment", "mine now")
+    assert (r.returncode, r.stdout) == (DENIED, "")
+    assert r.stderr == "gpufleet: permission denied: starting maintenance needs admin rights (api.admins)\n"
+    r = cli(collector, users.bob, "maintenance", "list", "--json")
+    assert r.returncode == 0 and json.loads(r.stdout) == [], "the refused window was not started"
+
+    r = cli(collector, users.adm, "maintenance", "start", "--host", "gfdown", "--for", "1h",
+            "--comment", "rack move")
+    assert r.returncode == 0 and r.stdout.startswith("gfdown: in maintenance until "), r.stderr
+    r = cli(collector, users.bob, "maintenance", "list", "--json")
+    [window] = json.loads(r.stdout)
+    assert (window["host"], window["created_by"], window["comment"]) == ("gfdown", users.adm, "rack move")
+    r = cli(collector, users.bob, "status", "--json")
+    assert json.loads(r.stdout)["hosts"][0]["status"] == "maintenance"
+
+    r = cli(collector, users.bob, "maintenance", "stop", "--host", "gfdown")
+    assert (r.returncode, r.stdout) == (DENIED, "")
+    assert r.stderr == "gpufleet: permission denied: ending maintenance needs admin rights (api.admins)\n"
+    r = cli(collector, users.out, "maintenance", "list")
+    assert r.returncode == DENIED
+    assert r.stderr.startswith("gpufleet: permission denied on the collector socket ")
+    r = cli(collector, users.adm, "maintenance", "stop", "--host", "gfdown")
+    assert r.returncode == 0 and r.stdout.startswith("gfdown: maintenance ended after "), r.stderr
+    r = cli(collector, users.bob, "maintenance", "list", "--json")
+    assert json.loads(r.stdout) == []
+
+
 async def test_peer_check_refuses_who_the_file_mode_lets_in(users: Users) -> None:
     """A socket the operator opened wider (0666) with api.group: connecting works, asking does not."""
     d = Path(tempfile.mkdtemp(prefix="gfacc-", dir="/tmp"))

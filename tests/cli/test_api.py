@@ -115,7 +115,8 @@ async def test_user_errors_are_one_line(server: QueryServer) -> None:
     assert all(not r["ok"] for r in rs)
     assert errors[0] == "unknown host 'n9' (known: n1, n2, n3, n4, n5, n6)"
     assert errors[1].startswith("no host has tag 'nope' (tags: a100, h100, old, prod)")
-    assert errors[2].startswith("unknown op 'frobnicate' (known: alerts, events, history, hosts, jobs, ping")
+    assert errors[2].startswith("unknown op 'frobnicate' (known: alerts, events, history, hosts, jobs, "
+                                "maintenance_list, maintenance_start, maintenance_stop, ping")
     assert errors[3] == "bad argument 'host': expected a string or a list of strings"
     assert errors[4] == "missing argument 'host'"
     assert errors[5].startswith("unsupported API version 2")

@@ -149,8 +149,10 @@ async def test_fallback_answers_are_the_encoded_shapes_without_the_text(home: Pa
             "report": {},
             "alerts": {},
             "silence_list": {},
+            "maintenance_list": {"include_ended": True},
         }
-        assert set(asks) == set(table) - {"silence_add", "silence_expire"}
+        assert set(asks) == set(table) - {"silence_add", "silence_expire", "maintenance_start",
+                                          "maintenance_stop"}
         for form in ("objects", "rows"):
             asks["status"] = {"form": form}
             for op, args in asks.items():

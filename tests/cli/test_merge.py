@@ -94,3 +94,20 @@ def test_report_without_shard_ids_treats_answers_over_the_same_hosts_as_replicas
     answers = [_report(a, None, 2.0), _report(a, None, 2.0), _report([("bob", "n9", 1.0)], None, 1.0)]
     out = merge("report", answers, {"format": "json"})
     assert json.loads(out["text"])["total"]["gpu_hours_held"] == 3.0
+
+
+def test_maintenance_windows_one_per_host_across_replicas_and_shards() -> None:
+    """Replicas of a shard each keep their own copy of a host's window (ids and start times differ by the
+    request's travel): one line per host, the latest; shards add theirs. ``--all`` keeps every window."""
+    def window(host: str, starts: float, wid: int) -> dict[str, object]:
+        return {"host": host, "starts_at": starts, "ends_at": starts + 3600, "created_by": "root",
+                "comment": "upgrade", "silence_id": wid, "id": wid}
+
+    replica_a = [window("n1", 100.0, 7), window("n10", 100.0, 8)]
+    replica_b = [window("n10", 100.2, 3), window("n1", 100.1, 4)]
+    other_shard = [window("n2", 100.0, 1)]
+    for op in ("maintenance_start", "maintenance_list", "maintenance_stop"):
+        merged = merge(op, [replica_a, replica_b, other_shard], {})
+        assert [(w["host"], w["id"]) for w in merged] == [("n1", 4), ("n2", 1), ("n10", 3)], op
+    everything = merge("maintenance_list", [replica_a, replica_b], {"include_ended": True})
+    assert len(everything) == 4

@@ -138,8 +138,9 @@ def test_alert_counts_and_collector_health(source: StandIn) -> None:
     s = samples(source)
     assert get(s, "gpufleet_alerts", rule="wasted", severity="warning", state="firing") == 1
     assert get(s, "gpufleet_alerts", rule="overheating", severity="critical", state="pending") == 2
-    assert {lab["status"]: get(s, "gpufleet_collector_hosts", **lab)
-            for lab in names_for(s, "gpufleet_collector_hosts")} == {"up": 1, "down": 1, "connecting": 1}
+    by_status = {lab["status"]: get(s, "gpufleet_collector_hosts", **lab)
+                 for lab in names_for(s, "gpufleet_collector_hosts")}
+    assert by_status == {"up": 1, "down": 1, "connecting": 1, "maintenance": 0}
     assert get(s, "gpufleet_collector_lag_seconds") == 0.25  # the down host's 9 s lag is history
     assert get(s, "gpufleet_collector_frames_total") == 150
     assert get(s, "gpufleet_collector_store_queue_depth") == 4

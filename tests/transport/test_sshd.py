@@ -138,6 +138,25 @@ async def test_agent_killed_under_sshd(sshd: Sshd, sink: CollectingSink,
     assert sink.reasons("real")[0].startswith(("agent killed by signal KILL", "agent exited with status"))
 
 
+async def test_maintenance_hold_lets_the_agent_exit_under_sshd(sshd: Sshd, sink: CollectingSink,
+                                                              transport_for: MakeTransport) -> None:
+    """Holding a host for maintenance closes the session: under OpenSSH's sshd the agent reads EOF and exits
+    (the GPUs' device files are free), and the collector does not dial again until the hold is released."""
+    t = transport_for([sshd.host(agent_command=_agent_command(), agent_args=["--fake", "idle"])], sink)
+    await t.start()
+    await sink.wait_for(lambda: t.states()["real"].status == "up")
+    [before] = _agent_pids(sshd.pid)
+    t.hold("real", "nvidia-smi -r (by root)")
+    await sink.wait_for(lambda: not _agent_pids(sshd.pid), timeout=10, what="the agent under sshd to exit")
+    await asyncio.sleep(1.5)
+    assert _agent_pids(sshd.pid) == [] and t.states()["real"].connects == 1, "a held host was dialled"
+    assert t.states()["real"].status == "maintenance"
+    t.release("real")
+    await sink.wait_for(lambda: t.states()["real"].connects == 2, what="reconnect after release")
+    after = _agent_pids(sshd.pid)
+    assert after and before not in after
+
+
 def _agent_pids(sshd_pid: int) -> list[int]:
     """Agent processes descended from *our* sshd (other work on this machine is left alone)."""
     parent: dict[int, int] = {}

@@ -113,6 +113,29 @@ def test_a_host_going_down_shows_within_3_s_without_reload(browser: Any, site: S
     site.lt.run(site.fleet.restore("n2"))
 
 
+def test_a_host_in_maintenance_shows_who_why_and_until(browser: Any, site: Site, shots: Any) -> None:
+    """`gpufleet maintenance start` on a host: the page marks it (live, no reload) with the comment, who
+    started it and until when, counts it in the header, and shows it up again once the window ends."""
+    open_page(browser, site.url)
+    assert site.collector is not None
+    windows = site.collector.maintenance
+    wait_for("n3 up", lambda: js(browser, "const h = document.querySelector('.host[data-h=\"n3\"]');"
+                                          "return h && h.classList.contains('up')"))
+    site.lt.run(windows.begin(["n3"], 1800, "MIG re-layout", "root"))
+    row = "document.querySelector('.host[data-h=\"n3\"]')"
+    wait_for("n3 in maintenance on the page",
+             lambda: js(browser, f"const h = {row}; return h && h.classList.contains('maintenance')"),
+             timeout=10)
+    text = js(browser, f"return {row}.querySelector('.hname').innerText")
+    assert "maintenance" in text and "MIG re-layout · by root · until " in text, text
+    totals = js(browser, "return document.getElementById('totals').innerText")
+    assert "maintenance1" in totals.replace(" ", ""), totals
+    shots(browser, "maintenance")
+    site.lt.run(windows.end(["n3"], "root"))
+    wait_for("n3 back up", lambda: js(browser, f"const h = {row}; return h && h.classList.contains('up')"),
+             timeout=20)
+
+
 def test_history_chart_draws_points(browser: Any, site: Site, shots: Any) -> None:
     open_page(browser, site.url)
     browser.find_element("css selector", '.g[data-k="n1/1"]').click()

@@ -53,11 +53,15 @@
       '" title="' + esc(cellTitle(key, g)) + '">' + cellInner(g) + "</div>";
   }
   function hostHtml(h) {
-    const [name, status, reason, flags, ngpus, lastSeen, tags] = h;
+    const [name, status, reason, flags, ngpus, lastSeen, tags, maint] = h;
     const up = status === "up";
     let badges = up ? "" : '<span class="badge ' + esc(status) + '">' + esc(status) + "</span>";
     for (const f of flags) if (f !== status) badges += '<span class="badge">' + esc(f) + "</span>";
-    const sub = up ? esc(tags.join(", ")) : esc((reason || "") + (lastSeen ? " · seen " + ago(lastSeen) + " ago" : ""));
+    let sub = up ? esc(tags.join(", ")) : esc((reason || "") + (lastSeen ? " · seen " + ago(lastSeen) + " ago" : ""));
+    if (maint) {  // [by, comment, until]: the collector let go of the host on purpose
+      const until = new Date(maint[2] * 1000).toLocaleString([], { month: "short", day: "numeric", hour: "2-digit", minute: "2-digit" });
+      sub = esc(maint[1] + " · by " + maint[0] + " · until " + until);
+    }
     let gpus = "";
     for (let i = 0; i < ngpus; i++) {
       const key = name + "/" + i, g = st.gpus[key];
@@ -115,6 +119,7 @@
     const t = st.totals;
     const item = (label, v, cls) => "<span" + (cls ? ' class="' + cls + '"' : "") + ">" + label + "<b>" + esc(v) + "</b></span>";
     $("totals").innerHTML = item("hosts ", t.hosts_up + "/" + t.hosts) + (t.hosts_down ? item("down ", t.hosts_down) : "") +
+      (t.hosts_maintenance ? item("maintenance ", t.hosts_maintenance) : "") +
       item("GPUs ", t.gpus) + item("busy ", t.busy) + item("idle ", t.idle) + item("wasted ", t.wasted, "t-wasted") +
       item("stale ", t.stale) + item("hot ", t.hot) + item("lost ", t.lost);
   }

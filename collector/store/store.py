@@ -26,7 +26,7 @@ import aiosqlite
 from gpufleet.agent import wire
 from gpufleet.collector import sample
 from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds
-from gpufleet.collector.errors import StorageError
+from gpufleet.collector.errors import HistoryUnreadable, StorageError
 from gpufleet.collector.facts import FleetFacts
 from gpufleet.collector.live import HostState
 from gpufleet.collector.model import HostRecord
@@ -108,6 +108,7 @@ class Store:
         self.facts: FleetFacts | None = None
         self._guard: FileGuard | None = None  # the writing store's lock and file identity
         self._swept = False  # the first maintenance removes what an older version stored (store/sweep.py)
+        self._unreadable_since: float | None = None  # when reads began failing (HistoryUnreadable.since)
 
     @classmethod
     async def open(cls, config: StorageConfig, *, readonly: bool = False, tuning: Tuning | None = None,
@@ -299,15 +300,22 @@ class Store:
     # ------------------------------------------------------------------------------------ reads
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Every read. A failure is :class:`HistoryUnreadable`, with the time reads began failing (kept
+        until a read succeeds while writes work, so "since" does not move while the file stays damaged)."""
         if self._closed:
             raise StorageError(f"{self.path}: store is closed")
         try:
             result: T = await call(self._reader, fn)
-            return result
         except (sqlite3.Error, OSError) as exc:
             if is_corrupt(exc) and self._writer is not None:  # reads see it first: say so, fire storage
                 self._writer.set_fault(f"the database file is damaged ({exc}); restore it from a backup")
-            raise storage_error(exc, str(self.path)) from exc
+            if self._unreadable_since is None:
+                self._unreadable_since = time.time()
+            raise HistoryUnreadable(str(storage_error(exc, str(self.path))),
+                                    since=self._unreadable_since) from exc
+        if self._unreadable_since is not None and self.healthy:
+            self._unreadable_since = None
+        return result
 
     async def hosts(self) -> list[HostRecord]:
         return await self._read(queries.hosts)

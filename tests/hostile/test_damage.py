@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from builders import overwrite_pages
 from gpufleet.cli.render_alerts import render_alerts
 from gpufleet.collector.settings import WebConfig
 from hostile_testkit import Fleet, collector_over, snapshot
@@ -26,7 +27,6 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "cli"))
 
 from cli_testkit import cli_env, run_cli  # noqa: E402
 
-PAGE = 4096
 #: Every op of the query API with arguments it accepts (the live ones answer from memory).
 LIVE_OPS: list[tuple[str, dict[str, Any]]] = [
     ("ping", {}), ("status", {}), ("status", {"form": "rows"}), ("status", {"form": "users"}), ("hosts", {}),
@@ -78,19 +78,6 @@ async def get(url: str) -> tuple[int, str]:
     return await asyncio.to_thread(fetch)
 
 
-def damage(db: Path) -> int:
-    """Overwrite every page but the first (the header and the schema) with garbage; returns the count."""
-    pages = os.path.getsize(db) // PAGE
-    fd = os.open(db, os.O_WRONLY)
-    try:
-        for n in range(1, pages):
-            os.pwrite(fd, bytes([(n * 37 + i) % 251 for i in range(64)]) * (PAGE // 64), n * PAGE)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return pages - 1
-
-
 def clear_history_error(answer: dict[str, Any]) -> bool:
     """Answered, or refused with the reason: history unreadable / not writable, and what still answers."""
     if answer.get("ok") is True:
@@ -112,7 +99,7 @@ async def test_a_damaged_file_leaves_the_live_answers_and_names_what_it_could_no
         await store.flush()
         busy, wal, done = await store.checkpoint()  # every page in the file; the next commit restarts the WAL
         assert busy == 0 and wal == done, (busy, wal, done)
-        assert damage(db) > 10
+        assert overwrite_pages(db) > 10
         assert fleet.collector.web_url is not None
         url = fleet.collector.web_url.rstrip("/")
 

@@ -12,15 +12,13 @@ import os
 import shutil
 import sys
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from builders import overwrite_pages
 from gpufleet.cli.render_alerts import render_alerts
 from gpufleet.collector.settings import WebConfig
-from hostile_testkit import Fleet, collector_over, snapshot
+from hostile_testkit import Fleet, collector_over, http_get, snapshot
 from rich.console import Console
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "cli"))
@@ -68,16 +66,6 @@ async def until_storage_fires(fleet: Fleet, deadline: float = 30.0) -> dict[str,
     raise AssertionError(f"no firing storage alert in {deadline:.0f} s; the alerts op answered {answer}")
 
 
-async def get(url: str) -> tuple[int, str]:
-    def fetch() -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(url, timeout=20) as resp:  # noqa: S310 - loopback only
-                return resp.status, resp.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode(errors="replace")
-    return await asyncio.to_thread(fetch)
-
-
 def clear_history_error(answer: dict[str, Any]) -> bool:
     """Answered, or refused with the reason: history unreadable / not writable, and what still answers."""
     if answer.get("ok") is True:
@@ -113,7 +101,7 @@ async def test_a_damaged_file_leaves_the_live_answers_and_names_what_it_could_no
         assert "recently resolved: history unreadable since" in console.export_text()
 
         # the page: its waste-by-user read fails, the live part shows and the page says what is missing
-        code, body = await get(url + "/api/state")
+        code, body = await http_get(url + "/api/state")
         assert code == 200, body
         state = json.loads(body)
         assert [h[0] for h in state["hosts"]] == ["n1"] and "n1/0" in state["gpus"]
@@ -122,13 +110,13 @@ async def test_a_damaged_file_leaves_the_live_answers_and_names_what_it_could_no
 
         alerts = await until_storage_fires(fleet)  # the reads saw the damage: storage fires, alerts shows it
         assert store.healthy is False
-        code, body = await get(url + "/api/state")
+        code, body = await http_get(url + "/api/state")
         assert code == 200 and any(a[0] == "storage" for a in json.loads(body)["alerts"].values()), body
-        code, page = await get(url + "/")
+        code, page = await http_get(url + "/")
         assert code == 200 and 'id="unreadable"' in page
-        code, body = await get(url + "/api/status")
+        code, body = await http_get(url + "/api/status")
         assert code == 200 and json.loads(body)["hosts"][0]["name"] == "n1"
-        code, body = await get(url + "/api/history?host=n1&gpu=0&range=1h")
+        code, body = await http_get(url + "/api/history?host=n1&gpu=0&range=1h")
         assert code == 503 and "this GPU's history: history unreadable since" in body, (code, body)
         code, text = await fleet.metrics()
         assert code == 200 and "gpufleet_collector_store_healthy 0.0" in text

@@ -10,8 +10,8 @@ import time
 
 from gpufleet.collector.errors import HistoryUnreadable, StorageError
 
-#: What still answers, for every message here.
-LIVE: str = "status, alerts, hosts, top and the web page answer from memory"
+#: What still answers (said by the CLI's read-only fallback too: there it says where to look).
+LIVE: str = "a running collector's status, alerts, hosts, top and web page answer from memory"
 
 
 def when(t: float) -> str:

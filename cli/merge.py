@@ -91,7 +91,7 @@ def merge_alerts(answers: Sequence[dict[str, Any]]) -> dict[str, Any]:
     for key, value in answers[0].items():
         if isinstance(value, list):
             out[key] = _merge_alert_list([a.get(key) or [] for a in answers])
-        elif isinstance(value, dict) and key == "undelivered":
+        elif isinstance(value, dict) and key in ("undelivered", "unreadable"):
             merged: dict[str, Any] = {}
             for a in answers:
                 merged.update(a.get(key) or {})

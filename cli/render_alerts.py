@@ -143,6 +143,7 @@ def render_alerts(result: dict[str, Any], width: int, now: float, since: float) 
     parts.append(active_table(active, width, now, muted) if active else Text("  none", "dim"))
     parts += undelivered_lines(active, result.get("undelivered") or {})
     parts += [Text(), Text(f"Resolved since {fmt_ts(since)[:16]}: {len(recent)}", style="bold")]
+    parts += [Text(f"  {note}", "yellow") for note in (result.get("unreadable") or {}).values()]
     if recent:
         parts.append(resolved_table(recent, width))
     if silences:

@@ -298,6 +298,7 @@ class Collector:
             out["store_queue_depth"] = float(self._store.queue_depth)
             out["store_queue_bytes"] = float(self._store.queue_bytes)
             out["store_dropped_total"] = float(self._store.dropped)
+            out["store_refused_total"] = float(self._store.refused)
             out["store_shed_total"] = float(self._store.shed)
             out["store_keep_one_in"] = float(self._store.keep_one_in)
             out["store_healthy"] = 1.0 if self._store.healthy else 0.0

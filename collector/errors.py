@@ -47,6 +47,15 @@ class StorageFull(StorageError):
     """SQLITE_FULL / ENOSPC: the write was rolled back; reads keep working."""
 
 
+class HistoryUnreadable(StorageError):
+    """A read of the history failed (a damaged file, an I/O error); ``since``: when reads began failing.
+    What answers from memory still answers (collector/api/degraded.py says what could not be read)."""
+
+    def __init__(self, message: str, *, since: float) -> None:
+        super().__init__(message)
+        self.since = since
+
+
 class NotifyError(CollectorError):
     """A notifier could not deliver."""
 

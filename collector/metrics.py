@@ -158,6 +158,8 @@ _SPECS: tuple[Spec, ...] = (
     Spec("gpufleet_collector_store_queue_bytes", "gauge",
          "Estimated memory held by the SQLite writer's queue (bounded: the oldest snapshots are dropped)."),
     Spec("gpufleet_collector_store_dropped_total", "counter", "Items dropped: store queue full."),
+    Spec("gpufleet_collector_store_refused_total", "counter",
+         "Frames the store refused (logged): a time outside its window or an impossible value."),
     Spec("gpufleet_collector_store_shed_total", "counter",
          "Snapshots not stored because writes fell behind (shed evenly: one in k per host kept)."),
     Spec("gpufleet_collector_store_keep_one_in", "gauge",

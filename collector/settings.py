@@ -43,6 +43,9 @@ def default_runtime_dir() -> Path:
 #: collector's clock and the host is flagged ``clock_skew`` (collector/transport/stream.py); per host (or in
 #: ``defaults:``) as ``max_clock_skew``.
 DEFAULT_MAX_CLOCK_SKEW = 5.0
+#: Seconds a time the store writes may lie ahead of its own clock (collector/store/admit.py): anything later
+#: is refused there. Also the most ``max_clock_skew`` may be, so no frame the stream lets through is refused.
+MAX_CLOCK_AHEAD = 600.0
 
 
 @dataclass(slots=True)

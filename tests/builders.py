@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 import socket
 import threading
 from collections.abc import Coroutine, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.agent import wire
@@ -165,3 +167,17 @@ class LoopThread:
     def close(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
+
+
+def overwrite_pages(db: Path, page_size: int = 4096) -> int:
+    """Overwrite every page of an SQLite file but the first (its header and schema) with garbage, as a bad
+    disk or a botched restore would; returns how many. Pages a later commit puts in the WAL read fine."""
+    pages = os.path.getsize(db) // page_size
+    fd = os.open(db, os.O_WRONLY)
+    try:
+        for n in range(1, pages):
+            os.pwrite(fd, bytes([(n * 37 + i) % 251 for i in range(64)]) * (page_size // 64), n * page_size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return pages - 1

@@ -18,10 +18,11 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from gpufleet.collector import query
+from gpufleet.collector.api import degraded
 from gpufleet.collector.api.access import Access, AccessDenied, Peer, this_process
 from gpufleet.collector.api.maintenance import MaintenanceOps, stored_table
 from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds, thresholds_of
-from gpufleet.collector.errors import QueryError
+from gpufleet.collector.errors import QueryError, StorageError
 from gpufleet.collector.live import LiveView
 from gpufleet.collector.model import HostRecord
 from gpufleet.collector.settings import DEFAULT_RULES, Config
@@ -218,6 +219,9 @@ async def dispatch(table: Mapping[str, Handler], request: Any, peer: Peer | None
         return {"ok": True, "result": await handler(Args(args, peer))}
     except QueryError as exc:
         return error_response(exc)
+    except StorageError as exc:  # a damaged or missing file: say so, and what still answers
+        log.warning("query op %r: %s", op, exc)
+        return {"ok": False, "error": degraded.op_failed(str(op), exc)}
     except asyncio.CancelledError:
         raise
     except Exception as exc:
@@ -500,15 +504,22 @@ class LiveOps(StoreOps):
         return query.host_infos(self.collector.live.hosts.values(), self.collector.store.shed_by_host)
 
     async def alerts(self, a: Args) -> dict[str, Any]:
+        """The active alerts (the engine's, in memory) whatever the file's state; the recently resolved
+        ones come from the file, and ``unreadable`` says so when it cannot be read."""
         engine = self.collector.alerts
-        recent = await self.recent_resolved(a)
+        unreadable: dict[str, str] = {}
+        try:
+            recent = await self.recent_resolved(a)
+        except StorageError as exc:
+            recent = []
+            unreadable["recent"] = degraded.unreadable("recently resolved", exc)
         active = engine.active()
         is_muted = getattr(engine, "is_muted", None)
         muted = [x.fingerprint for x in active if is_muted is not None and is_muted(x)]
         undelivered = getattr(engine, "undelivered", None)
         stuck = {x.fingerprint: u for x in active if undelivered is not None and (u := undelivered(x))}
         return {"active": active, "recent": recent, "silences": await engine.list_silences(), "muted": muted,
-                "undelivered": stuck}
+                "undelivered": stuck, "unreadable": unreadable}
 
     def shard(self) -> str | None:
         shard = self.collector.config.shard

@@ -27,6 +27,7 @@ from gpufleet.collector.config.sections import (
     METRICS_SPEC,
     STORAGE_SPEC,
     TOP_KEYS,
+    TOP_SPEC,
     parse_collectors,
     parse_listen,
     parse_notifiers,
@@ -35,7 +36,6 @@ from gpufleet.collector.config.sections import (
 )
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.settings import (
-    MAX_WORKERS,
     AlertingConfig,
     ApiConfig,
     Config,
@@ -103,7 +103,7 @@ def parse_config(text: str, source: str = "<config>", *, base_dir: str | Path | 
 
     if "max_hosts" in top:
         with contextlib.suppress(Bad):
-            config.max_hosts = p.integer(top["max_hosts"], "max_hosts", lo=1, hi=10_000_000)
+            config.max_hosts = TOP_SPEC["max_hosts"](p, top["max_hosts"], "max_hosts")
     if with_hosts:
         defaults = parse_defaults(p, top.get("defaults"))
         hosts = parse_hosts(p, top.get("hosts"), defaults, config.max_hosts)
@@ -141,8 +141,8 @@ def parse_config(text: str, source: str = "<config>", *, base_dir: str | Path | 
             config.workers = _workers(p, top["workers"], config)
     if "max_concurrent_connects" in top:
         with contextlib.suppress(Bad):
-            config.max_concurrent_connects = p.integer(top["max_concurrent_connects"],
-                                                       "max_concurrent_connects", lo=1, hi=1024)
+            config.max_concurrent_connects = TOP_SPEC["max_concurrent_connects"](
+                p, top["max_concurrent_connects"], "max_concurrent_connects")
 
     if p.errors:
         unique = {(e.line, e.key, e.reason): e for e in p.errors}
@@ -169,7 +169,7 @@ def _compose(text: str) -> Node | None:
 
 def _workers(p: Parser, node: Node, config: Config) -> int:
     """``workers: N``: N worker processes on this machine (collector/workers.py), with what they exclude."""
-    n = p.integer(node, "workers", lo=1, hi=MAX_WORKERS)
+    n: int = TOP_SPEC["workers"](p, node, "workers")
     if n > 1:
         if config.shard is not None:
             p.error("workers and shard: a collector is either one shard of several machines or split over "

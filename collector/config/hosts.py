@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpufleet.collector.config import bounds
 from gpufleet.collector.config.hostlist import (
     BRACKET,
     DEFAULT_MAX_HOSTS,
@@ -28,8 +29,6 @@ from gpufleet.collector.config.nodes import (
     entry_key,
     join_key,
     opt_path,
-    port_number,
-    positive,
 )
 from gpufleet.collector.settings import HostBudget, HostConfig
 from yaml.nodes import MappingNode, Node, ScalarNode
@@ -98,7 +97,7 @@ def host_key_policy(p: Parser, node: Node, key: str) -> str:
 
 HOST_SPEC: dict[str, Conv] = {
     "user": Parser.opt_string,
-    "port": port_number,
+    "port": bounds.HOST["port"],
     "key": opt_path,
     "jump": Parser.opt_string,
     "known_hosts": known_hosts,
@@ -106,33 +105,25 @@ HOST_SPEC: dict[str, Conv] = {
     "agent": lambda p, n, k: p.choice(n, k, ("installed", "upload")),
     "agent_command": Parser.string,
     "agent_args": Parser.argv,
-    "interval": positive,
-    "connect_timeout": positive,
-    "keepalive_interval": positive,
-    "keepalive_count_max": lambda p, n, k: p.integer(n, k, lo=1, hi=1000),
-    "read_timeout": lambda p, n, k: p.opt_duration(n, k, positive=True),
+    "interval": bounds.HOST["interval"],
+    "connect_timeout": bounds.HOST["connect_timeout"],
+    "keepalive_interval": bounds.HOST["keepalive_interval"],
+    "keepalive_count_max": bounds.HOST["keepalive_count_max"],
+    "read_timeout": bounds.HOST["read_timeout"],
     "tags": Parser.str_list,
     "python": Parser.string,
     "upload_dir": Parser.string,
-    "max_line_bytes": lambda p, n, k: p.integer(n, k, lo=1024, hi=1 << 30),
+    "max_line_bytes": bounds.HOST["max_line_bytes"],
     "transport": lambda p, n, k: p.choice(n, k, ("ssh", "local")),
-    "max_clock_skew": positive,
+    "max_clock_skew": bounds.HOST["max_clock_skew"],
     "budget": lambda p, n, k: _budget(p, n, k),
 }
-_BUDGET_SPEC: dict[str, Conv] = {
-    "bytes_per_second": lambda p, n, k: p.number(n, k, lo=1024),
-    "bytes_burst": lambda p, n, k: p.number(n, k, lo=1024),
-    "events_per_second": lambda p, n, k: p.number(n, k, lo=0.01),
-    "events_burst": lambda p, n, k: p.number(n, k, lo=1),
-    "max_gpus": lambda p, n, k: p.integer(n, k, lo=1, hi=4096),
-    "max_event_message": lambda p, n, k: p.integer(n, k, lo=64, hi=1 << 20),
-    "summary_interval": positive,
-}
+BUDGET_SPEC: dict[str, Conv] = dict(bounds.BUDGET)
 
 
 def _budget(p: Parser, node: Node, key: str) -> HostBudget:
     """``budget: {bytes_per_second: 4194304, events_per_second: 20, ...}``: unset keys keep their default."""
-    return HostBudget(**{k: v for k, (v, _n) in p.fields(node, key, _BUDGET_SPEC, "budget").items()})
+    return HostBudget(**{k: v for k, (v, _n) in p.fields(node, key, BUDGET_SPEC, "budget").items()})
 HOST_ENTRY_SPEC: dict[str, Conv] = {
     "name": lambda p, n, k: _host_name(p, n, k),
     "address": Parser.string,

@@ -387,18 +387,6 @@ def _suggest(name: str, valid: Iterable[str]) -> str:
     return hint
 
 
-def port_number(p: Parser, n: Node, k: str) -> int:
-    return p.integer(n, k, lo=1, hi=65535)
-
-
-def positive(p: Parser, n: Node, k: str) -> float:
-    return p.duration(n, k, positive=True)
-
-
-def nonneg(p: Parser, n: Node, k: str) -> float:
-    return p.duration(n, k)
-
-
 def opt_path(p: Parser, n: Node, k: str) -> str | None:
     return None if p.is_null(n) else p.path(n, k)
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from typing import Any
 from urllib.parse import urlsplit
 
 from gpufleet.collector.addresses import ADDRESS_HELP, CollectorAddress, parse_address
+from gpufleet.collector.config import bounds
 from gpufleet.collector.config.hosts import known_hosts
 from gpufleet.collector.config.nodes import (
     TAG,
@@ -18,9 +18,7 @@ from gpufleet.collector.config.nodes import (
     entry_key,
     has_key,
     join_key,
-    nonneg,
     opt_path,
-    positive,
     section,
     values_of,
 )
@@ -38,25 +36,23 @@ from gpufleet.collector.settings import (
 )
 from yaml.nodes import MappingNode, Node, ScalarNode
 
+#: The top level's numbers (the other top-level keys are sections, parsed by config/__init__.py).
+TOP_SPEC: dict[str, Conv] = dict(bounds.TOP)
+
 STORAGE_SPEC: dict[str, Conv] = {
     "path": lambda p, n, k: "" if p.is_null(n) else p.path(n, k, allow_empty=True),
-    "raw_retention": positive,
-    "minute_retention": positive,
-    "hour_retention": positive,
-    "batch_max_rows": lambda p, n, k: p.integer(n, k, lo=1),
-    "batch_max_delay": nonneg,
+    **bounds.STORAGE,
 }
 
 _NOTIFIER_KINDS = ("apprise", "webhook", "alertmanager", "command")
-_NOTIFIER_SPEC: dict[str, Conv] = {
+NOTIFIER_SPEC: dict[str, Conv] = {
     "name": Parser.string,
     "kind": lambda p, n, k: p.choice(n, k, _NOTIFIER_KINDS),
     "url": Parser.secret,
     "urls": Parser.secret_list,
     "command": Parser.argv,
     "headers": lambda p, n, k: p.str_map(n, k, Parser.secret),
-    "timeout": positive,
-    "retries": lambda p, n, k: p.integer(n, k, lo=0, hi=100),
+    **bounds.NOTIFIER,
     "rules": lambda p, n, k: _rule_names(p, n, k),
     "min_severity": lambda p, n, k: p.choice(n, k, SEVERITIES),
     "send_resolved": Parser.boolean,
@@ -64,24 +60,24 @@ _NOTIFIER_SPEC: dict[str, Conv] = {
 
 ALERTING_SPEC: dict[str, Conv] = {
     "group_by": Parser.str_list,
-    "group_wait": nonneg,
-    "group_interval": positive,
-    "repeat_interval": positive,
-    "queue_size": lambda p, n, k: p.integer(n, k, lo=1),
+    "group_wait": bounds.ALERTING["group_wait"],
+    "group_interval": bounds.ALERTING["group_interval"],
+    "repeat_interval": bounds.ALERTING["repeat_interval"],
+    "queue_size": bounds.ALERTING["queue_size"],
     "notify_users": Parser.boolean,
     "user_email_domain": Parser.opt_string,
     "user_emails": Parser.str_map,
     "user_notifier": lambda p, n, k: None if p.is_null(n) else p.secret(n, k),
-    "retry_backoff": positive,
-    "retry_backoff_max": positive,
-    "notifier_down_after": positive,
+    "retry_backoff": bounds.ALERTING["retry_backoff"],
+    "retry_backoff_max": bounds.ALERTING["retry_backoff_max"],
+    "notifier_down_after": bounds.ALERTING["notifier_down_after"],
     "job_notes": Parser.boolean,
-    "job_notes_min_gpu_hours": lambda p, n, k: p.number(n, k, lo=0),
+    "job_notes_min_gpu_hours": bounds.ALERTING["job_notes_min_gpu_hours"],
 }
 
 API_SPEC: dict[str, Conv] = {
     "socket": lambda p, n, k: "" if p.is_null(n) else p.path(n, k, allow_empty=True),
-    "mode": lambda p, n, k: _socket_mode(p, n, k),
+    **bounds.API,
     "group": lambda p, n, k: p.opt_string(n, k),
     "admins": Parser.str_list,
 }
@@ -96,13 +92,13 @@ WEB_SPEC: dict[str, Conv] = {
     "listen": lambda p, n, k: _listen(p, n, k) or DEFAULT_WEB_LISTEN,
     "token": lambda p, n, k: None if p.is_null(n) else p.secret(n, k),
     "show_commands": Parser.boolean,
-    "max_clients": lambda p, n, k: p.integer(n, k, lo=1, hi=10_000),
+    **bounds.WEB,
 }
 
 _SELECTOR_SPEC: dict[str, Conv] = {
     "hosts": Parser.str_list,
     "tags": Parser.str_list,
-    "gpus": lambda p, n, k: p.int_list(n, k, lo=0),
+    **bounds.SELECTOR,
     "users": Parser.str_list,
     "exclude_users": Parser.str_list,
 }
@@ -119,23 +115,6 @@ def _rule_names(p: Parser, node: Node, key: str) -> list[str]:
     if any(n not in DEFAULT_RULES for n in names):
         raise Bad
     return names
-
-
-def _socket_mode(p: Parser, node: Node, key: str) -> int:
-    value, from_env = p.env_scalar(node, key)
-    if isinstance(value, str):
-        text = value.strip().lower().removeprefix("0o")
-        try:
-            value = int(text, 8)
-        except ValueError:
-            p.fail("expected an octal file mode like '0660'", node, key)
-    elif isinstance(value, bool) or not isinstance(value, int):
-        p.fail(f"expected a file mode like '0660', got {p.kind(node)}", node, key)
-    elif value > 0o777 and not from_env:
-        p.fail(f"{value} is not a file mode; write it in octal, quoted: '0{value}'", node, key)
-    if not 0 <= value <= 0o777:
-        p.fail("a file mode is between '0000' and '0777'", node, key)
-    return value
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -216,10 +195,7 @@ def _parse_rule(p: Parser, name: str, node: Node, key: str) -> RuleConfig:
     if isinstance(node, ScalarNode) and node.tag == TAG + "bool":
         rule.enabled = p.boolean(node, key)
         return rule
-    spec: dict[str, Conv] = {"enabled": Parser.boolean, **_SELECTOR_SPEC}
-    for param, default in DEFAULT_RULES[name].items():
-        spec[param] = _param_conv(param, default)
-    got = p.fields(node, key, spec, f"rule {name}")
+    got = p.fields(node, key, RULE_SPECS[name], f"rule {name}")
     select = Selector()
     for field_name, (value, _vnode) in got.items():
         if field_name == "enabled":
@@ -233,26 +209,29 @@ def _parse_rule(p: Parser, name: str, node: Node, key: str) -> RuleConfig:
 
 
 def _param_conv(param: str, default: Any) -> Conv:
-    """Converter for a rule parameter: the default's type decides (durations by name)."""
-    if param in RULE_DURATION_PARAMS:
-        return nonneg
+    """Converter for a rule parameter: numbers and durations by their bound (bounds.RULE_PARAMS, which must
+    name every one), the rest by the default's type."""
     if param == "severity":
         return lambda p, n, k: p.choice(n, k, SEVERITIES)
-    bounds: dict[str, tuple[float, float]] = {"util_below": (0, 100), "power_idle_ratio": (0, 1),
-                                              "stuck_power_ratio": (0, 1), "missed_intervals": (1, 1000),
-                                              "mem_busy_at_least": (0, 100), "sm_active_at_least": (0, 100)}
-    lo, hi = bounds.get(param, (0, math.inf))
     if isinstance(default, bool):
         return Parser.boolean
-    if isinstance(default, int):
-        return lambda p, n, k: p.integer(n, k, lo=int(lo), hi=None if math.isinf(hi) else int(hi))
-    if isinstance(default, float):
-        return lambda p, n, k: p.number(n, k, lo=lo, hi=None if math.isinf(hi) else hi)
-    if isinstance(default, list) and default and isinstance(default[0], int):
-        return lambda p, n, k: p.int_list(n, k, lo=0)
+    if param in RULE_DURATION_PARAMS or isinstance(default, (int, float)) or (
+            isinstance(default, list) and default and isinstance(default[0], int)):
+        return bounds.RULE_PARAMS[param]  # a KeyError at import: a new numeric parameter without a range
     if isinstance(default, list):
         return Parser.str_list
     return lambda p, n, k: p.string(n, k)
+
+
+def _rule_spec(name: str) -> dict[str, Conv]:
+    spec: dict[str, Conv] = {"enabled": Parser.boolean, **_SELECTOR_SPEC}
+    for param, default in DEFAULT_RULES[name].items():
+        spec[param] = _param_conv(param, default)
+    return spec
+
+
+#: Each rule's keys: enabled, the selectors, and its parameters (built once).
+RULE_SPECS: dict[str, dict[str, Conv]] = {name: _rule_spec(name) for name in DEFAULT_RULES}
 
 
 def parse_notifiers(p: Parser, node: Node | None) -> list[NotifierConfig]:
@@ -267,7 +246,7 @@ def parse_notifiers(p: Parser, node: Node | None) -> list[NotifierConfig]:
     for index, item in enumerate(items):
         key = entry_key("notifiers", item, index)
         try:
-            got = p.fields(item, key, _NOTIFIER_SPEC, "a notifier")
+            got = p.fields(item, key, NOTIFIER_SPEC, "a notifier")
         except Bad:
             continue
         if "kind" not in got:
@@ -309,7 +288,7 @@ def parse_notifiers(p: Parser, node: Node | None) -> list[NotifierConfig]:
 
 
 
-_COLLECTOR_SPEC: dict[str, Conv] = {
+COLLECTOR_SPEC: dict[str, Conv] = {
     "address": Parser.string,
     "key": opt_path,
     "known_hosts": known_hosts,
@@ -331,7 +310,7 @@ def parse_collectors(p: Parser, node: Node | None) -> list[CollectorAddress]:
         key = f"collectors[{i}]"
         try:
             fields: dict[str, tuple[Any, Node]] = (
-                p.fields(item, key, _COLLECTOR_SPEC, key) if isinstance(item, MappingNode)
+                p.fields(item, key, COLLECTOR_SPEC, key) if isinstance(item, MappingNode)
                 else {"address": (p.string(item, key), item)})
             if "address" not in fields:
                 if isinstance(item, MappingNode) and not has_key(item, ("address",)):

@@ -21,6 +21,19 @@ trade-off: a reader of the file sees spans and GPU-hours up to ``accrue_interval
 A sample older than or equal to the GPU's newest one (a replay, or late) is still inserted with
 ``INSERT OR IGNORE`` but adds nothing to process spans or usage, so replays are idempotent. A sample for a
 minute that is already rolled up marks that minute in ``rollup_dirty`` for maintenance to roll up again.
+
+Except when the clock stepped back. A replay arrives *later* than the original (its receive time, the
+collector's clock, moves on); after a step back of the wall clock (NTP correcting a clock that ran ahead),
+the receive time goes back with the sample's time. Then the GPU starts a new timeline at the stepped-back
+time: that first sample is credited one typical interval (the real time since the previous one is unknown,
+and at worst one interval is what a step can have cost), and the next ones their spacing as usual. So a
+10-minute step back neither stops GPU-hours for 10 minutes (every sample "late") nor credits anything
+twice: the seconds after the step are real seconds, booked at the hours the clock said. Until the new
+timeline passes the newest time of the old one, a sample whose time is already stored for the GPU is a
+replay of the old timeline and adds nothing (one index lookup per sample, for those minutes only). A step
+is only seen while the collector runs (the receive time of the GPU's previous sample is not stored): the
+first samples after a restart behind the newest stored one count as late. A step forward is bounded by
+:func:`usage.credit`'s gap cap like any gap.
 """
 
 from __future__ import annotations
@@ -37,6 +50,7 @@ from gpufleet.collector import sample
 from gpufleet.collector.classify import Thresholds
 from gpufleet.collector.facts import SnapshotFacts
 from gpufleet.collector.model import HostRecord
+from gpufleet.collector.settings import MAX_CLOCK_AHEAD
 from gpufleet.collector.store import slurm, usage
 from gpufleet.collector.store.usage import CapacityKey, UsageKey
 
@@ -74,6 +88,8 @@ class GpuState:
     typical: float | None = None  # typical sampling interval (seconds)
     nostart: dict[int, list[float]] = field(default_factory=dict)  # pid -> [span start, last seen]
     holders: frozenset[str] = frozenset()  # who held it at the last sample (orphaned memory stays theirs)
+    last_received: float | None = None  # receive time of the newest sample (a clock step: module docstring)
+    stepped_from: float | None = None  # after a step back: the newest time of the timeline it left
 
 
 @dataclass(slots=True)
@@ -160,6 +176,7 @@ ON CONFLICT (gpu_id, pid, start_time) DO UPDATE SET
                          coalesce(excluded.max_gpu_memory, max_gpu_memory)),
     sm_sum = sm_sum + excluded.sm_sum, sm_count = sm_count + excluded.sm_count
 """
+_STORED: Final = "SELECT 1 FROM samples WHERE gpu_id = ? AND ts = ?"
 EVENT_INSERT: Final = ("INSERT OR IGNORE INTO events (host_id, ts, kind, message, gpu_index, uuid, xid, "
                        "received) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
 
@@ -244,7 +261,9 @@ class IngestState:
                          (gid, ts, host_id, info.index))
             gs = GpuState(gid, host_id, info.index, info.name, _i(info.memory_total), info.power_limit, None)
         else:
-            last = conn.execute("SELECT max(ts) FROM samples WHERE gpu_id = ?", (row[0],)).fetchone()[0]
+            # numbers only: a text or far-future ts an old file may hold must not stop this GPU's accounting
+            last = conn.execute("SELECT max(ts) FROM samples WHERE gpu_id = ? AND ts <= ?",
+                                (row[0], time.time() + MAX_CLOCK_AHEAD)).fetchone()[0]
             gs = GpuState(int(row[0]), int(row[1]), int(row[2]), row[3], row[4], row[5],
                           None if last is None else float(last))
         self.gpus[(host_id, info.uuid)] = gs
@@ -305,7 +324,7 @@ class IngestState:
         late = ts < self._rolled
         append = rows.samples.append
         # first every statement the snapshot needs (a failure part-way must not have added anything) ...
-        fresh: list[tuple[int, sample.GpuSample, GpuState, float | None, list[float]]] = []
+        fresh: list[tuple[int, sample.GpuSample, GpuState, float | None, list[float]]] = []  # dt: to credit
         for i, g in enumerate(snap.gpus):
             gs = self.gpu(conn, hid, g, ts)
             reasons = g.throttle_reasons
@@ -315,14 +334,25 @@ class IngestState:
             if late:
                 rows.dirty.add((gs.id, int(ts // 60) * 60))
             last = gs.last_ts
+            dt = None if last is None else ts - last
             if last is not None and ts <= last:
-                continue  # replayed or late: the sample row only (ignored if already there)
+                seen = gs.last_received
+                if seen is None or received >= seen or ts == last:
+                    continue  # replayed or late: the sample row only (ignored if already there)
+                dt = gs.typical or 0.0  # the clock stepped back: a new timeline (module docstring)
+                gs.stepped_from = max(last, gs.stepped_from or last)
+            elif gs.stepped_from is not None:
+                if ts > gs.stepped_from:
+                    gs.stepped_from = None  # past the old timeline: nothing to mistake for a replay
+                elif conn.execute(_STORED, (gs.id, ts)).fetchone():
+                    continue  # a replay of the timeline before the step
             gs.last_ts = ts
+            gs.last_received = received
             rows.gpu_last[gs.id] = ts
             # each process's span start (one without a start time: looked up, hence now)
             starts = [p.start_time if p.start_time is not None else self._nostart_start(conn, gs, p.pid, ts)
                       for p in g.processes]
-            fresh.append((i, g, gs, last, starts))
+            fresh.append((i, g, gs, dt, starts))
         # ... then the running totals, once per frame (a retried frame adds to a throwaway)
         totals = self.totals if not item.accrued else Totals()
         item.accrued = True
@@ -330,11 +360,11 @@ class IngestState:
         # the loop's classification when it is this snapshot's under these thresholds; else worked out here
         waste = ([gf.waste for gf in facts.gpus] if facts is not None and facts.agrees(snap, self.params)
                  else None)
-        for i, g, gs, last, starts in fresh:
+        for i, g, gs, dt, starts in fresh:
             if g.processes:
                 self._spans(gs, g.processes, starts, ts, rows, totals)
-            if last is not None:
-                seconds, gs.typical = usage.credit(ts - last, gs.typical)
+            if dt is not None:
+                seconds, gs.typical = usage.credit(dt, gs.typical)
                 gs.holders = usage.account(totals.usage, totals.capacity, self.params, hid, gs.id, g, ts,
                                            seconds, gs.holders, totals.slurm_usage,
                                            waste=None if waste is None else waste[i])

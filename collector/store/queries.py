@@ -33,8 +33,13 @@ MAX_MINUTE_STEP: Final = 4
 
 
 def meta_float(conn: sqlite3.Connection, key: str) -> float | None:
+    """A number kept in ``meta``; None when absent or not a finite number (an old or hand-edited file)."""
     row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-    return None if row is None or row[0] is None else float(row[0])
+    try:
+        value = None if row is None or row[0] is None else float(row[0])
+    except (TypeError, ValueError):
+        return None
+    return value if value is not None and math.isfinite(value) else None
 
 
 # -------------------------------------------------------------------------------------------- fleet

@@ -13,6 +13,10 @@ backlog (first run, a week of downtime) never holds the write lock for long: ing
   up yet, and records the horizons (``raw_from``, ``m1_from``) the queries use to pick a resolution.
 - ``PRAGMA incremental_vacuum`` gives freed pages back to the file system once the free list is larger than
   ``vacuum_slack`` pages (a little slack avoids shrinking and regrowing the file every minute).
+
+Every step survives any row an old file may hold (a time of -1e300, of 10 years ahead, text where a number
+belongs): rollups only look at times inside the store's window (store/admit.py), and a progress mark that
+is not such a time is read as absent. :func:`sweep` removes those rows once, at the first maintenance.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from functools import partial
 from typing import Final
 
 from gpufleet.collector.store._db import in_tx
+from gpufleet.collector.store.admit import window
 from gpufleet.collector.store.queries import meta_float
+from gpufleet.collector.units import MAX_DURATION
 
 #: Re-roll this many seconds before the 1-minute high-water mark on each run (late samples).
 REDO_SECONDS: Final = 120
@@ -75,12 +81,20 @@ def _set_meta(conn: sqlite3.Connection, key: str, value: float, *, only_up: bool
                  f"ON CONFLICT (key) DO UPDATE SET value = {update}", (key, value))
 
 
-def _first_at_or_after(conn: sqlite3.Connection, table: str, col: str, after: float | None) -> float | None:
-    """Earliest time in ``table`` (>= after): one index seek per GPU instead of a scan."""
-    cond = "" if after is None else f" AND {col} >= ?"
-    params = () if after is None else (after,)
+def _mark(conn: sqlite3.Connection, key: str, now: float) -> float | None:
+    """A progress mark, or None when it is absent or no plausible time (an old or edited file). A mark ahead
+    of ``now`` is kept: after the clock stepped back, rollups wait for it rather than roll it all again."""
+    value = meta_float(conn, key)
+    lo, _hi = window(now)
+    return value if value is not None and lo <= value <= now + MAX_DURATION else None
+
+
+def _first_at_or_after(conn: sqlite3.Connection, table: str, col: str, after: float,
+                       upto: float) -> float | None:
+    """Earliest time in ``table`` in [after, upto]: one index seek per GPU instead of a scan."""
     row = conn.execute(f"SELECT min(m) FROM (SELECT (SELECT min({col}) FROM {table} "
-                       f"WHERE gpu_id = g.id{cond}) AS m FROM gpus g)", params).fetchone()
+                       f"WHERE gpu_id = g.id AND {col} >= ? AND {col} <= ?) AS m FROM gpus g)",
+                       (after, upto)).fetchone()
     return None if row[0] is None else float(row[0])
 
 
@@ -93,11 +107,12 @@ def _floor(t: float, step: int) -> int:
 
 
 def _roll(conn: sqlite3.Connection, *, mark: str, source: str, col: str, sql: str, size: int, redo: int,
-          boundary: int) -> bool:
+          boundary: int, now: float) -> bool:
     """Roll ``source`` into buckets of ``size`` seconds from the ``mark`` high-water mark to ``boundary``."""
-    upto_f = meta_float(conn, mark)
+    lo, hi = window(now)
+    upto_f = _mark(conn, mark, now)  # None also when it is no time the store writes: start from the data
     if upto_f is None:
-        first = _first_at_or_after(conn, source, col, None)
+        first = _first_at_or_after(conn, source, col, lo, hi)
         if first is None:
             return False
         upto = start = _floor(first, size)
@@ -111,7 +126,7 @@ def _roll(conn: sqlite3.Connection, *, mark: str, source: str, col: str, sql: st
     conn.execute(sql, (start, end))
     nxt = end
     if end < boundary:  # skip a gap with no data in one step
-        later = _first_at_or_after(conn, source, col, end)
+        later = _first_at_or_after(conn, source, col, end, hi)
         nxt = boundary if later is None else min(boundary, max(end, _floor(later, size)))
     _set_meta(conn, mark, nxt)
     return nxt < boundary
@@ -120,7 +135,7 @@ def _roll(conn: sqlite3.Connection, *, mark: str, source: str, col: str, sql: st
 def rollup_minutes(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
     boundary = _floor(now - policy.grace, 60)
     return in_tx(conn, partial(_roll, conn, mark="m1_upto", source="samples", col="ts", sql=_AGG_RAW,
-                               size=60, redo=REDO_SECONDS, boundary=boundary))
+                               size=60, redo=REDO_SECONDS, boundary=boundary, now=now))
 
 
 _REROLL_MINUTE: Final = """
@@ -144,11 +159,13 @@ FROM samples_1m WHERE gpu_id = ?1 AND bucket >= ?2 AND bucket < ?2 + 3600 HAVING
 def rollup_dirty(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
     """Roll up again the minutes (and their hours) that got samples after they were rolled up."""
     def work() -> bool:
+        conn.execute("DELETE FROM rollup_dirty WHERE typeof(bucket) != 'integer' OR bucket < ?",
+                     (window(now)[0],))
         batch = conn.execute("SELECT gpu_id, bucket FROM rollup_dirty LIMIT ?", (policy.batch,)).fetchall()
         if not batch:
             return False
         raw_from, m1_from = meta_float(conn, "raw_from"), meta_float(conn, "m1_from")
-        h1 = meta_float(conn, "h1_upto")
+        h1 = _mark(conn, "h1_upto", now)
         # a minute (an hour) whose finer rows retention already deleted keeps the rollup it has
         redo = [(g, b) for g, b in batch if raw_from is None or b >= raw_from]
         conn.executemany(_REROLL_MINUTE, redo)
@@ -163,11 +180,11 @@ def rollup_dirty(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
 
 def rollup_hours(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
     def work() -> bool:
-        m1 = meta_float(conn, "m1_upto")
+        m1 = _mark(conn, "m1_upto", now)
         if m1 is None:
             return False
         return _roll(conn, mark="h1_upto", source="samples_1m", col="bucket", sql=_AGG_MINUTES, size=3600,
-                     redo=3600, boundary=_floor(m1, 3600))
+                     redo=3600, boundary=_floor(min(m1, now), 3600), now=now)
     return in_tx(conn, work)
 
 
@@ -183,7 +200,7 @@ def _delete(conn: sqlite3.Connection, sql: str, cutoff: float, batch: int, horiz
 
 
 def delete_raw(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
-    m1 = meta_float(conn, "m1_upto")
+    m1 = _mark(conn, "m1_upto", now)
     if m1 is None:
         return False  # nothing rolled up yet: keep everything
     cutoff = min(now - policy.raw_retention, m1 - REDO_SECONDS)
@@ -193,7 +210,7 @@ def delete_raw(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
 
 
 def delete_minutes(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
-    h1 = meta_float(conn, "h1_upto")
+    h1 = _mark(conn, "h1_upto", now)
     if h1 is None:
         return False
     cutoff = min(now - policy.minute_retention, h1 - 3600)

@@ -26,12 +26,12 @@ import aiosqlite
 from gpufleet.agent import wire
 from gpufleet.collector import sample
 from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds
-from gpufleet.collector.errors import StorageError
+from gpufleet.collector.errors import HistoryUnreadable, StorageError
 from gpufleet.collector.facts import FleetFacts
 from gpufleet.collector.live import HostState
 from gpufleet.collector.model import HostRecord, MaintenanceRecord
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import jobs, maintenance, nflog, queries, rollup, schema, slurm
+from gpufleet.collector.store import jobs, maintenance, nflog, queries, rollup, schema, slurm, sweep
 from gpufleet.collector.store._db import call, connect, is_corrupt, setup_reader, setup_writer, storage_error
 from gpufleet.collector.store.guard import FileGuard, check_sidecars
 from gpufleet.collector.store.ingest import ACCRUE_INTERVAL, FrameItem, IngestState
@@ -107,6 +107,8 @@ class Store:
         #: handed to the writer with the snapshot so its GPU-hours read the waste instead of reclassifying
         self.facts: FleetFacts | None = None
         self._guard: FileGuard | None = None  # the writing store's lock and file identity
+        self._swept = False  # the first maintenance removes what an older version stored (store/sweep.py)
+        self._unreadable_since: float | None = None  # when reads began failing (HistoryUnreadable.since)
 
     @classmethod
     async def open(cls, config: StorageConfig, *, readonly: bool = False, tuning: Tuning | None = None,
@@ -155,7 +157,7 @@ class Store:
                                max_delay=config.batch_max_delay, queue_max=tuning.queue_max,
                                retry_interval=tuning.retry_interval, on_health=store._health_changed,
                                shedder=Shedder(on_change=store._overload_changed),
-                               queue_max_bytes=tuning.queue_max_bytes)
+                               queue_max_bytes=tuning.queue_max_bytes, check_file=store.check_file)
         store._writer.start()
         return store
 
@@ -235,6 +237,12 @@ class Store:
         return self._writer.dropped if self._writer is not None else 0
 
     @property
+    def refused(self) -> int:
+        """Frames and host records refused at the writer's entry: a time outside the store's window or an
+        impossible value, whatever path they came by (store/admit.py; logged)."""
+        return self._writer.refused if self._writer is not None else 0
+
+    @property
     def rejected(self) -> int:
         """Frames that could not be written at all (logged), or lost at close while writes failed."""
         return self._writer.rejected if self._writer is not None else 0
@@ -292,15 +300,22 @@ class Store:
     # ------------------------------------------------------------------------------------ reads
 
     async def _read(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Every read. A failure is :class:`HistoryUnreadable`, with the time reads began failing (kept
+        until a read succeeds while writes work, so "since" does not move while the file stays damaged)."""
         if self._closed:
             raise StorageError(f"{self.path}: store is closed")
         try:
             result: T = await call(self._reader, fn)
-            return result
         except (sqlite3.Error, OSError) as exc:
             if is_corrupt(exc) and self._writer is not None:  # reads see it first: say so, fire storage
                 self._writer.set_fault(f"the database file is damaged ({exc}); restore it from a backup")
-            raise storage_error(exc, str(self.path)) from exc
+            if self._unreadable_since is None:
+                self._unreadable_since = time.time()
+            raise HistoryUnreadable(str(storage_error(exc, str(self.path))),
+                                    since=self._unreadable_since) from exc
+        if self._unreadable_since is not None and self.healthy:
+            self._unreadable_since = None
+        return result
 
     async def hosts(self) -> list[HostRecord]:
         return await self._read(queries.hosts)
@@ -429,7 +444,8 @@ class Store:
 
     def check_file(self) -> str | None:
         """Is the file at ``path`` still the one being written? If not, the store turns unhealthy for good
-        (``storage`` fires) and the reason is logged; returns it."""
+        (``storage`` fires) and the reason is logged; returns it. The writer task runs it with its commits
+        (and once a second when idle): one stat of the path."""
         problem = self._guard.problem() if self._guard is not None else None
         if problem is not None and self._writer is not None and self._writer.fault is None:
             log.error("%s: %s", self.path, problem)
@@ -443,6 +459,9 @@ class Store:
         """
         writer = self._w()
         self.check_file()
+        if not self._swept:
+            await writer.call(partial(sweep.sweep, now=time.time()), standalone=True)  # the store's clock
+            self._swept = True
         policy = self._policy
         for step in rollup.STEPS:
             def run(conn: sqlite3.Connection, step: rollup.Step = step) -> bool:

@@ -1,6 +1,8 @@
 """The one writer task: a bounded in-memory queue, batched transactions, and health on write failure.
 
-Ingest calls only append to a deque (never block, never await). The task takes a batch (up to
+Ingest calls only append to a deque (never block, never await), after :mod:`admit` has looked at each
+frame and host record: what it refuses (a time far from the store's clock, an impossible value) is counted
+(``refused``), logged (once a minute per host) and never queued. The task takes a batch (up to
 ``batch_max_rows`` GPU samples, or whatever arrived within ``batch_max_delay``; at once when someone awaits a
 flush or a write) and commits it in one ``BEGIN IMMEDIATE`` transaction on its own aiosqlite thread.
 
@@ -17,6 +19,10 @@ awaiting a flush or a write gets :class:`StorageFull` / :class:`StorageError` (a
 their caller decides), the store turns unhealthy, and the batch is retried every ``retry_interval`` (at
 once if someone awaits). The first commit that succeeds turns it healthy again. A batch that fails for a
 reason that will not pass (a bug, a bad value) is retried frame by frame and only the bad frames are dropped.
+
+The file guard (``check_file``: is the file at the path still the one being written? a stat) runs with the
+task: after every commit, and every ``GUARD_INTERVAL`` while there is nothing to write, so a database file
+deleted or replaced under the collector raises ``storage`` within seconds, not at the next maintenance.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from gpufleet.agent import wire
 from gpufleet.collector import sample
 from gpufleet.collector.errors import StorageError
 from gpufleet.collector.model import HostRecord
+from gpufleet.collector.store import admit
 from gpufleet.collector.store._db import call, in_tx, is_transient, rollback, storage_error
 from gpufleet.collector.store.ingest import (
     FrameItem,
@@ -65,6 +72,12 @@ class JobItem:
 
 
 Item: TypeAlias = FrameItem | HostRecord | FlushItem | JobItem
+
+
+#: Seconds between two log lines about one host's refused frames (the count goes on).
+REFUSAL_LOG_INTERVAL = 60.0
+#: Seconds between file guard checks while nothing is written (after every commit otherwise).
+GUARD_INTERVAL = 1.0
 
 
 @dataclass(slots=True)
@@ -173,7 +186,8 @@ class Writer:
     def __init__(self, conn: aiosqlite.Connection, where: str, state: IngestState, *, max_rows: int,
                  max_delay: float, queue_max: int, retry_interval: float,
                  on_health: Callable[[bool, str | None], None], shedder: Shedder | None = None,
-                 queue_max_bytes: int = 256 << 20) -> None:
+                 queue_max_bytes: int = 256 << 20, clock: Callable[[], float] = time.time,
+                 check_file: Callable[[], object] | None = None) -> None:
         self._conn = conn
         self._where = where
         self._state = state
@@ -193,6 +207,10 @@ class Writer:
         self._wake = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
+        self._clock = clock  # the store's own clock: the window admit.refusal checks times against
+        self._check_file = check_file  # the file guard (module docstring)
+        self._refusals_logged: dict[str, float] = {}  # host -> when its last refusal was logged
+        self.refused = 0  # frames and host records admit.refusal turned away (never queued)
         self.dropped = 0  # snapshots dropped because the queue was full
         self.rejected = 0  # frames dropped because they could not be written at all
         self.commits = 0
@@ -231,6 +249,11 @@ class Writer:
     def put(self, item: Item) -> None:
         if self._closing:
             raise StorageError(f"{self._where}: store is closed")
+        if isinstance(item, (FrameItem, HostRecord)):
+            why = admit.refusal(item, self._clock())
+            if why is not None:
+                self._refuse(item, why)
+                return
         if isinstance(item, FrameItem) and item.kind == "snapshot":
             if not self.shedder.admit(item.host, self._fill(), item.frame.ts):
                 self._mark_gaps()
@@ -264,6 +287,18 @@ class Writer:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.put(FlushItem(fut))
         await fut
+
+    def _refuse(self, item: FrameItem | HostRecord, why: str) -> None:
+        """Count a refused item; log it, at most once a minute per host (a broken source repeats itself)."""
+        self.refused += 1
+        host = item.host if isinstance(item, FrameItem) else item.name
+        now = time.monotonic()
+        last = self._refusals_logged.get(host)
+        if last is None or now - last >= REFUSAL_LOG_INTERVAL:
+            self._refusals_logged[host] = now
+            what = item.kind if isinstance(item, FrameItem) else "host record"
+            log.warning("%s: refused a %s from %s (%d refused in all): %s", self._where, what, host,
+                        self.refused, why)
 
     def _mark_gaps(self) -> None:
         """Queue the shedder's gap markers (events: never shed); looked at no more than once a second."""
@@ -344,13 +379,15 @@ class Writer:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        idle = GUARD_INTERVAL if self._check_file is not None else None
         while True:
+            self._guard()
             if not self._q:
                 if self._closing:
                     await self._write_totals()
                     return
                 if self.healthy:
-                    await self._wait(None)
+                    await self._wait(idle)
                 elif not await self._wait(self._retry) and not self._q and not self._closing:
                     await self._probe()
                 continue
@@ -368,6 +405,14 @@ class Writer:
                 for item in batch:
                     if isinstance(item, (FlushItem, JobItem)):
                         _fail(item.future, storage_error(exc, self._where))
+
+    def _guard(self) -> None:
+        check = self._check_file
+        if check is not None:
+            try:
+                check()
+            except Exception:  # noqa: BLE001 - the guard must never stop the writer
+                log.exception("%s: the file guard failed", self._where)
 
     async def _commit(self, batch: list[Item]) -> None:
         if len(batch) == 1 and isinstance(batch[0], JobItem) and batch[0].standalone:

@@ -14,6 +14,7 @@ Shape (every value plain JSON; a GPU is an array so 8,000 of them stay small)::
     alerts: {fingerprint: [flag, severity, state, host, gpu, user, summary, since]}
     users:  [[user, gpus held, gpus wasted now, GiB held, wasted GPU-hours over 24 h], ...]
     totals: the status view's Totals
+    unreadable: [what the page could not read from the history file, and since when]  (usually empty)
 
 A delta (:func:`diff`) carries only what changed: whole GPU arrays whose state, flags or processes
 changed (always sent), ``[util, mem, temp]`` triples for readings that changed visibly (sent most-changed
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpufleet.collector import query
@@ -52,6 +53,7 @@ class Inputs:
     alerts: list[AlertRecord]
     wasted_hours: dict[str, float]  # user -> wasted GPU-hours over the last 24 h (store.usage_by_user)
     now: float
+    unreadable: list[str] = field(default_factory=list)  # what could not be read (api/degraded.py)
 
 
 def freeze_hosts(states: Iterable[HostState]) -> list[HostState]:
@@ -96,6 +98,7 @@ def _build_state(inp: Inputs, thresholds: Thresholds, show_commands: bool) -> St
         "users": _users(query.by_user(view), inp.wasted_hours),
         "totals": query.jsonable(view.totals),
         "show_commands": show_commands,
+        "unreadable": list(inp.unreadable),
     }
 
 
@@ -220,7 +223,7 @@ def _diff(sent: State, cur: State, *, soft_budget: int) -> tuple[str | None, int
     if removed:
         parts.append(f'"ar":{_dump(removed)}')
     sent["alerts"] = ca
-    for key, short in (("users", "u"), ("totals", "t")):
+    for key, short in (("users", "u"), ("totals", "t"), ("unreadable", "n")):
         if sent[key] != cur[key]:
             sent[key] = cur[key]
             parts.append(f'"{short}":{_dump(cur[key])}')

@@ -38,7 +38,9 @@ from typing import Any, Protocol
 
 from gpufleet.collector import query
 from gpufleet.collector.aioserver import HttpServer, InThread
+from gpufleet.collector.api import degraded
 from gpufleet.collector.classify import thresholds_of
+from gpufleet.collector.errors import StorageError
 from gpufleet.collector.live import LiveView
 from gpufleet.collector.settings import Config, WebConfig
 from gpufleet.collector.web import model
@@ -123,6 +125,7 @@ class Broadcaster:
         self._task: asyncio.Task[None] | None = None
         self._wasted: dict[str, float] = {}
         self._wasted_at = -USAGE_REFRESH
+        self._unreadable: list[str] = []  # the history read that failed, said on the page
         self.stats: dict[str, float] = {"events": 0, "bytes": 0, "dropped": 0, "deferred": 0,
                                         "tick_ms_max": 0.0}
 
@@ -137,7 +140,10 @@ class Broadcaster:
                 for r in rows:
                     if r.gpu_hours_wasted > 0:
                         wasted[r.user] = wasted.get(r.user, 0.0) + r.gpu_hours_wasted
-                self._wasted = wasted
+                self._wasted, self._unreadable = wasted, []
+            except StorageError as exc:  # the live part shows without it, and the page says so
+                self._unreadable = [degraded.unreadable("wasted GPU-hours (24 h)", exc)]
+                log.warning("web: %s", exc)
             except Exception:  # noqa: BLE001 - the page shows the live part without it
                 log.warning("web: reading waste by user from the store failed", exc_info=True)
         try:  # copies: the engine updates its records in place while the build runs in a thread
@@ -145,7 +151,7 @@ class Broadcaster:
         except RuntimeError:  # collector not started (yet)
             alerts = []
         return model.Inputs(model.freeze_hosts(self.source.live.hosts.values()), alerts, dict(self._wasted),
-                            now)
+                            now, list(self._unreadable))
 
     async def current(self) -> model.State:
         inp = await self.inputs()
@@ -354,8 +360,11 @@ class WebServer(HttpServer):
         if rng not in RANGES:
             raise HttpError(400, f"range must be one of {', '.join(RANGES)}")
         now = time.time()
-        series = await self.source.store.gpu_history(host, gpu=int(gpu_s), since=now - RANGES[rng], until=now,
-                                                     max_points=HISTORY_POINTS)
+        try:
+            series = await self.source.store.gpu_history(host, gpu=int(gpu_s), since=now - RANGES[rng],
+                                                         until=now, max_points=HISTORY_POINTS)
+        except StorageError as exc:  # the page shows this text where the chart would be
+            raise HttpError(503, degraded.unreadable("this GPU's history", exc)) from exc
         out: dict[str, Any] = {"host": host, "gpu": int(gpu_s), "range": rng, "since": now - RANGES[rng],
                                "until": now, "series": None}
         if series:

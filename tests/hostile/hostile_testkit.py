@@ -64,15 +64,18 @@ class Fleet:
         return self.collector.live.hosts[name]
 
     async def metrics(self) -> tuple[int, str]:
-        url = f"http://127.0.0.1:{self.collector.metrics_port}/metrics"
+        return await http_get(f"http://127.0.0.1:{self.collector.metrics_port}/metrics")
 
-        def get() -> tuple[int, str]:
-            try:
-                with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310 - loopback only
-                    return resp.status, resp.read().decode()
-            except urllib.error.HTTPError as exc:
-                return exc.code, exc.read().decode(errors="replace")
-        return await asyncio.to_thread(get)
+
+async def http_get(url: str, timeout: float = 20.0) -> tuple[int, str]:
+    """(status, body) of a GET on loopback, from a thread (the collector under test shares this loop)."""
+    def get() -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 - loopback only
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode(errors="replace")
+    return await asyncio.to_thread(get)
 
 
 @asynccontextmanager

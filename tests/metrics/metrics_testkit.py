@@ -63,7 +63,8 @@ class StandIn:
             "uptime_seconds": 42.0, "hosts_total": 3.0, "hosts_up": 1.0, "frames_total": 150.0,
             "bad_frames_total": 1.0, "reconnects_total": 1.0, "lag_max_seconds": 0.25,
             "store_queue_depth": 4.0, "store_queue_bytes": 4096.0, "store_dropped_total": 0.0,
-            "store_healthy": 1.0, "store_shed_total": 0.0, "store_keep_one_in": 1.0,
+            "store_refused_total": 0.0, "store_healthy": 1.0, "store_shed_total": 0.0,
+            "store_keep_one_in": 1.0,
             "notify_queue_depth": 0.0, "notifications_sent_total": 5.0, "notifications_failed_total": 1.0,
             "gc_collections_total": 3.0, "gc_seconds_total": 0.05,
         }

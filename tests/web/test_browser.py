@@ -10,10 +10,14 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
-from gpufleet.collector.settings import WebConfig
+from builders import overwrite_pages
+from gpufleet.collector.live import HostState
+from gpufleet.collector.settings import StorageConfig, WebConfig
+from gpufleet.collector.store import Store
 from gpufleet.collector.web import WebServer
 from web_testkit import TOKEN, LoopThread, Site, Source
 
@@ -191,4 +195,35 @@ def test_host_supplied_text_is_shown_as_text_never_run(browser: Any, shots: Any)
         shots(browser, "escaped")
     finally:
         lt.run(server.stop())
+        lt.close()
+
+
+def test_a_damaged_history_file_is_named_on_the_page(browser: Any, shots: Any, tmp_path: Path) -> None:
+    """Issue 38: with the history file damaged, the live part renders, a banner names what could not be read
+    (the waste by user over 24 h) and since when, and a GPU's history pane says why it has no chart."""
+    src = Source(hosts=2)
+    lt = LoopThread()
+    store = lt.run(Store.open(StorageConfig(path=str(tmp_path / "g.db"), batch_max_delay=0.02)))
+    server = WebServer(src, WebConfig(enabled=True, listen="127.0.0.1:0"))
+    try:
+        lt.run(store.checkpoint())  # every page in the file; the next commit restarts the WAL ...
+        store.submit_host_state(HostState(name="h0", status="up"))
+        lt.run(store.flush())
+        assert overwrite_pages(tmp_path / "g.db") > 5  # ... and the pages it did not rewrite are garbage
+        src.store = store
+        lt.run(server.start())
+        open_page(browser, server.url)
+        banner = wait_for("the unreadable banner", lambda: js(
+            browser, "const e = document.getElementById('unreadable'); return e.hidden ? '' : e.innerText"))
+        assert banner.startswith("wasted GPU-hours (24 h): history unreadable since "), banner
+        assert "malformed" in banner
+        assert js(browser, "return document.querySelectorAll('.g').length") == 4  # the live part is all there
+        js(browser, "document.querySelector('.g[data-k=\"h1/0\"]').click()")
+        note = wait_for("the history pane's note", lambda: js(
+            browser, "return document.getElementById('history-note').innerText"))
+        assert note.startswith("history unavailable: this GPU's history: history unreadable since"), note
+        shots(browser, "damaged")
+    finally:
+        lt.run(server.stop())
+        lt.run(store.close())
         lt.close()

@@ -138,9 +138,15 @@
     $("alerts").tBodies[0].innerHTML = rows.join("") || '<tr><td colspan="8">no active alerts</td></tr>';
   }
 
+  function renderUnreadable() {  // what the collector could not read from its history file
+    const notes = st.unreadable || [];
+    $("unreadable").textContent = notes.join(" · ");
+    $("unreadable").hidden = !notes.length;
+  }
+
   function applyFull(data) {
     st = data;
-    renderTotals(); renderFleet(); renderUsers(); renderAlerts();
+    renderTotals(); renderFleet(); renderUsers(); renderAlerts(); renderUnreadable();
     if (window.gpufleetRenderMs === undefined) {
       window.gpufleetRenderMs = performance.now();
       document.body.dataset.ready = "1";
@@ -183,6 +189,7 @@
     }
     if (d.u) { st.users = d.u; renderUsers(); }
     if (d.t) { st.totals = d.t; renderTotals(); }
+    if (d.n) { st.unreadable = d.n; renderUnreadable(); }
     window.gpufleetDeltas = (window.gpufleetDeltas || 0) + 1;
   }
 

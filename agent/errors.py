@@ -29,7 +29,19 @@ class DriverError(AgentError):
 
 
 class GpuLostError(AgentError):
-    """One GPU stopped answering (GPU_IS_LOST, UNKNOWN, RESET_REQUIRED); the others are unaffected."""
+    """NVML says one GPU is gone (GPU_IS_LOST, GPU_NOT_FOUND, RESET_REQUIRED); the others are unaffected.
+
+    A field answering UNKNOWN is not this: that field is null and counted (agent/nvml/codes.py)."""
+
+    def __init__(self, message: str, code: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class GpuUnreadable(AgentError):
+    """The agent may not open this GPU (its handle answers NO_PERMISSION: a device cgroup, a restricted
+    /dev/nvidiaN): reported as unreadable, never as lost, since the GPU itself is fine (issue 32, item 8).
+    Any other code (``code``) counts as a sample in which every reading of the GPU failed."""
 
     def __init__(self, message: str, code: int | None = None) -> None:
         super().__init__(message)

@@ -39,7 +39,7 @@ def xid_event(ts: float, xid: int, gpu: tuple[int, str] | None) -> Event:
 
 
 class XidWatcher:
-    """Waits on one NVML event set for Xid critical errors on every GPU."""
+    """Waits on one NVML event set for Xid critical errors on every GPU that answers."""
 
     def __init__(
         self,
@@ -60,6 +60,7 @@ class XidWatcher:
         self.halt = threading.Event()
         self.failed = False
         self.active = False  # True once at least one GPU is registered
+        self.registered: list[object] = []  # the handles of the current event set
         self._thread = threading.Thread(target=self._run, name="xid-watcher", daemon=True)
 
     def start(self) -> None:
@@ -72,58 +73,92 @@ class XidWatcher:
 
     def _run(self) -> None:
         try:
-            event_set = self.gw.event_set()
+            event_set = self._open(self.handles)
         except DriverError:
             self.failed = True
             return
-        except GpuLostError as exc:  # UNKNOWN (e.g. no event set left): not a GPU loss, and not fatal
-            log.warning("cannot create an NVML event set (%s); Xid events unavailable", exc)
-            return
         if event_set is None:
-            log.debug("NVML event sets not supported; Xid events unavailable")
             return
         try:
             self._watch(event_set)
-        finally:
+        except DriverError:
+            self.failed = True
+
+    def _open(self, handles: list[object]) -> object | None:
+        """A new event set with every handle in ``handles`` that supports Xid events registered (the ones
+        registered are kept in :attr:`registered`); None where there is nothing to watch."""
+        try:
+            event_set = self.gw.event_set()
+        except GpuLostError as exc:  # UNKNOWN (e.g. no event set left): not a GPU loss, and not fatal
+            log.warning("cannot create an NVML event set (%s); Xid events unavailable", exc)
+            return None
+        if event_set is None:
+            log.debug("NVML event sets not supported; Xid events unavailable")
+            return None
+        self.registered = []
+        for h in handles:
             try:
-                self.gw.free_event_set(event_set)
-            except (DriverError, GpuLostError):
-                pass
+                if self.gw.register_xid(h, event_set):
+                    self.registered.append(h)
+            except GpuLostError:
+                continue
+            except DriverError:
+                self._free(event_set)
+                raise
+        if not self.registered:
+            log.debug("no GPU supports Xid events; watcher idle")
+            self._free(event_set)
+            return None
+        self.active = True
+        opened: object = event_set
+        return opened
+
+    def _free(self, event_set: object) -> None:
+        try:
+            self.gw.free_event_set(event_set)
+        except (DriverError, GpuLostError):
+            pass
+
+    def _without_lost(self, event_set: object) -> object | None:
+        """The wait answered GPU_IS_LOST: the driver says so for the whole set while any registered GPU is
+        lost, so waiting on it again would never deliver another GPU's Xid (issue 32, item 11). Find the GPUs
+        that no longer answer and wait on a new set of the others; the lost ones come back with the watcher
+        the agent starts after an NVML re-init."""
+        alive = [h for h in self.registered if self.gw.probe(h)]
+        if len(alive) == len(self.registered):
+            self.halt.wait(self.wait_ms / 1000.0)  # nothing we can tell apart: avoid a hot loop
+            return event_set
+        for h in self.registered:
+            if h not in alive:
+                gpu = self.gpus.get(nvml.handle_key(h))
+                log.warning("Xid watcher: %s is lost; watching the other GPUs",
+                            "a GPU" if gpu is None else f"GPU {gpu[0]} ({gpu[1]})")
+        self._free(event_set)
+        return self._open(alive) if alive else None
 
     def _watch(self, event_set: object) -> None:
-        registered = 0
-        for h in self.handles:
-            try:
-                registered += self.gw.register_xid(h, event_set)
-            except GpuLostError:
-                continue
-            except DriverError:
-                self.failed = True
-                return
-        if not registered:
-            log.debug("no GPU supports Xid events; watcher idle")
-            return
-        self.active = True
-        while not self.halt.is_set():
-            try:
-                ev = self.gw.wait_event(event_set, self.wait_ms)
-            except GpuLostError:
-                self.halt.wait(self.wait_ms / 1000.0)  # the sampler reports the loss; avoid a hot loop
-                continue
-            except DriverError:
-                self.failed = True
-                return
-            except EventWaitError as exc:
-                if exc.missing:  # this driver cannot wait on events: Xids are not watchable here
-                    log.warning("Xid events unavailable on this host (%s); watcher stopped", exc)
-                    self.active = False
-                    return
-                log.debug("%s; retrying", exc)
-                self.halt.wait(self.wait_ms / 1000.0)  # an immediate error must not become a hot loop
-                continue
-            if ev is None or not ev.event_type & nvml.EVENT_XID:
-                continue
-            gpu = self.gpus.get(nvml.handle_key(ev.handle))
-            event = xid_event(self.wall(), ev.data, gpu)
-            log.warning("%s", event.message)
-            self.emit(event)
+        current: object | None = event_set
+        try:
+            while current is not None and not self.halt.is_set():
+                try:
+                    ev = self.gw.wait_event(current, self.wait_ms)
+                except GpuLostError:
+                    current = self._without_lost(current)
+                    continue
+                except EventWaitError as exc:
+                    if exc.missing:  # this driver cannot wait on events: Xids are not watchable here
+                        log.warning("Xid events unavailable on this host (%s); watcher stopped", exc)
+                        self.active = False
+                        return
+                    log.debug("%s; retrying", exc)
+                    self.halt.wait(self.wait_ms / 1000.0)  # an immediate error must not become a hot loop
+                    continue
+                if ev is None or not ev.event_type & nvml.EVENT_XID:
+                    continue
+                gpu = self.gpus.get(nvml.handle_key(ev.handle))
+                event = xid_event(self.wall(), ev.data, gpu)
+                log.warning("%s", event.message)
+                self.emit(event)
+        finally:
+            if current is not None:
+                self._free(current)

@@ -94,6 +94,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="send a heartbeat when no frame went out for this long (default 2 x interval; 0: never)",
     )
     p.add_argument(
+        "--hang-after",
+        type=_positive,
+        default=None,
+        metavar="SECONDS",
+        help="an NVML read still running after this long marks its GPU hung; the others keep being sampled "
+        "(default 10)",
+    )
+    p.add_argument(
         "--max-frames", type=_count, default=None, metavar="N", help="exit after N snapshots (testing)"
     )
     p.add_argument(
@@ -231,6 +239,7 @@ class Agent:
         self.snapshots = 0
         self.last_seq = 0
         self.watcher: Any = None
+        self._defects: set[str] = set()
 
     def _emit_event(self, event: wire.Event) -> None:
         self.writer.write(event)
@@ -290,6 +299,29 @@ class Agent:
             self._start_watcher()
             return
 
+    def _reinit(self) -> Exception | None:
+        """Re-initialise NVML while a GPU is lost, so one that comes back (``nvidia-smi -r``, a reset after
+        an Xid) is picked up with a fresh handle; returns the error to recover from if NVML is gone."""
+        from gpufleet.agent.errors import DriverError, NvmlUnavailable
+
+        log.info("a GPU is lost: re-initialising NVML to look for it")
+        self._stop_watcher()
+        try:
+            self.sampler.reopen()
+        except (NvmlUnavailable, DriverError) as exc:
+            return exc
+        self._start_watcher()
+        return None
+
+    def _report_defect(self, exc: Exception) -> None:
+        """One ``agent_error`` event (and a traceback on stderr) per kind of unexpected failure."""
+        key = f"{type(exc).__name__}: {exc}"[:200]
+        if key in self._defects:
+            return
+        self._defects.add(key)
+        log.exception("sampling failed unexpectedly; the agent goes on (please report this)")
+        self.writer.write(wire.Event(ts=self.wall(), kind="agent_error", message=f"sampling failed: {key}"))
+
     def run(self) -> int:
         from gpufleet.agent.errors import DriverError
 
@@ -325,6 +357,11 @@ class Agent:
                     self._publish(*self.sampler.sample())
                 except DriverError as exc:
                     pending = exc
+                except Exception as exc:  # a defect of ours on a path the tests missed: say so, keep going
+                    self._report_defect(exc)
+                    continue
+                if pending is None and self.sampler.reinit_due():
+                    pending = self._reinit()
         finally:
             self._stop_watcher()
             try:
@@ -371,23 +408,26 @@ def _build(args: argparse.Namespace) -> tuple[Any, str]:
 
     ``--once`` gets no Slurm resolver: it answers in the background, after the one sample."""
     from gpufleet.agent.nvml import Gateway
-    from gpufleet.agent.sampler import Sampler
+    from gpufleet.agent.sampler import HANG_AFTER, Sampler
     from gpufleet.agent.slurm import find_scontrol, resolver_for
 
+    hang_after = HANG_AFTER if args.hang_after is None else args.hang_after
     if args.fake:
         from gpufleet.agent import fake
 
         scenario = fake.load_scenario(args.fake, hostname=args.hostname)
         lib = fake.FakeNvml(scenario)
         slurm = None if args.once else resolver_for(find_scontrol(args.scontrol, explicit_only=True))
-        return Sampler(Gateway(lib, backend="fake"), fake.FakeProcs(lib), slurm=slurm), scenario.hostname
+        sampler = Sampler(Gateway(lib, backend="fake"), fake.FakeProcs(lib), slurm=slurm,
+                          hang_after=hang_after)
+        return sampler, scenario.hostname
     from gpufleet.agent.driver import pending_upgrade
     from gpufleet.agent.procinfo import ProcReader
     from gpufleet.agent.redact import ENV_WORDS, Redactor, words_from
 
     words = args.redact_words if args.redact_words is not None else os.environ.get(ENV_WORDS)
     procs = ProcReader(redactor=Redactor(words_from(words)))
-    sampler = Sampler(Gateway(), procs, driver_check=pending_upgrade,
+    sampler = Sampler(Gateway(), procs, driver_check=pending_upgrade, hang_after=hang_after,
                       slurm=None if args.once else resolver_for(find_scontrol(args.scontrol)))
     return sampler, args.hostname or socket.gethostname()
 

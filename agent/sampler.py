@@ -1,65 +1,53 @@
 """Turns gateway readings into wire frames: one :class:`Snapshot` per call, plus the events it implies.
 
-Tiered sampling (NVML calls cost time on every host, every interval): utilization, memory, processes,
-temperature, power, clocks, throttle reasons, fan and GPM SM activity (Hopper+) every interval; names,
-serials, thresholds, power limit, ECC counts and the MIG layout every ``slow_every`` seconds (cached in
-between). Handles stay open.
+Each GPU is read by :mod:`gpufleet.agent.gpu_reader` (tiers, MIG, processes, health), on the worker of a
+:class:`~gpufleet.agent.watchdog.Reads`, so a read that never returns marks that GPU "hung" and the others
+keep being sampled. Handles stay open.
 
-A GPU that stops answering becomes a :class:`GpuSample` with ``error`` set, the rest of the snapshot still
-goes out, and one ``gpu_lost`` event is produced per loss (not per interval). A driver failure propagates
-as :class:`DriverError`; the caller re-initialises with :meth:`Sampler.reopen`.
+A GPU that cannot be read becomes a :class:`GpuSample` with ``error`` and ``fault`` set, and the rest of the
+snapshot still goes out:
+- "lost": NVML says so (GPU_IS_LOST, GPU_NOT_FOUND, RESET_REQUIRED), or every reading failed for
+  ``ALL_FAILED_SAMPLES`` samples in a row. One ``gpu_lost`` event per loss. Its handle is dropped and NVML is
+  re-initialised now and then (:meth:`Sampler.reinit_due`) so a GPU that comes back after a reset is seen.
+- "unreadable": the agent may not open it (NO_PERMISSION). No event: the GPU is fine.
+- "hung": an NVML call on it has not returned for ``hang_after`` seconds. One ``gpu_hung`` event.
+A single field that fails is null and named in ``read_errors``, never a lost GPU. A driver failure
+propagates as :class:`DriverError`; the caller re-initialises with :meth:`Sampler.reopen`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from gpufleet.agent import nvml
-from gpufleet.agent.errors import DriverError, GpuLostError, NvmlUnavailable
+from gpufleet.agent.errors import DriverError, GpuLostError, GpuUnreadable, NvmlUnavailable
+from gpufleet.agent.gpu_reader import GpuState, drop_gpm, open_handle, read_gpu, refresh_slow
+from gpufleet.agent.nvml.codes import ALL_FAILED_SAMPLES
 from gpufleet.agent.procinfo import ProcInfo, ProcSource
 from gpufleet.agent.slurm import SlurmResolver
+from gpufleet.agent.watchdog import Reads, Stuck
 from gpufleet.agent.wire import (
     MAX_LINE_BYTES,
     Event,
     GpuInfo,
     GpuSample,
     Hello,
-    MigInstance,
-    ProcessSample,
     Snapshot,
     encode,
 )
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(slots=True)
-class _Gpu:
-    """What the sampler remembers about one GPU between intervals."""
-
-    index: int
-    handle: Any | None
-    uuid: str
-    name: str | None = None
-    serial: str | None = None
-    pci_bus_id: str | None = None
-    power_limit: float | None = None
-    temp_slowdown: int | None = None
-    temp_shutdown: int | None = None
-    ecc: tuple[int | None, int | None] = (None, None)
-    mig_mode: bool | None = None
-    mig: list[tuple[Any, MigInstance]] = field(default_factory=list)
-    slow_at: float | None = None  # monotonic time of the last slow-tier refresh
-    proc_ts: int = 0  # last-seen process-utilization timestamp (µs), passed back to NVML
-    proc_util: dict[int, tuple[int, int, float]] = field(default_factory=dict)  # pid -> (sm, mem, seen at)
-    lost: str | None = None  # error text while the GPU is lost
-    lost_reported: bool = False
-    gpm: nvml.GpmState | None = None  # GPM sample buffers (Hopper+); None: not supported or not probed
-    gpm_probed: bool = False
+#: Seconds a read may run before its GPU counts as hung: well above a slow first NVML call without the
+#: persistence daemon (about a second), well below the minutes a D-state read lasts.
+HANG_AFTER = 10.0
+#: While a GPU is lost, NVML is re-initialised after this long, then twice as long each time, up to
+#: REINIT_MAX: a GPU that comes back after ``nvidia-smi -r`` gets a fresh handle.
+REINIT_FIRST = 60.0
+REINIT_MAX = 600.0
 
 
 class Sampler:
@@ -74,6 +62,7 @@ class Sampler:
         wall: Callable[[], float] = time.time,
         slow_every: float = 30.0,
         util_hold: float = 3.0,
+        hang_after: float = HANG_AFTER,
         driver_check: Callable[[], str | None] | None = None,
         slurm: SlurmResolver | None = None,
     ) -> None:
@@ -85,13 +74,16 @@ class Sampler:
         self.util_hold = util_hold  # how long a per-process utilization sample stays valid
         self.driver_check = driver_check  # slow tier: an installed-but-not-loaded driver upgrade
         self.slurm = slurm  # job id -> name/account/...: a cache read, never a scontrol call here
+        self.reads = Reads(hang_after)  # real time: a hang is a wall-clock matter, whatever ``clock`` is
         self._driver_checked_at: float | None = None
         self._driver_reported: str | None = None
-        self.gpus: list[_Gpu] = []
-        self.vanished: list[_Gpu] = []  # known GPUs NVML stopped listing on a re-init (not yet reported)
+        self.gpus: list[GpuState] = []
+        self.vanished: list[GpuState] = []  # known GPUs NVML stopped listing on a re-init (not yet reported)
         self.pid_namespace_ok: bool | None = None
         self._ns_warned = False
         self._seq = 0
+        self._reinit_after = REINIT_FIRST
+        self._reinit_at: float | None = None  # monotonic time the next re-init is due (a GPU is lost)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -114,18 +106,18 @@ class Sampler:
             raise NvmlUnavailable("NVML not available: no NVIDIA GPU found (nvmlDeviceGetCount returned 0)")
         old = list(self.gpus)
         known = {g.uuid: g for g in old if not g.uuid.startswith("GPU-unknown-")}
-        probes: list[tuple[_Gpu, str | None]] = []
+        probes: list[tuple[GpuState, str | None]] = []
         for i in range(count):
-            probe = _Gpu(index=i, handle=None, uuid=f"GPU-unknown-{i}")
-            self._open_handle(probe)
+            probe = GpuState(index=i, handle=None, uuid=f"GPU-unknown-{i}")
+            open_handle(self.gw, probe)
             uuid = None
             if probe.handle is not None:
                 try:
                     uuid = self.gw.uuid(probe.handle)
                 except GpuLostError as exc:
-                    probe.lost = str(exc)
+                    probe.fault, probe.error = "lost", str(exc)
             probes.append((probe, uuid))
-        matched: list[_Gpu | None] = [known.pop(u) if u and u in known else None for _, u in probes]
+        matched: list[GpuState | None] = [known.pop(u) if u and u in known else None for _, u in probes]
         for i, (_, uuid) in enumerate(probes):  # UUID unreadable now: the GPU that had this index before
             prev = next((o for o in old if o.index == i), None)
             if matched[i] is None and uuid is None and prev is not None and known.get(prev.uuid) is prev:
@@ -137,9 +129,13 @@ class Sampler:
                 if uuid:
                     g.uuid = uuid
             else:
-                g.index, g.handle, g.lost = probe.index, probe.handle, probe.lost or g.lost
+                g.index, g.handle = probe.index, probe.handle
+                if probe.handle is not None and probe.fault is None:
+                    g.all_failed = 0  # answers again: the next sample decides whether the fault is over
+                else:
+                    g.fault, g.error = probe.fault or g.fault, probe.error or g.error
             g.slow_at = None
-            g.gpm, g.gpm_probed = None, False
+            g.gpm, g.gpm_probed, g.gpm_mig = None, False, {}
             self.gpus.append(g)
         self.vanished.extend(known.values())
         if old and [g.uuid for g in old] != [g.uuid for g in self.gpus]:
@@ -151,9 +147,9 @@ class Sampler:
         for g in self.gpus:
             if g.handle is not None:
                 try:
-                    self._refresh_slow(g, self.clock())
+                    refresh_slow(self.gw, g, self.clock())
                 except GpuLostError as exc:
-                    g.lost = str(exc)
+                    g.fault, g.error, g.handle = "lost", str(exc), None
 
     def reopen(self) -> None:
         """Shut NVML down and start again after a driver error (raises NvmlUnavailable while it fails)."""
@@ -163,140 +159,103 @@ class Sampler:
 
     def close(self) -> None:
         self._drop_gpm()
+        self.reads.close()
         self.gw.shutdown()
         if self.slurm is not None:
             self.slurm.close()
 
     def _drop_gpm(self) -> None:
-        """Free the GPM buffers (a re-init probes GPM afresh with the new handles)."""
         for g in self.gpus:
-            if g.gpm is not None:
-                try:
-                    self.gw.gpm_free(g.gpm)
-                except (DriverError, GpuLostError):
-                    pass
-            g.gpm, g.gpm_probed = None, False
+            drop_gpm(self.gw, g)
 
-    def _open_handle(self, g: _Gpu) -> None:
-        try:
-            g.handle = self.gw.handle(g.index)
-        except GpuLostError as exc:
-            g.handle = None
-            g.lost = str(exc)
+    def reinit_due(self) -> bool:
+        """Whether NVML should be re-initialised now to look for lost GPUs that came back (with backoff;
+        never while a read hangs: nvmlShutdown would wait for it)."""
+        if self._reinit_at is None or self.clock() < self._reinit_at or self.reads.stuck():
+            return False
+        self._reinit_after = min(REINIT_MAX, self._reinit_after * 2)
+        self._reinit_at = self.clock() + self._reinit_after
+        return True
 
     # ------------------------------------------------------------------ reading
 
-    def _refresh_slow(self, g: _Gpu, now: float) -> None:
-        gw, h = self.gw, g.handle
-        g.slow_at = now
-        uuid = gw.uuid(h)
-        if uuid:
-            g.uuid = uuid
-        g.name = gw.name(h) or g.name
-        g.serial = gw.serial(h) or g.serial
-        g.pci_bus_id = gw.pci_bus_id(h) or g.pci_bus_id
-        g.power_limit = gw.power_limit(h)
-        g.temp_slowdown = gw.temp_threshold(h, nvml.THRESHOLD_SLOWDOWN)
-        g.temp_shutdown = gw.temp_threshold(h, nvml.THRESHOLD_SHUTDOWN)
-        g.ecc = gw.ecc_volatile(h)
-        g.mig_mode = gw.mig_mode(h)
-        g.mig = []
-        if g.mig_mode:
-            for mh in gw.mig_handles(h):
-                inst = gw.mig_instance(mh)
-                if inst is not None:
-                    g.mig.append((mh, inst))
+    def _faulty(self, g: GpuState, fault: str, error: str, ts: float, events: list[Event]) -> GpuSample:
+        """The error entry of a GPU that cannot be read, and its event the first time (lost, hung)."""
+        if g.fault != fault:
+            g.fault_reported = False
+        g.fault, g.error = fault, error
+        if fault == "lost":
+            g.handle = None  # a dead handle is never read again: the next sample opens a fresh one
+            if self._reinit_at is None:
+                self._reinit_at = self.clock() + self._reinit_after
+        if fault != "unreadable" and not g.fault_reported:
+            g.fault_reported = True
+            kind = "gpu_lost" if fault == "lost" else "gpu_hung"
+            verb = "stopped answering" if fault == "lost" else "has an NVML read that does not return"
+            log.error("GPU %d (%s) %s: %s", g.index, g.uuid, verb, error)
+            events.append(Event(ts=ts, kind=kind, gpu_index=g.index, uuid=g.uuid,
+                                message=f"GPU {g.index} ({g.uuid}) {verb}: {error}"))
+        prefix = {"lost": "GPU lost", "hung": "GPU hung", "unreadable": "GPU unreadable"}[fault]
+        return GpuSample(index=g.index, uuid=g.uuid, name=g.name, serial=g.serial, pci_bus_id=g.pci_bus_id,
+                         error=f"{prefix}: {error}", fault=fault)
 
-    def _read_gpu(self, g: _Gpu, now: float) -> GpuSample:
-        if g.handle is None:
-            self._open_handle(g)
-            if g.handle is None:
-                raise GpuLostError(g.lost or "GPU handle unavailable")
-        if g.slow_at is None or now - g.slow_at >= self.slow_every:
-            self._refresh_slow(g, now)
-        gw, h = self.gw, g.handle
-        util_gpu, util_mem = gw.utilization(h)
-        mem = gw.memory(h)
-        s = GpuSample(
-            index=g.index,
-            uuid=g.uuid,
-            name=g.name,
-            serial=g.serial,
-            pci_bus_id=g.pci_bus_id,
-            util_gpu=None if util_gpu is None else max(0, min(100, util_gpu)),
-            util_mem=None if util_mem is None else max(0, min(100, util_mem)),
-            memory_total=None if mem is None else mem.total,
-            memory_used=None if mem is None else mem.used,
-            memory_reserved=None if mem is None else mem.reserved,
-            temperature=gw.temperature(h),
-            temp_slowdown=g.temp_slowdown,
-            temp_shutdown=g.temp_shutdown,
-            power_draw=gw.power_draw(h),
-            power_limit=g.power_limit,
-            clock_sm=gw.clock(h, nvml.CLOCK_SM),
-            clock_mem=gw.clock(h, nvml.CLOCK_MEM),
-            throttle_reasons=gw.throttle_reasons(h),
-            fan_speed=gw.fan_speed(h),
-            ecc_corrected=g.ecc[0],
-            ecc_uncorrected=g.ecc[1],
-            mig_mode=g.mig_mode,
-        )
-        for mh, inst in g.mig:
-            m = gw.memory(mh)
-            s.mig_instances.append(
-                MigInstance(
-                    gi_id=inst.gi_id,
-                    ci_id=inst.ci_id,
-                    uuid=inst.uuid,
-                    profile=inst.profile,
-                    memory_total=inst.memory_total if m is None else m.total,
-                    memory_used=None if m is None else m.used,
+    def _outcome(self, g: GpuState, result: Any, stuck: Stuck | None, ts: float,
+                 events: list[Event]) -> GpuSample:
+        if stuck is not None:
+            waited = time.monotonic() - stuck.since
+            return self._faulty(g, "hung", f"an NVML read has not returned for {waited:.1f} s", ts, events)
+        if isinstance(result, GpuLostError):
+            return self._faulty(g, "lost", str(result), ts, events)
+        if isinstance(result, GpuUnreadable):
+            if g.fault in ("lost", "unreadable"):
+                return self._faulty(g, g.fault, g.error or str(result), ts, events)
+            g.all_failed += 1
+            result = GpuSample(index=g.index, uuid=g.uuid, name=g.name, serial=g.serial,
+                               pci_bus_id=g.pci_bus_id, read_errors={"handle": str(result)})
+        if isinstance(result, BaseException):
+            raise result
+        if g.all_failed >= ALL_FAILED_SAMPLES:
+            why = ", ".join(sorted(set((result.read_errors or {}).values()))) or "no answer"
+            why = f"every reading failed for {g.all_failed} samples ({why})"
+            return self._faulty(g, "lost", why, ts, events)
+        if g.fault is not None:
+            log.warning("GPU %d (%s) answers again", g.index, g.uuid)
+        g.fault, g.error, g.fault_reported = None, None, False
+        sample: GpuSample = result
+        return sample
+
+    def sample(self) -> tuple[Snapshot, list[Event]]:
+        """One snapshot of every GPU, and the events it revealed. Raises DriverError."""
+        now = self.clock()
+        ts = self.wall()
+        events: list[Event] = []
+
+        def job(g: GpuState) -> tuple[Hashable, Callable[[], GpuSample]]:
+            return g.index, lambda: read_gpu(self.gw, g, now, self.slow_every, self.util_hold)
+
+        stuck = self.reads.stuck()
+        results, hung = self.reads.run([job(g) for g in self.gpus if g.index not in stuck])
+        stuck.update(hung)
+        samples = [self._outcome(g, results.get(g.index), stuck.get(g.index), ts, events) for g in self.gpus]
+        if not any(g.fault == "lost" for g in self.gpus):
+            self._reinit_at, self._reinit_after = None, REINIT_FIRST
+        for g in self.vanished:
+            log.error("GPU %d (%s) is no longer listed by NVML after re-initialisation", g.index, g.uuid)
+            events.append(
+                Event(
+                    ts=ts,
+                    kind="gpu_lost",
+                    gpu_index=g.index,
+                    uuid=g.uuid,
+                    message=f"GPU {g.index} ({g.uuid}) is no longer listed by NVML after the driver came "
+                    "back (fell off the bus?); the other GPUs may have moved to a lower index",
                 )
             )
-        s.sm_active = self._sm_active(g)
-        s.processes = self._read_processes(g, now)
-        return s
-
-    def _sm_active(self, g: _Gpu) -> int | None:
-        """GPM SM activity over the last interval, where the GPU has GPM (probed once per handle)."""
-        if not g.gpm_probed:
-            g.gpm_probed = True
-            g.gpm = self.gw.gpm_open(g.handle)
-        if g.gpm is None:
-            return None
-        value = self.gw.sm_activity(g.handle, g.gpm)
-        if g.gpm.cur is None:
-            g.gpm = None  # GPM sampling is not available after all: stop asking
-        return value
-
-    def _read_processes(self, g: _Gpu, now: float) -> list[ProcessSample]:
-        raw = self.gw.processes(g.handle)
-        if not raw:
-            g.proc_util.clear()
-            return []
-        pu = self.gw.process_util(g.handle, g.proc_ts)
-        if pu is not None:
-            g.proc_ts = pu.last_ts
-            for pid, (pid_sm, pid_mu) in pu.by_pid.items():
-                g.proc_util[pid] = (pid_sm, pid_mu, now)
-        live = {p.pid for p in raw}
-        for pid in [p for p in g.proc_util if p not in live]:
-            del g.proc_util[pid]
-        out: list[ProcessSample] = []
-        for p in raw:
-            seen = g.proc_util.get(p.pid)
-            sm: int | None
-            mu: int | None
-            if seen is not None and now - seen[2] <= self.util_hold:
-                sm, mu = seen[0], seen[1]
-            elif pu is not None:
-                sm, mu = 0, 0  # a sample window that does not contain this pid: it ran no kernels
-            else:
-                sm = mu = None  # no samples at all: unknown
-            out.append(
-                ProcessSample(pid=p.pid, kind=p.kind, gpu_memory=p.used_memory, sm_util=sm, mem_util=mu)
-            )
-        return out
+        self.vanished = []
+        self._check_driver(now, ts, events)
+        self._attribute(samples)
+        self._seq += 1
+        return Snapshot(ts=ts, seq=self._seq, gpus=samples), events
 
     def _attribute(self, gpus: list[GpuSample]) -> None:
         infos: dict[int, ProcInfo] = {}
@@ -332,60 +291,6 @@ class Sampler:
                     "processes are reported unattributed",
                     ", ".join(str(p) for p in sorted(infos)[:5]),
                 )
-
-    def sample(self) -> tuple[Snapshot, list[Event]]:
-        """One snapshot of every GPU, and the gpu_lost events it revealed. Raises DriverError."""
-        now = self.clock()
-        ts = self.wall()
-        samples: list[GpuSample] = []
-        events: list[Event] = []
-        for g in self.gpus:
-            try:
-                samples.append(self._read_gpu(g, now))
-                if g.lost is not None:
-                    log.warning("GPU %d (%s) answers again", g.index, g.uuid)
-                g.lost, g.lost_reported = None, False
-            except GpuLostError as exc:
-                g.lost = str(exc)
-                samples.append(
-                    GpuSample(
-                        index=g.index,
-                        uuid=g.uuid,
-                        name=g.name,
-                        serial=g.serial,
-                        pci_bus_id=g.pci_bus_id,
-                        error=f"GPU lost: {g.lost}",
-                    )
-                )
-                if not g.lost_reported:
-                    g.lost_reported = True
-                    log.error("GPU %d (%s) is lost: %s", g.index, g.uuid, g.lost)
-                    events.append(
-                        Event(
-                            ts=ts,
-                            kind="gpu_lost",
-                            gpu_index=g.index,
-                            uuid=g.uuid,
-                            message=f"GPU {g.index} ({g.uuid}) stopped answering: {g.lost}",
-                        )
-                    )
-        for g in self.vanished:
-            log.error("GPU %d (%s) is no longer listed by NVML after re-initialisation", g.index, g.uuid)
-            events.append(
-                Event(
-                    ts=ts,
-                    kind="gpu_lost",
-                    gpu_index=g.index,
-                    uuid=g.uuid,
-                    message=f"GPU {g.index} ({g.uuid}) is no longer listed by NVML after the driver came "
-                    "back (fell off the bus?); the other GPUs may have moved to a lower index",
-                )
-            )
-        self.vanished = []
-        self._check_driver(now, ts, events)
-        self._attribute(samples)
-        self._seq += 1
-        return Snapshot(ts=ts, seq=self._seq, gpus=samples), events
 
     def _check_driver(self, now: float, ts: float, events: list[Event]) -> None:
         """One driver_error event per distinct pending mismatch (checked every ``slow_every`` s)."""
@@ -424,7 +329,7 @@ class Sampler:
                     name=g.name,
                     serial=g.serial,
                     pci_bus_id=g.pci_bus_id,
-                    memory_total=self._total(g),
+                    memory_total=g.memory_total,
                     power_limit=g.power_limit,
                     temp_slowdown=g.temp_slowdown,
                     temp_shutdown=g.temp_shutdown,
@@ -433,15 +338,6 @@ class Sampler:
                 for g in self.gpus
             ],
         )
-
-    def _total(self, g: _Gpu) -> int | None:
-        if g.handle is None or g.lost:
-            return None
-        try:
-            m = self.gw.memory(g.handle)
-        except (GpuLostError, DriverError):
-            return None
-        return None if m is None else m.total
 
     def handle_map(self) -> dict[int, tuple[int, str]]:
         """handle key -> (index, uuid), for matching event-set events to GPUs."""

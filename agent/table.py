@@ -39,6 +39,12 @@ def _flags(g: GpuSample) -> str:
         flags.append(f"ecc_uncorrected={g.ecc_uncorrected}")
     if g.mig_mode:
         flags.append(f"mig:{len(g.mig_instances)}")
+    if g.recovery_action and g.recovery_action != "none":
+        flags.append(f"recovery={g.recovery_action}")
+    if g.remap_failed:
+        flags.append("row_remap_failed")
+    elif g.remap_pending:
+        flags.append("row_remap_pending")
     return ",".join(flags)
 
 
@@ -101,15 +107,21 @@ def render(snapshot: Snapshot, hello: Hello | None = None, now: float | None = N
             f"{g.index:>3}  {name} {_num(g.util_gpu, '%'):>5}  {mem:>13}  "
             f"{_num(g.temperature, 'C'):>5}  {power:>10}  {_num(g.fan_speed, '%'):>4}  {_flags(g)}".rstrip()
         )
+        if g.read_errors:
+            errors = sorted(g.read_errors.items())
+            failed = ", ".join(f"{k} ({v.removeprefix('NVML_ERROR_')})" for k, v in errors)
+            lines.append(f"     not read: {failed}")
         for m in g.mig_instances:
             lines.append(
-                f"     MIG gi={m.gi_id} ci={m.ci_id if m.ci_id is not None else '-'}  "
+                f"     MIG gi={m.gi_id} ci={m.ci_id if m.ci_id is not None else '-'} {m.profile or ''}  "
                 f"{_gib(m.memory_used)}/{_gib(m.memory_total)} GiB  {m.uuid or ''}"
             )
         if g.processes:
             lines.append(PROCESS_HEADER)
         for p in sorted(g.processes, key=lambda p: -(p.gpu_memory or 0)):
             lines.append(_process_line(p, now, unattributed))
-        if not g.processes:
+        if g.processes_error:
+            lines.append(f"     (process list not readable: {g.processes_error})")
+        elif not g.processes:
             lines.append("     (no processes)")
     return "\n".join(lines) + "\n"

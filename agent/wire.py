@@ -35,19 +35,32 @@ from typing import Any, Final, Literal
 PROTO_MAJOR: Final = 1
 #: 1.1: ProcessSample job_name/job_user/job_account/job_partition/job_state (Slurm, from scontrol); a 1.0
 #: collector ignores them (unknown fields of its own major version).
-PROTO_MINOR: Final = 1
+#: 1.2: NVML as real drivers behave (issue 32): GpuSample fault/read_errors/processes_error, the health
+#: fields (recovery_action, remapped rows, memory_temperature, energy_mj), GPM tensor/DRAM/engine activity;
+#: ProcessSample gi_id/ci_id and kind "mps"; MigInstance sm_active; the "gpu_hung" event.
+PROTO_MINOR: Final = 2
 PROTO_VERSION: Final = f"{PROTO_MAJOR}.{PROTO_MINOR}"
 
 #: Default bound on one line (bytes, newline included). Larger lines close the stream.
 MAX_LINE_BYTES: Final = 1 << 20
 
 FrameType = Literal["hello", "snapshot", "event", "heartbeat"]
-EventKind = Literal["xid", "gpu_lost", "driver_error", "nvml_error", "agent_error"]
-EVENT_KINDS: Final = ("xid", "gpu_lost", "driver_error", "nvml_error", "agent_error")
+EventKind = Literal["xid", "gpu_lost", "gpu_hung", "driver_error", "nvml_error", "agent_error"]
+EVENT_KINDS: Final = ("xid", "gpu_lost", "gpu_hung", "driver_error", "nvml_error", "agent_error")
 
-#: Xid codes that mean the GPU or its context is broken (from the operators' tools; 94 is a warning).
-CRITICAL_XIDS: Final = frozenset({48, 62, 64, 74, 79, 95, 119, 120})
-WARNING_XIDS: Final = frozenset({94})
+#: Why a GpuSample carries ``error`` (1.2). None from older agents means "lost".
+GPU_FAULTS: Final = ("lost", "unreadable", "hung")
+
+#: Xid codes that mean the GPU or its context is broken. To 120: the operators' tools. Past 120, NVIDIA's Xid
+#: catalog (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html) gives these an immediate action of
+#: resetting the GPU or restarting the machine: 140 unrecovered ECC error, 143 GPU initialization failure,
+#: 158 GPU fatal timeout, 167 PCIe fatal timeout, 169 internal micro-controller halt (as 62), 173 C2C fatal
+#: link failure (cross-checked with leptonai/gpud's table, pkg/nvidia-query/xid).
+CRITICAL_XIDS: Final = frozenset({48, 62, 64, 74, 79, 95, 119, 120, 140, 143, 158, 167, 169, 173})
+#: Warnings: 94 contained ECC error; 121 corrected C2C link errors; 154 the GPU recovery action changed (the
+#: snapshot's ``recovery_action`` says which); 155 NVLink software-defined error, 156 resource retirement,
+#: 163 power smoothing disengaged, 172 SRAM/DRAM detail of an Xid 48 (a reboot when convenient).
+WARNING_XIDS: Final = frozenset({94, 121, 154, 155, 156, 163, 172})
 
 
 class WireError(Exception):
@@ -106,6 +119,8 @@ def _bound(x: float) -> str:
 U53: Final = 1 << 53
 U63: Final = (1 << 63) - 1  # SQLite's INTEGER
 PID_MAX: Final = (1 << 31) - 1
+READ_ERRORS_MAX: Final = 64  # fields a GPU may name in ``read_errors``
+SHORT_TEXT_MAX: Final = 100  # characters of a field name or an NVML error name there
 UID_MAX: Final = (1 << 32) - 1
 INDEX_MAX: Final = 65535
 TEMP_RANGE: Final = (-60, 200)  # Celsius
@@ -125,7 +140,7 @@ class ProcessSample:
     """
 
     pid: int
-    kind: str = "compute"  # "compute" | "graphics" | "compute+graphics"
+    kind: str = "compute"  # "compute" | "graphics" | "compute+graphics" | "mps" (an MPS client)
     gpu_memory: int | None = None  # bytes
     sm_util: int | None = None  # percent, clamped 0..100
     mem_util: int | None = None
@@ -145,6 +160,9 @@ class ProcessSample:
     job_account: str | None = None
     job_partition: str | None = None
     job_state: str | None = None  # RUNNING, COMPLETING, ...
+    # 1.2: the MIG instance the process runs in (None outside MIG)
+    gi_id: int | None = None
+    ci_id: int | None = None
 
 
 @dataclass(slots=True)
@@ -152,17 +170,22 @@ class MigInstance:
     gi_id: int
     ci_id: int | None = None
     uuid: str | None = None
-    profile: str | None = None
+    profile: str | None = None  # "1g.10gb"
     memory_total: int | None = None
     memory_used: int | None = None
+    sm_active: int | None = None  # 1.2: GPM SM activity of this instance (Hopper+)
 
 
 @dataclass(slots=True)
 class GpuSample:
-    """One GPU at one instant. Every reading may be None (not supported / no permission).
+    """One GPU at one instant. Every reading may be None (not supported, no permission, or failed: then
+    ``read_errors`` names it).
 
-    ``error`` is set when the GPU could not be read at all (lost, fell off the bus); the other GPUs in the
-    snapshot are unaffected.
+    ``error`` is set when the GPU could not be read at all, and ``fault`` says why: "lost" (NVML says it is
+    gone, or every reading failed for several samples), "unreadable" (the agent may not open it: the GPU is
+    fine) or "hung" (an NVML call on it has not returned). The other GPUs in the snapshot are unaffected.
+    ``processes_error`` set means the process list could not be read: ``processes`` is then unknown, not
+    empty, and no rule may read "no process" from it.
     """
 
     index: int
@@ -191,6 +214,20 @@ class GpuSample:
     processes: list[ProcessSample] = field(default_factory=list)
     error: str | None = None
     sm_active: int | None = None  # percent of SMs busy since the previous sample (GPM, Hopper+)
+    # 1.2
+    fault: str | None = None  # one of GPU_FAULTS when ``error`` is set
+    read_errors: dict[str, str] | None = None  # field -> NVML error name, for readings nulled by a failure
+    processes_error: str | None = None  # why the process list is unknown (an NVML error name)
+    tensor_active: int | None = None  # GPM: percent of time any tensor pipe was busy
+    dram_active: int | None = None  # GPM: percent of DRAM bandwidth used
+    gr_active: int | None = None  # GPM: percent of time any graphics/compute engine was busy
+    memory_temperature: int | None = None  # HBM, Celsius
+    energy_mj: int | None = None  # energy used since the driver loaded, millijoules
+    recovery_action: str | None = None  # NVML's GPU recovery action: "none", "gpu_reset", "node_reboot", ...
+    remapped_correctable: int | None = None  # rows remapped for correctable errors
+    remapped_uncorrectable: int | None = None
+    remap_pending: bool | None = None  # a remap waits for the next GPU reset
+    remap_failed: bool | None = None  # remapping failed: the GPU should be replaced
 
 
 @dataclass(slots=True)
@@ -464,6 +501,8 @@ def _process(raw: Any, where: str, notes: DecodeNotes) -> ProcessSample:
         job_account=_typed(o, "job_account", _STR, where),
         job_partition=_typed(o, "job_partition", _STR, where),
         job_state=_typed(o, "job_state", _STR, where),
+        gi_id=_ident(o, "gi_id", where, INDEX_MAX),
+        ci_id=_ident(o, "ci_id", where, INDEX_MAX),
     )
 
 
@@ -480,7 +519,21 @@ def _mig(raw: Any, where: str, notes: DecodeNotes) -> MigInstance:
         profile=_typed(o, "profile", _STR, where),
         memory_total=_reading(o, "memory_total", _INT, where, notes, 0, U53),
         memory_used=_reading(o, "memory_used", _INT, where, notes, 0, U53),
+        sm_active=_pct(_typed(o, "sm_active", _INT, where)),
     )
+
+
+def _read_errors(o: dict[str, Any], where: str) -> dict[str, str] | None:
+    """``read_errors``: an object of short strings, at most READ_ERRORS_MAX of them (else malformed)."""
+    value = o.get("read_errors")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or len(value) > READ_ERRORS_MAX or not all(
+            isinstance(k, str) and isinstance(v, str) and max(len(k), len(v)) <= SHORT_TEXT_MAX
+            for k, v in value.items()):
+        raise MalformedFrame(f"{where}: field 'read_errors' must be an object of at most {READ_ERRORS_MAX} "
+                             f"short strings")
+    return {safe_text(k): safe_text(v) for k, v in value.items()}
 
 
 def _gpu_sample(raw: Any, where: str, notes: DecodeNotes) -> GpuSample:
@@ -520,6 +573,19 @@ def _gpu_sample(raw: Any, where: str, notes: DecodeNotes) -> GpuSample:
                    for i, p in enumerate(_list(o, "processes", where))],
         error=_typed(o, "error", _STR, where),
         sm_active=_pct(_typed(o, "sm_active", _INT, where)),
+        fault=_typed(o, "fault", _STR, where),
+        read_errors=_read_errors(o, where),
+        processes_error=_typed(o, "processes_error", _STR, where),
+        tensor_active=_pct(_typed(o, "tensor_active", _INT, where)),
+        dram_active=_pct(_typed(o, "dram_active", _INT, where)),
+        gr_active=_pct(_typed(o, "gr_active", _INT, where)),
+        memory_temperature=_reading(o, "memory_temperature", _INT, where, notes, t_lo, t_hi),
+        energy_mj=_reading(o, "energy_mj", _INT, where, notes, 0, U53),
+        recovery_action=_typed(o, "recovery_action", _STR, where),
+        remapped_correctable=_reading(o, "remapped_correctable", _INT, where, notes, 0, U53),
+        remapped_uncorrectable=_reading(o, "remapped_uncorrectable", _INT, where, notes, 0, U53),
+        remap_pending=_typed(o, "remap_pending", _BOOL, where),
+        remap_failed=_typed(o, "remap_failed", _BOOL, where),
     )
 
 

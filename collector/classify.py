@@ -176,22 +176,31 @@ def waste_of(kind: Activity | None, held: Mapping[str, Any], zombies: Sequence[P
     return sorted(users)
 
 
+def processes_unknown(g: GpuSample) -> bool:
+    """The agent could not read this GPU's process list (agent 1.2 ``processes_error``): an empty
+    ``processes`` then says nothing, and no verdict may be read from it (issue 32)."""
+    return g.processes_error is not None
+
+
 def is_free(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> bool:
     """Nothing allocated: no process, (almost) no memory used, 0 % util: free capacity."""
-    if g.error or g.processes or g.util_gpu is None or g.util_gpu > 0:
+    if g.error or g.processes or processes_unknown(g) or g.util_gpu is None or g.util_gpu > 0:
         return False
     return g.memory_used is not None and g.memory_used < t.free_max_memory_bytes
 
 
 def orphaned_bytes(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> int | None:
-    """Memory in use with no process visible (None when there is none worth flagging, or MIG)."""
-    if g.error or g.mig_mode or g.processes or g.memory_used is None:
+    """Memory in use with no process visible (None when there is none worth flagging, or MIG, or the
+    process list could not be read: "unknown" is never "no process")."""
+    if g.error or g.mig_mode or g.processes or processes_unknown(g) or g.memory_used is None:
         return None
     return g.memory_used if g.memory_used >= t.orphan_min_bytes else None
 
 
-def gpu_state(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> Literal["busy", "idle", "lost"]:
-    """The status screen's state of a GPU on a host that is up: lost, idle (free capacity) or busy."""
+def gpu_state(g: GpuSample,
+              t: Thresholds = DEFAULT_THRESHOLDS) -> Literal["busy", "idle", "lost", "unknown"]:
+    """The status screen's state of a GPU on a host that is up: lost (or hung), unknown (the agent may not
+    read it: the GPU itself is fine), idle (free capacity) or busy."""
     if g.error:
-        return "lost"
+        return "unknown" if g.fault == "unreadable" else "lost"
     return "idle" if is_free(g, t) else "busy"

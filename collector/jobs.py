@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from gpufleet.collector import sample
-from gpufleet.collector.classify import DEFAULT_THRESHOLDS, holds_memory, user_of
+from gpufleet.collector.classify import DEFAULT_THRESHOLDS, holds_memory, processes_unknown, user_of
 from gpufleet.collector.facts import FleetFacts
 from gpufleet.collector.live import HostState
 from gpufleet.collector.procname import short_command
@@ -120,6 +120,13 @@ class JobTracker:
         on_host = self._on_host.setdefault(host, set())
         for gf in self.facts.of(host, snap).gpus:
             g = gf.gpu
+            if g.error is None and processes_unknown(g):  # no evidence: the jobs here go on as they were
+                for key in on_host:
+                    job = self.jobs.get(key)
+                    if job is not None and (host, g.index) in job.gpus:
+                        shown.add(key)
+                        job.seen[host] = now
+                continue
             if g.error is not None:
                 continue
             last = self._last_sample.get((host, g.uuid))

@@ -119,8 +119,9 @@ def _gpu_view(g: GpuSample, flags: Iterable[str], host_up: bool, now: float, t: 
     error = g.error
     state: str = gpu_state(g, t)  # idle means free capacity, as the idle rule sees it (collector/classify.py)
     if error:
-        if "lost" not in names:
-            names.append("lost")
+        flag = {"unreadable": "unreadable", "hung": "hung"}.get(g.fault or "", "lost")
+        if flag not in names and not (flag == "hung" and "lost" in names):
+            names.append(flag)
     elif not host_up:
         state = "unknown"
     return GpuView(

@@ -66,6 +66,8 @@ class ProcessSample(_Sample):
     job_account: str | None = None
     job_partition: str | None = None
     job_state: str | None = None
+    gi_id: Index | None = None
+    ci_id: Index | None = None
 
 
 class MigInstance(_Sample):
@@ -77,6 +79,10 @@ class MigInstance(_Sample):
     profile: str | None = None
     memory_total: Bytes | None = None
     memory_used: Bytes | None = None
+    sm_active: Percent | None = None
+
+
+ShortText = Annotated[str, Meta(max_length=wire.SHORT_TEXT_MAX)]
 
 
 class GpuSample(_Sample):
@@ -108,6 +114,19 @@ class GpuSample(_Sample):
     processes: list[ProcessSample] = msgspec.field(default_factory=list)
     error: str | None = None
     sm_active: Percent | None = None
+    fault: str | None = None
+    read_errors: Annotated[dict[ShortText, ShortText], Meta(max_length=wire.READ_ERRORS_MAX)] | None = None
+    processes_error: str | None = None
+    tensor_active: Percent | None = None
+    dram_active: Percent | None = None
+    gr_active: Percent | None = None
+    memory_temperature: Celsius | None = None
+    energy_mj: Bytes | None = None
+    recovery_action: str | None = None
+    remapped_correctable: Bytes | None = None
+    remapped_uncorrectable: Bytes | None = None
+    remap_pending: bool | None = None
+    remap_failed: bool | None = None
 
 
 class Snapshot(_Sample, tag_field="type", tag="snapshot"):

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from gpufleet.agent.wire import WARNING_XIDS
+
 if TYPE_CHECKING:  # annotations only: every CLI command imports this module (the rules' defaults)
     from gpufleet.collector.addresses import CollectorAddress
     from gpufleet.collector.shards import Shard
@@ -138,7 +140,7 @@ DEFAULT_RULES: dict[str, dict[str, Any]] = {
     "throttling": {"for": 300.0, "severity": "warning", "reasons": ["hw_slowdown", "sw_thermal",
                                                                      "hw_thermal", "hw_power_brake"]},
     "gpu_lost": {"for": 0.0, "severity": "critical"},
-    "xid": {"for": 0.0, "severity": "critical", "warning_xids": [94], "hold": 3600.0},
+    "xid": {"for": 0.0, "severity": "critical", "warning_xids": sorted(WARNING_XIDS), "hold": 3600.0},
     "ecc": {"for": 0.0, "severity": "critical"},
     "host_down": {"for": 0.0, "severity": "critical", "missed_intervals": 3, "keep_firing_for": 60.0},
     "storage": {"for": 0.0, "severity": "critical"},

@@ -16,11 +16,13 @@ from dataclasses import dataclass
 
 from gpufleet.collector.alerts.fingerprint import fingerprint
 from gpufleet.collector.alerts.notes import ENGINE_ANNOTATIONS, keep_annotations
+from gpufleet.collector.classify import processes_unknown
 from gpufleet.collector.rules.base import (
     DURATION,
     Condition,
     HostContext,
     Rule,
+    find_gpu,
     selector_matches,
 )
 from gpufleet.collector.rules.hosts import COLLECTOR
@@ -36,6 +38,11 @@ class _Clearing:
 
     since: float
     message: str  # the resolved message as of the moment it cleared
+
+
+def _processes_unknown(ctx: HostContext, labels: dict[str, str]) -> bool:
+    g = find_gpu(ctx, labels)
+    return g is not None and processes_unknown(g)
 
 
 def needs_resolved_notice(a: AlertRecord) -> bool:
@@ -87,6 +94,8 @@ class Lifecycle:
         for fp in list(self._scopes.get((rule.name, ctx.name), ())):
             a = self.alerts.get(fp)
             if fp not in seen and a is not None and a.state != "resolved":
+                if rule.reads_processes and _processes_unknown(ctx, a.labels):
+                    continue  # the agent could not read the list: no evidence either way
                 self._cleared(a, rule, ctx, now)
 
     def _cleared(self, a: AlertRecord, rule: Rule, ctx: HostContext, now: float) -> None:

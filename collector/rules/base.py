@@ -76,6 +76,9 @@ class Rule:
     """
 
     name: ClassVar[str] = ""
+    #: its conditions come from a GPU's process list: on a GPU whose list the agent could not read, its
+    #: alerts are kept as they are, neither resolved nor started (alerts/lifecycle.py)
+    reads_processes: ClassVar[bool] = False
     #: evaluated on every engine tick, not only when a frame arrives (timeouts, hold times)
     time_based: ClassVar[bool] = False
     #: evaluated when a snapshot arrives

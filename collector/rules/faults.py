@@ -27,7 +27,11 @@ XID_MEANING: dict[int, str] = {
     62: "internal micro-controller halt", 63: "ECC page retirement or row remapping",
     64: "ECC page retirement or row remapping failure", 74: "NVLink error", 79: "GPU has fallen off the bus",
     92: "high single-bit ECC error rate", 94: "contained ECC error", 95: "uncontained ECC error",
-    119: "GSP RPC timeout", 120: "GSP error",
+    119: "GSP RPC timeout", 120: "GSP error", 121: "corrected C2C link errors",
+    140: "unrecovered ECC error", 143: "GPU initialization failure", 154: "GPU recovery action changed",
+    155: "NVLink software-defined error", 156: "resource retirement", 158: "GPU fatal timeout",
+    163: "power smoothing disengaged", 167: "PCIe fatal timeout", 169: "internal micro-controller halt",
+    172: "SRAM/DRAM detail of an Xid 48", 173: "C2C fatal link failure",
 }
 DRIVER = "driver"
 #: The agent's warning that a new driver is installed but the old kernel module still runs (an unattended
@@ -63,9 +67,10 @@ class GpuLostRule(Rule):
     def observe_event(self, ctx: HostContext, event: wire.Event, now: float) -> bool:
         lost = self._lost.setdefault(ctx.name, {})
         one_gpu = event.gpu_index is not None or bool(event.uuid)
-        if event.kind == "gpu_lost" or (event.kind == "driver_error" and one_gpu):
+        if event.kind in ("gpu_lost", "gpu_hung") or (event.kind == "driver_error" and one_gpu):
             uuid = _uuid(ctx, event.uuid, event.gpu_index)
-            default = "GPU is lost" if event.kind == "gpu_lost" else "driver error"
+            default = {"gpu_lost": "GPU is lost", "gpu_hung": "an NVML read does not return"}.get(
+                event.kind, "driver error")
             lost.setdefault(self._key(uuid, event.gpu_index),
                             _Lost(now, event.message or default, event.gpu_index, uuid))
             return True
@@ -102,8 +107,8 @@ class GpuLostRule(Rule):
         if ctx.snapshot is not None:
             for g in ctx.snapshot.gpus:
                 reported.add(g.uuid)
-                if g.error:
-                    out[g.uuid] = self._gpu(ctx.name, g.index, g.uuid, g.error)
+                if g.error and g.fault != "unreadable":  # unreadable: the agent may not open it, it is fine
+                    out[g.uuid] = self._gpu(ctx.name, g.index, g.uuid, g.error, g.fault == "hung")
             hello = ctx.hello
             for info in hello.gpus if hello is not None else []:
                 if info.uuid not in reported and info.uuid not in out:
@@ -120,12 +125,18 @@ class GpuLostRule(Rule):
                 out[key] = self._gpu(ctx.name, fact.index, _uuid(ctx, fact.uuid, fact.index), fact.message)
         return list(out.values())
 
-    def _gpu(self, host: str, index: int | None, uuid: str | None, message: str) -> Condition:
+    def _gpu(self, host: str, index: int | None, uuid: str | None, message: str,
+             hung: bool = False) -> Condition:
         labels = {"host": host, "gpu": "" if index is None else str(index)}
         if uuid:
             labels["uuid"] = uuid
         where = "?" if index is None else index
-        detail = message.removeprefix("GPU lost: ")  # the agent's own prefix would say it twice
+        detail = message.removeprefix("GPU lost: ").removeprefix("GPU hung: ")  # the agent's own prefixes
+        if hung:
+            return Condition(self.name, labels, f"{host} GPU {where} hung: {safe(detail)}",
+                             "An NVML call on this GPU does not return (often after an Xid); the other GPUs "
+                             "of the host are still read. It usually needs a reset or a reboot.",
+                             annotations={"error": safe(message, 300)})
         return Condition(self.name, labels, f"{host} GPU {where} lost: {safe(detail)}",
                          "The GPU cannot be read (fallen off the bus, driver fault). Jobs on it are likely "
                          "dead; it usually needs a reset or a reboot.",

@@ -63,6 +63,7 @@ class _ProcTrack:
 
 class UnderusedRule(Rule):
     name = "underused"
+    reads_processes = True
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)

@@ -65,6 +65,7 @@ class _HostPart:
 
 class IdlePeersRule(Rule):
     name = "idle_peers"
+    reads_processes = True
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)

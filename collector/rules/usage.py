@@ -73,6 +73,7 @@ class _Streak:
 
 class WastedRule(Rule):
     name = "wasted"
+    reads_processes = True
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
@@ -206,6 +207,7 @@ class IdleRule(Rule):
     """A GPU with no processes, (almost) no memory used and 0 % util: capacity nobody is using."""
 
     name = "idle"
+    reads_processes = True
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
@@ -234,6 +236,7 @@ class IdleRule(Rule):
 
 class StaleRule(Rule):
     name = "stale"
+    reads_processes = True
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
@@ -333,6 +336,7 @@ class OrphanedMemoryRule(Rule):
     """
 
     name = "orphaned_memory"
+    reads_processes = True
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:

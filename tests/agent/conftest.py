@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,8 +34,10 @@ def clock() -> FakeClock:
 
 
 @pytest.fixture
-def make_env(clock: FakeClock) -> Callable[..., Env]:
-    """Build the fake library + the real Gateway + Sampler from YAML text; the sampler is opened."""
+def make_env(clock: FakeClock) -> Iterator[Callable[..., Env]]:
+    """Build the fake library + the real Gateway + Sampler from YAML text; the sampler is opened (and its
+    reader thread ended after the test)."""
+    made: list[Sampler] = []
 
     def build(text: str, **sampler_kwargs: Any) -> Env:
         lib = FakeNvml(scenario_from(text), clock=clock, wall=lambda: 1_700_000_000.0, sleep=lambda s: None)
@@ -44,9 +46,12 @@ def make_env(clock: FakeClock) -> Callable[..., Env]:
             gw, FakeProcs(lib), clock=clock, wall=lambda: 1_700_000_000.0 + clock(), **sampler_kwargs
         )
         sampler.open()
+        made.append(sampler)
         return Env(clock, lib, gw, sampler)
 
-    return build
+    yield build
+    for sampler in made:
+        sampler.reads.close()
 
 
 def agent_cmd(*args: str) -> list[str]:

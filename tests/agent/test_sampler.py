@@ -186,14 +186,17 @@ def test_heating_gpu_throttles(make_env: Callable[..., Env]) -> None:
     assert hot.clock_sm is not None and first.clock_sm is not None and hot.clock_sm < first.clock_sm
 
 
-def test_sm_util_held_between_samples_then_unknown(make_env: Callable[..., Env]) -> None:
+def test_sm_util_held_between_samples_then_zero_then_unknown(make_env: Callable[..., Env]) -> None:
     env = make_env(
         "gpus:\n  - processes: [{pid: 9, user: bob, memory_mib: 10, sm_util: 70}]\n", util_hold=3.0
     )
     assert env.sampler.sample()[0].gpus[0].processes[0].sm_util == 70
     # same 100 ms sample slot: NVML has no new sample (NOT_FOUND); the recent value is held
     assert env.sampler.sample()[0].gpus[0].processes[0].sm_util == 70
-    env.lib.scenario.gpus[0].errors["process_util"] = 6  # NOT_FOUND from now on
+    env.lib.scenario.gpus[0].errors["process_util"] = 6  # NOT_FOUND from now on: nothing ran
+    env.clock.advance(5)
+    assert env.sampler.sample()[0].gpus[0].processes[0].sm_util == 0
+    env.lib.scenario.gpus[0].errors["process_util"] = 3  # NOT_SUPPORTED: per-process util is unknown
     env.clock.advance(5)
     assert env.sampler.sample()[0].gpus[0].processes[0].sm_util is None
 

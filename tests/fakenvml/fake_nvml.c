@@ -12,16 +12,32 @@
  *   gpu.I.{util,util_mem,mem_total,mem_used,mem_reserved,temp,temp_shutdown,temp_slowdown,temp_mem_max,
  *          temp_gpu_max,power_mw,power_limit_mw,clock_graphics,clock_sm,clock_mem,clock_video,throttle,fan,
  *          ecc_corrected,ecc_uncorrected,ecc_agg_corrected,ecc_agg_uncorrected,mig,mig_pending,mig_max,
- *          pci_domain,pci_bus,pci_device,pci_device_id,pci_subsys,event_types,lost,sm_active} N
+ *          pci_domain,pci_bus,pci_device,pci_device_id,pci_subsys,event_types,lost,sm_active,tensor_active,
+ *          dram_active,temp_hbm,recovery_action,remap_corr,remap_unc,remap_pending,remap_failed,energy_mj,
+ *          hang} N
  *   (sm_active: GPM SM activity %, Hopper+; absent: nvmlGpmQueryDeviceSupport says the GPU has no GPM)
  *   gpu.I.unsupported F,F.. | gpu.I.noperm F,F.. | gpu.I.fail.F CODE       (F: a feature name below)
- *   gpu.I.proc.J.{pid,mem,sm,memutil,enc,dec,gi,ci} N   (mem "na": not available; sm absent: no sample)
- *   gpu.I.proc.J.type compute|graphics|both
+ *   gpu.I.proc.J.{pid,mem,sm,memutil,enc,dec,gi,ci} N   (mem "na": not available; sm absent or 0: no sample)
+ *   gpu.I.proc.J.type compute|graphics|both|mps
  *   gpu.I.mig.J.{name,uuid} S | gpu.I.mig.J.{gi,ci,mem_total,mem_used,mem_reserved} N
  * A reading whose key is absent answers NVML_ERROR_NOT_SUPPORTED. gpu.I.lost makes every call on that
  * GPU answer NVML_ERROR_GPU_IS_LOST. Xid events are delivered once each, in SEQ order, by nvmlEventSetWait.
  * A missing symbol (FUNCTION_NOT_FOUND) is made at link time with a version script (see fakelib.py).
+ *
+ * What real drivers do, modelled here (the tests that rely on each name the source):
+ * - per-process utilization: samples only for processes that ran kernels; NOT_FOUND when none did
+ *   (NVML API reference, nvmlDeviceGetProcessUtilization);
+ * - the _v3 process lists write the struct the driver was built with: 32 bytes (usedGpuCcProtectedMemory)
+ *   on r535 drivers, which export nvmlDeviceGetConfComputeMemSizeInfo but not
+ *   nvmlDeviceGetRunningProcessDetailList; 24 bytes otherwise (nvitop issue #75 and PR #79). This library
+ *   looks at its own exported symbols, so a build that omits DetailList is an r535 driver;
+ * - MIG: the parent has no utilization or per-process utilization, lists processes only for root (the
+ *   caller's real euid), and each MIG device lists its own (NVML API reference, "Multi-Instance GPU");
+ * - nvmlEventSetWait answers GPU_IS_LOST while a registered GPU is lost;
+ * - gpu.I.hang 1: every call on that GPU blocks (without the library lock) until the key goes back to 0,
+ *   as a read stuck in D state after some Xids.
  */
+#include <dlfcn.h>
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
@@ -93,30 +109,33 @@ _Static_assert(sizeof(nvmlEventData_t) == 32, "nvmlEventData_t");
 /* ---- the model ---- */
 enum { F_NAME, F_UUID, F_SERIAL, F_PCI, F_UTIL, F_MEMORY, F_MEMORY_V2, F_TEMPERATURE, F_THRESHOLDS, F_POWER,
        F_POWER_LIMIT, F_CLOCKS, F_THROTTLE, F_FAN, F_ECC, F_MIG, F_PROCESSES, F_GRAPHICS, F_PROCESS_UTIL,
-       F_EVENTS, F_COUNT, F_MIGID = F_COUNT /* gi/ci ids: always allowed on a MIG handle */ };
+       F_EVENTS, F_HANDLE, F_MPS, F_REMAP, F_ENERGY, F_FIELDS, F_COUNT,
+       F_MIGID = F_COUNT /* gi/ci ids: always allowed on a MIG handle */ };
 static const char *const feature_names[F_COUNT] = {
     "name", "uuid", "serial", "pci", "util", "memory", "memory_v2", "temperature", "thresholds", "power",
     "power_limit", "clocks", "throttle", "fan", "ecc", "mig", "processes", "graphics_processes",
-    "process_util", "events"};
+    "process_util", "events", "handle", "mps_processes", "remapped_rows", "energy", "field_values"};
 
 enum { K_UTIL, K_UTIL_MEM, K_MEM_TOTAL, K_MEM_USED, K_MEM_RESERVED, K_TEMP, K_TEMP_SHUTDOWN, K_TEMP_SLOWDOWN,
        K_TEMP_MEM_MAX, K_TEMP_GPU_MAX, K_POWER, K_POWER_LIMIT, K_CLK_GRAPHICS, K_CLK_SM, K_CLK_MEM, K_CLK_VIDEO,
        K_THROTTLE, K_FAN, K_ECC_CORR, K_ECC_UNCORR, K_ECC_AGG_CORR, K_ECC_AGG_UNCORR, K_MIG, K_MIG_PENDING,
        K_MIG_MAX, K_PCI_DOMAIN, K_PCI_BUS, K_PCI_DEVICE, K_PCI_DEVICE_ID, K_PCI_SUBSYS, K_EVENT_TYPES, K_LOST,
        K_UTIL_ENC, K_UTIL_DEC, K_PSTATE, K_PERSISTENCE, K_COMPUTE_MODE, K_DISPLAY_ACTIVE, K_GI, K_CI, K_SM_ACTIVE,
-       K_COUNT };
+       K_TENSOR_ACTIVE, K_DRAM_ACTIVE, K_TEMP_HBM, K_RECOVERY, K_REMAP_CORR, K_REMAP_UNC, K_REMAP_PENDING,
+       K_REMAP_FAILED, K_ENERGY, K_HANG, K_COUNT };
 static const char *const key_names[K_COUNT] = {
     "util", "util_mem", "mem_total", "mem_used", "mem_reserved", "temp", "temp_shutdown", "temp_slowdown",
     "temp_mem_max", "temp_gpu_max", "power_mw", "power_limit_mw", "clock_graphics", "clock_sm", "clock_mem",
     "clock_video", "throttle", "fan", "ecc_corrected", "ecc_uncorrected", "ecc_agg_corrected",
     "ecc_agg_uncorrected", "mig", "mig_pending", "mig_max", "pci_domain", "pci_bus", "pci_device",
     "pci_device_id", "pci_subsys", "event_types", "lost", "util_enc", "util_dec", "pstate", "persistence",
-    "compute_mode", "display_active", "gi", "ci", "sm_active"};
+    "compute_mode", "display_active", "gi", "ci", "sm_active", "tensor_active", "dram_active", "temp_hbm",
+    "recovery_action", "remap_corr", "remap_unc", "remap_pending", "remap_failed", "energy_mj", "hang"};
 
 enum { S_NAME, S_UUID, S_SERIAL, S_PCI_BUS_ID, S_COUNT };
 static const char *const str_names[S_COUNT] = {"name", "uuid", "serial", "pci_bus_id"};
 
-enum { P_COMPUTE = 1, P_GRAPHICS = 2 };
+enum { P_COMPUTE = 1, P_GRAPHICS = 2, P_MPS = 4 };
 struct proc { unsigned pid; unsigned long long mem; long long sm, memutil, enc, dec; unsigned gi, ci; int type; };
 
 struct dev {
@@ -198,6 +217,7 @@ static void parse_proc_field(struct proc *p, const char *field, const char *valu
     else if (strcmp(field, "type") == 0)
         p->type = strcmp(value, "graphics") == 0 ? P_GRAPHICS
                   : strcmp(value, "both") == 0   ? P_COMPUTE | P_GRAPHICS
+                  : strcmp(value, "mps") == 0    ? P_MPS
                                                   : P_COMPUTE;
 }
 
@@ -306,20 +326,32 @@ static int valid_dev(const struct dev *d) {
     return 0;
 }
 
-/* enter() plus handle validation and the per-feature error (lost, unsupported, no permission). */
+/* enter() plus handle validation, a hang, and the per-feature error (lost, unsupported, no permission).
+ * A hung GPU blocks its caller with the lock released, so the other GPUs keep answering. */
 static nvmlReturn_t dev_enter(struct dev *d, int feature) {
     nvmlReturn_t rc = enter();
     const struct dev *gpu = d;
     if (rc != NVML_SUCCESS) return rc;
     if (!d || !valid_dev(d)) return leave(NVML_ERROR_INVALID_ARGUMENT);
     if (d->parent) gpu = d->parent;
+    while (gpu->v[K_HANG] > 0) {
+        struct timespec nap = {0, 20 * 1000 * 1000};
+        leave(NVML_SUCCESS);
+        nanosleep(&nap, NULL);
+        if ((rc = enter()) != NVML_SUCCESS) return rc;
+        if (!valid_dev(d)) return leave(NVML_ERROR_INVALID_ARGUMENT);
+    }
     if (gpu->v[K_LOST] > 0) return leave(NVML_ERROR_GPU_IS_LOST);
     if (feature == F_MIGID) return NVML_SUCCESS;
-    if (d->parent && feature != F_NAME && feature != F_UUID && feature != F_MEMORY && feature != F_MEMORY_V2)
+    if (d->parent && feature != F_NAME && feature != F_UUID && feature != F_MEMORY && feature != F_MEMORY_V2 &&
+        feature != F_PROCESSES && feature != F_GRAPHICS && feature != F_MPS)
         return leave(NVML_ERROR_NOT_SUPPORTED);
     if (d->err[feature]) return leave(d->err[feature]);
     return NVML_SUCCESS;
 }
+
+/* A MIG GPU's parent: utilization and per-process utilization are not supported there (nvitop issue #5). */
+static int in_mig(const struct dev *d) { return !d->parent && d->v[K_MIG] > 0; }
 
 #define DEV(h, feature) do { nvmlReturn_t rc_ = dev_enter((h), (feature)); if (rc_) return rc_; } while (0)
 #define NEED(cond) do { if (!(cond)) return leave(NVML_ERROR_INVALID_ARGUMENT); } while (0)
@@ -404,6 +436,8 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t *device)
     nvmlReturn_t rc = enter();
     if (rc) return rc;
     NEED(device && index < (unsigned)sys_state.ngpu);
+    if (gpus[index].v[K_LOST] > 0) return leave(NVML_ERROR_GPU_IS_LOST);
+    if (gpus[index].err[F_HANDLE]) return leave(gpus[index].err[F_HANDLE]);
     *device = &gpus[index];
     return leave(NVML_SUCCESS);
 }
@@ -468,6 +502,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
     long long gpu, mem;
     DEV(d, F_UTIL);
     NEED(u);
+    if (in_mig(d)) return leave(NVML_ERROR_NOT_SUPPORTED);
     VAL(d, K_UTIL, gpu);
     VAL(d, K_UTIL_MEM, mem);
     u->gpu = (unsigned)gpu; u->memory = (unsigned)mem;
@@ -476,7 +511,7 @@ nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t d, nvmlUtilization_t *u)
 
 /* ---- GPM (Hopper+): a metric compares two samples; SM activity is the newer sample's sm_active ---- */
 typedef struct { unsigned version, isSupportedDevice; } nvmlGpmSupport_t;
-typedef struct gpm_sample { struct dev *d; long long sm; } *nvmlGpmSample_t;
+typedef struct gpm_sample { struct dev *d; long long sm, tensor, dram; } *nvmlGpmSample_t;
 typedef struct { const char *shortName, *longName, *unit; } nvmlGpmMetricInfo_t;
 typedef struct {
     unsigned metricId;
@@ -491,7 +526,10 @@ typedef struct {
 } nvmlGpmMetricsGet_t;
 _Static_assert(sizeof(nvmlGpmMetric_t) == 40, "nvmlGpmMetric_t");
 _Static_assert(sizeof(nvmlGpmMetricsGet_t) == 24, "nvmlGpmMetricsGet_t header");
+#define GPM_METRIC_GRAPHICS_UTIL 1u
 #define GPM_METRIC_SM_UTIL 2u
+#define GPM_METRIC_ANY_TENSOR_UTIL 5u
+#define GPM_METRIC_DRAM_BW_UTIL 10u
 
 nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t d, nvmlGpmSupport_t *support) {
     DEV(d, F_UTIL);
@@ -513,11 +551,28 @@ nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t sample) {
     free(sample);
     return leave(NVML_SUCCESS);
 }
+static void gpm_take(struct dev *d, nvmlGpmSample_t sample) {
+    sample->tensor = d->v[K_TENSOR_ACTIVE];
+    sample->dram = d->v[K_DRAM_ACTIVE];
+    sample->d = d;
+}
 nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t d, nvmlGpmSample_t sample) {
     DEV(d, F_UTIL);
     NEED(sample);
+    if (in_mig(d)) return leave(NVML_ERROR_NOT_SUPPORTED); /* a MIG GPU is sampled per GPU instance */
     VAL(d, K_SM_ACTIVE, sample->sm);
-    sample->d = d;
+    gpm_take(d, sample);
+    return leave(NVML_SUCCESS);
+}
+/* One GPU instance of a MIG GPU, on the parent's handle (this fake: the GPU's own activity). */
+nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t d, unsigned gi, nvmlGpmSample_t sample) {
+    int found = 0;
+    DEV(d, F_UTIL);
+    NEED(sample && !d->parent && in_mig(d));
+    for (int j = 0; j < d->nmig; j++) found |= migs[d - gpus][j].v[K_GI] == (long long)gi;
+    NEED(found);
+    VAL(d, K_SM_ACTIVE, sample->sm);
+    gpm_take(d, sample);
     return leave(NVML_SUCCESS);
 }
 nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
@@ -526,9 +581,13 @@ nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t *m) {
     NEED(m && m->version == 1 && m->sample1 && m->sample2 && m->numMetrics <= 477);
     NEED(m->sample1->d && m->sample1->d == m->sample2->d);
     for (unsigned i = 0; i < m->numMetrics; i++) {
-        int sm = m->metrics[i].metricId == GPM_METRIC_SM_UTIL;
-        m->metrics[i].nvmlReturn = sm ? NVML_SUCCESS : NVML_ERROR_NOT_SUPPORTED;
-        m->metrics[i].value = sm ? (double)m->sample2->sm : 0.0;
+        unsigned id = m->metrics[i].metricId;
+        long long v = id == GPM_METRIC_SM_UTIL || id == GPM_METRIC_GRAPHICS_UTIL ? m->sample2->sm
+                      : id == GPM_METRIC_ANY_TENSOR_UTIL                        ? m->sample2->tensor
+                      : id == GPM_METRIC_DRAM_BW_UTIL                           ? m->sample2->dram
+                                                                                : UNSET;
+        m->metrics[i].nvmlReturn = v == UNSET ? NVML_ERROR_NOT_SUPPORTED : NVML_SUCCESS;
+        m->metrics[i].value = v == UNSET ? 0.0 : (double)v;
     }
     return leave(NVML_SUCCESS);
 }
@@ -688,6 +747,57 @@ nvmlReturn_t nvmlDeviceGetTotalEccErrors(nvmlDevice_t d, int error_type, int cou
     return leave(NVML_SUCCESS);
 }
 
+/* ---- health ---- */
+typedef union { double dVal; unsigned uiVal; unsigned long ulVal; unsigned long long ullVal; long long sllVal;
+                int siVal; unsigned short usVal; } nvmlValue_t;
+typedef struct {
+    unsigned fieldId, scopeId;
+    long long timestamp, latencyUsec;
+    int valueType;
+    nvmlReturn_t nvmlReturn;
+    nvmlValue_t value;
+} nvmlFieldValue_t;
+_Static_assert(sizeof(nvmlFieldValue_t) == 40, "nvmlFieldValue_t");
+#define FI_DEV_MEMORY_TEMP 82u
+#define FI_DEV_GET_GPU_RECOVERY_ACTION 230u
+
+/* Each value carries its own return code: a field this GPU lacks is NOT_SUPPORTED alone. */
+nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t d, int count, nvmlFieldValue_t *values) {
+    DEV(d, F_FIELDS);
+    NEED(values && count >= 0);
+    for (int i = 0; i < count; i++) {
+        unsigned id = values[i].fieldId;
+        long long v = id == FI_DEV_MEMORY_TEMP ? d->v[K_TEMP_HBM] : id == FI_DEV_GET_GPU_RECOVERY_ACTION ? d->v[K_RECOVERY] : UNSET;
+        values[i].nvmlReturn = v == UNSET ? NVML_ERROR_NOT_SUPPORTED : NVML_SUCCESS;
+        values[i].valueType = 1; /* unsigned int */
+        values[i].value.ullVal = 0;
+        values[i].value.uiVal = v == UNSET ? 0u : (unsigned)v;
+    }
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t d, unsigned *corr, unsigned *unc, unsigned *pending,
+                                       unsigned *failure) {
+    long long c, u, p, f;
+    DEV(d, F_REMAP);
+    NEED(corr && unc && pending && failure);
+    VAL(d, K_REMAP_CORR, c);
+    VAL(d, K_REMAP_UNC, u);
+    p = d->v[K_REMAP_PENDING] == UNSET ? 0 : d->v[K_REMAP_PENDING];
+    f = d->v[K_REMAP_FAILED] == UNSET ? 0 : d->v[K_REMAP_FAILED];
+    *corr = (unsigned)c; *unc = (unsigned)u; *pending = (unsigned)p; *failure = (unsigned)f;
+    return leave(NVML_SUCCESS);
+}
+
+nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t d, unsigned long long *mj) {
+    long long v;
+    DEV(d, F_ENERGY);
+    NEED(mj);
+    VAL(d, K_ENERGY, v);
+    *mj = (unsigned long long)v;
+    return leave(NVML_SUCCESS);
+}
+
 /* ---- MIG ---- */
 nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t d, unsigned *current, unsigned *pending) {
     long long cur;
@@ -723,42 +833,90 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t d, unsigned *id) { return i
 nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t d, unsigned *id) { return instance_id(d, K_CI, id); }
 
 /* ---- processes ---- */
+/* Which struct the _v3 lists write: the r535 layout (32 bytes) when this build exports
+ * nvmlDeviceGetConfComputeMemSizeInfo but not nvmlDeviceGetRunningProcessDetailList, like an r535 driver;
+ * 24 bytes otherwise. Decided from this library's own dynamic symbols (a version script can hide them). */
+typedef struct {
+    unsigned pid;
+    unsigned long long usedGpuMemory;
+    unsigned gpuInstanceId, computeInstanceId;
+    unsigned long long usedGpuCcProtectedMemory;
+} nvmlProcessInfo_r535_t;
+_Static_assert(sizeof(nvmlProcessInfo_r535_t) == 32, "nvmlProcessInfo_r535_t");
+nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t d, void *info);
+static int exported(const char *symbol) {
+    Dl_info self;
+    void *lib;
+    int found;
+    if (!dladdr((void *)nvmlDeviceGetConfComputeMemSizeInfo, &self) || !self.dli_fname) return 0;
+    lib = dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    if (!lib) return 0;
+    found = dlsym(lib, symbol) != NULL;
+    dlclose(lib);
+    return found;
+}
+static size_t v3_size(void) {
+    static size_t size;
+    if (!size)
+        size = exported("nvmlDeviceGetConfComputeMemSizeInfo") && !exported("nvmlDeviceGetRunningProcessDetailList")
+                   ? sizeof(nvmlProcessInfo_r535_t) : sizeof(nvmlProcessInfo_t);
+    return size;
+}
+
+/* The processes a handle lists: its own on a GPU; on a MIG device those of its GPU instance; on the parent
+ * of a MIG GPU every instance's, but only for root (the caller's real euid). */
+static int listed(const struct dev *d, const struct proc *p, int type) {
+    if (!(p->type & type)) return 0;
+    return !d->parent || (long long)p->gi == d->v[K_GI];
+}
+
 /* The probe contract pynvml relies on: count 0 -> SUCCESS if none, INSUFFICIENT_SIZE (with count) if some. */
 static nvmlReturn_t running(nvmlDevice_t d, int feature, int type, unsigned *count, void *out, size_t elem) {
     unsigned n = 0, k = 0;
+    const struct dev *g;
     DEV(d, feature);
     NEED(count);
-    for (int i = 0; i < d->nproc; i++) n += (d->procs[i].type & type) != 0;
+    if (in_mig(d) && geteuid() != 0) return leave(NVML_ERROR_NO_PERMISSION);
+    g = d->parent ? d->parent : d;
+    for (int i = 0; i < g->nproc; i++) n += listed(d, &g->procs[i], type);
     if (*count < n || (n > 0 && !out)) { *count = n; return leave(NVML_ERROR_INSUFFICIENT_SIZE); }
-    for (int i = 0; i < d->nproc; i++) {
-        const struct proc *p = &d->procs[i];
-        nvmlProcessInfo_t info = {p->pid, p->mem, p->gi, p->ci};
-        if (!(p->type & type)) continue;
+    for (int i = 0; i < g->nproc; i++) {
+        const struct proc *p = &g->procs[i];
+        nvmlProcessInfo_r535_t info = {p->pid, p->mem, p->gi, p->ci, 0};
+        if (!listed(d, p, type)) continue;
         memcpy((char *)out + elem * k++, &info, elem);
     }
     *count = n;
     return leave(NVML_SUCCESS);
 }
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t d, unsigned *count, nvmlProcessInfo_t *infos) {
-    return running(d, F_PROCESSES, P_COMPUTE, count, infos, sizeof *infos);
+#define PROCESS_CALLS(Name, feature, type)                                                                  \
+    nvmlReturn_t nvmlDeviceGet##Name##RunningProcesses_v3(nvmlDevice_t d, unsigned *count, void *infos) {  \
+        return running(d, feature, type, count, infos, v3_size());                                        \
+    }                                                                                                        \
+    nvmlReturn_t nvmlDeviceGet##Name##RunningProcesses_v2(nvmlDevice_t d, unsigned *count, void *infos) {  \
+        return running(d, feature, type, count, infos, sizeof(nvmlProcessInfo_t));                        \
+    }                                                                                                        \
+    nvmlReturn_t nvmlDeviceGet##Name##RunningProcesses(nvmlDevice_t d, unsigned *count, void *infos) {     \
+        return running(d, feature, type, count, infos, sizeof(nvmlProcessInfo_v1_t));                     \
+    }
+PROCESS_CALLS(Compute, F_PROCESSES, P_COMPUTE)
+PROCESS_CALLS(Graphics, F_GRAPHICS, P_GRAPHICS)
+PROCESS_CALLS(MPSCompute, F_MPS, P_MPS)
+
+/* r535's confidential-computing call (its presence marks an r535-or-later driver) and r545's detail list
+ * (its absence, with the former, marks r535): stubs that answer "not supported". */
+nvmlReturn_t nvmlDeviceGetConfComputeMemSizeInfo(nvmlDevice_t d, void *info) {
+    DEV(d, F_NAME);
+    (void)info;
+    return leave(NVML_ERROR_NOT_SUPPORTED);
 }
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t d, unsigned *count, nvmlProcessInfo_t *infos) {
-    return running(d, F_PROCESSES, P_COMPUTE, count, infos, sizeof *infos);
-}
-nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t d, unsigned *count, nvmlProcessInfo_v1_t *infos) {
-    return running(d, F_PROCESSES, P_COMPUTE, count, infos, sizeof *infos);
-}
-nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t d, unsigned *count, nvmlProcessInfo_t *infos) {
-    return running(d, F_GRAPHICS, P_GRAPHICS, count, infos, sizeof *infos);
-}
-nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t d, unsigned *count, nvmlProcessInfo_t *infos) {
-    return running(d, F_GRAPHICS, P_GRAPHICS, count, infos, sizeof *infos);
-}
-nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t d, unsigned *count, nvmlProcessInfo_v1_t *infos) {
-    return running(d, F_GRAPHICS, P_GRAPHICS, count, infos, sizeof *infos);
+nvmlReturn_t nvmlDeviceGetRunningProcessDetailList(nvmlDevice_t d, void *plist) {
+    DEV(d, F_NAME);
+    (void)plist;
+    return leave(NVML_ERROR_NOT_SUPPORTED);
 }
 
-/* Like real NVML: NOT_FOUND when no process has a sample newer than last_seen (timestamps in µs). */
+/* Like real NVML: NOT_FOUND when no process ran kernels since last_seen (timestamps in µs). */
 nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtilizationSample_t *samples,
                                              unsigned *count, unsigned long long last_seen) {
     struct timespec now;
@@ -766,15 +924,16 @@ nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t d, nvmlProcessUtilizat
     unsigned n = 0, k = 0;
     DEV(d, F_PROCESS_UTIL);
     NEED(count);
+    if (in_mig(d)) return leave(NVML_ERROR_NOT_SUPPORTED);
     clock_gettime(CLOCK_REALTIME, &now);
     ts = (unsigned long long)now.tv_sec * 1000000ULL + (unsigned long long)now.tv_nsec / 1000ULL;
     if (ts <= last_seen) return leave(NVML_ERROR_NOT_FOUND);
-    for (int i = 0; i < d->nproc; i++) n += d->procs[i].sm >= 0;
+    for (int i = 0; i < d->nproc; i++) n += d->procs[i].sm > 0; /* ran kernels: only those have samples */
     if (n == 0) return leave(NVML_ERROR_NOT_FOUND);
     if (!samples || *count < n) { *count = n; return leave(NVML_ERROR_INSUFFICIENT_SIZE); }
     for (int i = 0; i < d->nproc; i++) {
         const struct proc *p = &d->procs[i];
-        if (p->sm < 0) continue;
+        if (p->sm <= 0) continue;
         samples[k].pid = p->pid;
         samples[k].timeStamp = ts;
         samples[k].smUtil = (unsigned)p->sm;
@@ -895,6 +1054,8 @@ nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsi
         nvmlReturn_t rc = enter();
         if (rc) return rc;
         NEED(data && valid_set(set));
+        for (int g = 0; g < sys_state.ngpu; g++)
+            if ((set->mask[g] & XID_EVENT) && gpus[g].v[K_LOST] > 0) return leave(NVML_ERROR_GPU_IS_LOST);
         if ((x = next_xid(set)) != NULL) {
             delivered = x->seq;
             data->device = &gpus[x->gpu];

@@ -44,6 +44,11 @@ FEATURES: Final = (
     "graphics_processes",
     "process_util",
     "events",
+    "handle",
+    "mps_processes",
+    "remapped_rows",
+    "energy",
+    "field_values",
 )
 #: Numeric GPU keys (absent or None: the call answers NVML_ERROR_NOT_SUPPORTED).
 GPU_NUMBERS: Final = (
@@ -86,6 +91,16 @@ GPU_NUMBERS: Final = (
     "compute_mode",
     "display_active",
     "sm_active",
+    "tensor_active",
+    "dram_active",
+    "temp_hbm",
+    "recovery_action",
+    "remap_corr",
+    "remap_unc",
+    "remap_pending",
+    "remap_failed",
+    "energy_mj",
+    "hang",
 )
 GPU_STRINGS: Final = ("name", "uuid", "serial", "pci_bus_id")
 GPU_LISTS: Final = ("processes", "mig_instances", "unsupported", "noperm", "fail")
@@ -106,9 +121,13 @@ def have_gcc() -> bool:
 
 
 def exported_symbols() -> frozenset[str]:
-    """Every NVML entry point the C source defines (the names ``omit`` may name)."""
+    """Every NVML entry point the C source defines (the names ``omit`` may name), the process-list calls
+    its PROCESS_CALLS macro writes included."""
     text = SOURCE.read_text()
-    return frozenset(re.findall(r"^(?:nvmlReturn_t|const char \*)\s*(nvml\w+)\(", text, flags=re.M))
+    plain = re.findall(r"^(?:nvmlReturn_t|const char \*)\s*(nvml\w+)\(", text, flags=re.M)
+    names = re.findall(r"^PROCESS_CALLS\((\w+),", text, flags=re.M)
+    lists = [f"nvmlDeviceGet{n}RunningProcesses{suffix}" for n in names for suffix in ("", "_v2", "_v3")]
+    return frozenset(plain + lists)
 
 
 def build(out_dir: Path, omit: Iterable[str] = ()) -> Path:
@@ -130,7 +149,7 @@ def build(out_dir: Path, omit: Iterable[str] = ()) -> Path:
         raise FakeNvmlError("gcc is not installed: cannot build the fake libnvidia-ml.so.1")
     lib_dir.mkdir(parents=True, exist_ok=True)
     tmp = lib_dir / f".{LIB_NAME}.{os.getpid()}.tmp"
-    cmd = [gcc, *CFLAGS, "-o", str(tmp), str(SOURCE), "-pthread"]
+    cmd = [gcc, *CFLAGS, "-o", str(tmp), str(SOURCE), "-pthread", "-ldl"]
     if omitted:
         # an exact name in `local:` beats the `*` wildcard in `global:` (GNU ld version-script rules)
         script = lib_dir / "omit.map"

@@ -18,7 +18,7 @@ import pynvml as N
 def q(fn: Callable[..., Any], *args: Any) -> Any:
     try:
         value = fn(*args)
-    except (N.NVMLError, N.NVMLLibraryMismatchError) as exc:
+    except (N.NVMLError, getattr(N, "NVMLLibraryMismatchError", N.NVMLError)) as exc:
         return {"error": type(exc).__name__}
     return plain(value)
 
@@ -112,14 +112,22 @@ def events(handles: list[Any], wait_ms: int) -> Any:
 def main(argv: list[str]) -> int:
     N.nvmlInit()
     count = N.nvmlDeviceGetCount()
-    handles = [N.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+    handles: list[Any] = []
+    gpus: list[dict[str, Any]] = []
+    for i in range(count):
+        try:
+            handles.append(N.nvmlDeviceGetHandleByIndex(i))
+        except N.NVMLError as exc:
+            gpus.append({"handle": {"error": type(exc).__name__}})
+        else:
+            gpus.append(gpu(handles[-1]))
     out: dict[str, Any] = {
         "driver": q(N.nvmlSystemGetDriverVersion),
         "nvml": q(N.nvmlSystemGetNVMLVersion),
         "cuda": q(N.nvmlSystemGetCudaDriverVersion),
         "count": count,
         "error_string": plain(N.nvmlErrorString(N.NVML_ERROR_GPU_IS_LOST)),
-        "gpus": [gpu(h) for h in handles],
+        "gpus": gpus,
     }
     if "--events" in argv:
         out["events"] = q(events, handles, int(argv[argv.index("--events") + 1]))

@@ -11,7 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import fakelib
+import pynvml
 import pytest
+
+if not hasattr(pynvml, "nvmlDeviceGetTemperatureV"):
+    pytest.skip("this file checks the fake library through nvidia-ml-py 13.x's own wrappers (their names and "
+                "struct layouts); under 12.535.77 the agent's tests run instead", allow_module_level=True)
 
 PROBE = Path(__file__).with_name("probe.py")
 GIB = 1 << 30
@@ -179,7 +184,8 @@ def test_every_value_reads_back(fake_nvml_dir: Path, tmp_path: Path) -> None:
         },
     ]
     assert g1["compute"] == [{"pid": 77, "usedGpuMemory": GIB, "gpuInstanceId": 1, "computeInstanceId": 0}]
-    assert g1["graphics"] == [] and g1["proc_util"] == err("NotFound")  # no samples, like real NVML
+    # the parent of a MIG GPU has no per-process utilization (nvitop issue #5, NVML API reference)
+    assert g1["graphics"] == [] and g1["proc_util"] == err("NotSupported")
 
     assert out["events"] == [
         {"uuid": g1["uuid"], "type": 8, "xid": 79},
@@ -250,8 +256,8 @@ def test_lost_gpu_fails_every_call_and_others_still_answer(fake_nvml_dir: Path, 
     state["gpus"][0]["lost"] = True
     path = fakelib.write_state(tmp_path / "state", state)
     g0, g1 = probe(fake_nvml_dir, path)["gpus"]
-    lost = err("GpuIsLost")
-    assert g0["name"] == g0["util"] == g0["mem_v2"] == g0["temp"] == g0["compute"] == g0["proc_util"] == lost
+    # nvidia-smi after an Xid 79: "Unable to determine the device handle for GPU ...: GPU is lost"
+    assert g0 == {"handle": err("GpuIsLost")}
     assert g1["name"] == "NVIDIA A100-SXM4-80GB" and g1["util"] == {"gpu": 0, "memory": 0}
 
 

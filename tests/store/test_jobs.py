@@ -85,3 +85,21 @@ async def test_job_records_are_kept_as_long_as_hourly_rollups(store: Store) -> N
                            JobRecord(key="slurm:2", user="a", started=0.0, ended=year + 500.0)])
     await store.run_maintenance(year + 200.0)
     assert [r.key for r in await store.jobs(since=0, until=2 * year)] == ["slurm:2"]
+
+
+async def test_an_unknown_process_list_does_not_end_a_job(store: Store) -> None:
+    """A sample whose process list the agent could not read (agent 1.2 ``processes_error``) is no evidence
+    that the job's processes left: the job goes on, and ends only when a readable list no longer shows it."""
+    tracker = JobTracker(store.save_jobs)
+    for t in range(0, 30):
+        tracker.frame("n1", snap(gpu(0, util=80, procs=[proc(10, job="5")]), ts=t), t)
+    for t in range(30, 30 + 10 * GONE_INTERVALS):
+        tracker.frame("n1", snap(gpu(0, util=80, processes_error="NVML_ERROR_UNKNOWN"), ts=t), t)
+    await tracker.drain()
+    assert await store.jobs(since=0, until=10_000) == [] and list(tracker.jobs) == ["slurm:5"]
+    end = 30 + 10 * GONE_INTERVALS
+    for t in range(end, end + GONE_INTERVALS + 2):
+        tracker.frame("n1", snap(gpu(0, util=0, procs=[]), ts=t), t)
+    await tracker.drain()
+    [rec] = await store.jobs(since=0, until=10_000)
+    assert rec.key == "slurm:5" and rec.ended == end - 1

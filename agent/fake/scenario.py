@@ -1,6 +1,6 @@
 """Fake scenarios: GPUs, processes and a timeline read from YAML, as plain data with curves over time.
 
-The model and its loader, kept apart from the fake NVML (:mod:`gpufleet.agent.fake`) that answers
+The model and its loader, kept apart from the fake NVML (:mod:`gpufleet.agent.fake.nvml`) that answers
 from it, so a scenario can be checked (``ScenarioError`` with the key at fault) without a backend.
 Time is seconds since the backend started. See :mod:`gpufleet.agent.scenarios` for the format; PyYAML
 is imported only when a scenario is loaded. Stdlib only, like the whole agent.
@@ -41,15 +41,20 @@ FIELDS: Final = frozenset(
         "ecc",
         "mig",
         "processes",
-        "processes_v3",
         "graphics_processes",
+        "mps_processes",
         "process_util",
         "events",
         "gpm",
+        "handle",
+        "temperature_v",
+        "field_values",
+        "remapped_rows",
+        "energy",
     }
 )
 #: Fields whose "unsupported" means the newer symbol is missing (an older driver), not NOT_SUPPORTED.
-_MISSING_SYMBOL: Final = frozenset({"memory_v2", "processes_v3", "clocks_event_reasons"})
+_MISSING_SYMBOL: Final = frozenset({"memory_v2", "clocks_event_reasons", "temperature_v"})
 
 
 # ------------------------------------------------------------------------------------------- curves
@@ -93,7 +98,8 @@ class FakeProcess:
     command: str
     memory_mib: Curve
     sm_util: Curve
-    kind: str = "compute"
+    kind: str = "compute"  # compute | graphics | compute+graphics | mps (an MPS client)
+    mig: int | None = None  # the MIG GPU instance it runs in (gi_id), on a GPU in MIG mode
     start_offset_s: float = -600.0  # when it started, relative to the backend start (negative: before)
     state: str = "S"
     ppid: int = 1
@@ -154,11 +160,19 @@ class FakeGpu:
     mig: list[FakeMig] | None
     errors: dict[str, int]
     processes: list[FakeProcess]
+    tensor_active: Curve | None = None  # GPM tensor activity %; None: 60 % of sm_active
+    memory_temperature: Curve | None = None  # HBM Celsius; None: 8 degrees above the GPU
+    recovery_action: Curve | None = None  # nvmlDeviceGpuRecoveryAction_t over time; None: 0 (none)
+    remapped_rows: tuple[int, int, bool, bool] = (0, 0, False, False)  # corr., uncorr., pending, failed
     lost: list[tuple[float, float]] = field(default_factory=list)  # [from, until) intervals
+    hangs: list[tuple[float, float]] = field(default_factory=list)  # [from, until): every call blocks
     xids: list[tuple[float, int]] = field(default_factory=list)
 
     def is_lost(self, t: float) -> bool:
         return any(a <= t < b for a, b in self.lost)
+
+    def is_hung(self, t: float) -> bool:
+        return any(a <= t < b for a, b in self.hangs)
 
     def running(self, t: float) -> list[FakeProcess]:
         return [p for p in self.processes if p.present(t)]
@@ -173,6 +187,9 @@ class Scenario:
     cuda_version: int
     gpus: list[FakeGpu]
     event_sets: bool = True
+    #: The caller is root. The documented deployment runs the agent as an unprivileged user, and NVML lists
+    #: a MIG GPU's processes on its parent handle only for privileged callers (NVML API reference).
+    privileged: bool = False
     driver_errors: list[tuple[float, float, int]] = field(default_factory=list)  # [from, until), code
     description: str = ""
 
@@ -255,8 +272,8 @@ def _parse_process(r: _Reader, raw: Any, key: str) -> FakeProcess:
         raise r.fail(f"{key}.pid", "required, a positive integer")
     user = r.get(m, "user", key, (str,), "root")
     kind = r.get(m, "kind", key, (str,), "compute")
-    if kind not in ("compute", "graphics", "compute+graphics"):
-        raise r.fail(f"{key}.kind", "must be compute, graphics or compute+graphics")
+    if kind not in ("compute", "graphics", "compute+graphics", "mps"):
+        raise r.fail(f"{key}.kind", "must be compute, graphics, compute+graphics or mps")
     state = r.get(m, "state", key, (str,), "S")
     if len(state) != 1:
         raise r.fail(f"{key}.state", "must be one /proc state letter (R, S, D, Z, T)")
@@ -269,6 +286,7 @@ def _parse_process(r: _Reader, raw: Any, key: str) -> FakeProcess:
         memory_mib=r.curve(m, "memory_mib", key) or Curve.const(0),
         sm_util=r.curve(m, "sm_util", key) or Curve.const(0),
         kind=kind,
+        mig=r.get(m, "mig", key, (int,)),
         start_offset_s=r.number(m, "start_offset_s", key, -600.0) or 0.0,
         state=state,
         ppid=r.get(m, "ppid", key, (int,), 1),
@@ -326,6 +344,13 @@ def _parse_gpu(r: _Reader, raw: Any, index: int, hostname: str) -> FakeGpu:
         for i, p in enumerate(r.get(m, "processes", key, (list,), []))
     ]
     mig = _parse_mig(r, m["mig"], f"{key}.mig") if m.get("mig") else None
+    if mig is not None:
+        ids = {inst.gi_id for inst in mig}
+        for i, p in enumerate(procs):
+            if p.mig not in ids:
+                raise r.fail(f"{key}.processes[{i}].mig",
+                             f"required on a GPU in MIG mode: one of the instances' gi_id {sorted(ids)}")
+    remap = r.mapping(m.get("remapped_rows") or {}, f"{key}.remapped_rows")
     return FakeGpu(
         index=index,
         name=r.get(m, "name", key, (str,), "NVIDIA A100-SXM4-80GB"),
@@ -352,6 +377,15 @@ def _parse_gpu(r: _Reader, raw: Any, index: int, hostname: str) -> FakeGpu:
         mig=mig,
         errors=errors,
         processes=procs,
+        tensor_active=r.curve(m, "tensor_active", key),
+        memory_temperature=r.curve(m, "memory_temperature", key),
+        recovery_action=r.curve(m, "recovery_action", key),
+        remapped_rows=(
+            r.get(remap, "correctable", f"{key}.remapped_rows", (int,), 0),
+            r.get(remap, "uncorrectable", f"{key}.remapped_rows", (int,), 0),
+            bool(r.get(remap, "pending", f"{key}.remapped_rows", (bool,), False)),
+            bool(r.get(remap, "failed", f"{key}.remapped_rows", (bool,), False)),
+        ),
     )
 
 
@@ -361,6 +395,7 @@ def _apply_timeline(r: _Reader, sc: Scenario, raw: Any) -> None:
     if not isinstance(raw, list):
         raise r.fail("timeline", "must be a list of {at, ...} entries")
     pending_lost: dict[int, float] = {}
+    pending_hang: dict[int, float] = {}
     by_pid = {p.pid: p for g in sc.gpus for p in g.processes}
     entries = []
     for i, e in enumerate(raw):
@@ -385,10 +420,11 @@ def _apply_timeline(r: _Reader, sc: Scenario, raw: Any) -> None:
             duration = r.number(m, "duration", key, math.inf) or math.inf
             sc.driver_errors.append((at, at + duration, code))
             continue
-        if what not in ("lost", "recover", "xid"):
+        if what not in ("lost", "recover", "xid", "hang", "unhang"):
             raise r.fail(
                 f"{key}.event",
-                f"unknown event {what!r} (start, stop, idle, zombie, lost, recover, xid, driver_error)",
+                f"unknown event {what!r} (start, stop, idle, zombie, lost, recover, hang, unhang, xid, "
+                "driver_error)",
             )
         gi = r.get(m, "gpu", key, (int,))
         if gi is None or not 0 <= gi < len(sc.gpus):
@@ -401,10 +437,16 @@ def _apply_timeline(r: _Reader, sc: Scenario, raw: Any) -> None:
             gpu.xids.append((at, xid))
         elif what == "lost":
             pending_lost.setdefault(gi, at)
-        elif gi in pending_lost:
+        elif what == "hang":
+            pending_hang.setdefault(gi, at)
+        elif what == "unhang" and gi in pending_hang:
+            gpu.hangs.append((pending_hang.pop(gi), at))
+        elif what == "recover" and gi in pending_lost:
             gpu.lost.append((pending_lost.pop(gi), at))
     for gi, at in pending_lost.items():
         sc.gpus[gi].lost.append((at, math.inf))
+    for gi, at in pending_hang.items():
+        sc.gpus[gi].hangs.append((at, math.inf))
 
 
 def parse_scenario(data: Any, source: str, hostname: str | None = None) -> Scenario:
@@ -423,6 +465,7 @@ def parse_scenario(data: Any, source: str, hostname: str | None = None) -> Scena
         cuda_version=cuda,
         gpus=[_parse_gpu(r, g, i, host) for i, g in enumerate(gpus_raw)],
         event_sets=bool(r.get(m, "event_sets", "", (bool,), True)),
+        privileged=bool(r.get(m, "privileged", "", (bool,), False)),
         description=r.get(m, "description", "", (str,), ""),
     )
     pids = [p.pid for g in sc.gpus for p in g.processes]

@@ -4,10 +4,20 @@
 ``pynvml.NVMLError`` instances, so :class:`gpufleet.agent.nvml.Gateway` runs the very same code (and error
 mapping) as on hardware. Return objects carry the attribute names of pynvml's ctypes structs.
 
-A scenario (YAML; :mod:`gpufleet.agent.fake_scenario`) describes GPUs, processes and a timeline; time is
+A scenario (YAML; :mod:`gpufleet.agent.fake.scenario`) describes GPUs, processes and a timeline; time is
 seconds since the backend started, from an injectable clock so tests are deterministic. Processes are
-attributed by :class:`~gpufleet.agent.fake_procs.FakeProcs`. The scenario names are re-exported here, so
-``from gpufleet.agent.fake import FakeNvml, FakeProcs, load_scenario`` is the one import a caller needs.
+attributed by :class:`~gpufleet.agent.fake.procs.FakeProcs`.
+
+What real drivers do, and this fake does too (each with its source; tests/agent and tests/fakenvml check
+them through the real gateway):
+- per-process utilization has samples only for processes that ran kernels, and NOT_FOUND when none did
+  (NVML API reference, nvmlDeviceGetProcessUtilization; nvitop gives 0 to a process without a sample);
+- any field may fail alone, UNKNOWN included (gpustat issue #161: fan speed; ``ERR!`` power reads);
+- MIG: no utilization and no per-process utilization on the parent (nvitop issue #5), the parent's process
+  list only for privileged callers, processes and GPM per instance (NVML API reference, "Multi-Instance GPU");
+- an event set wait answers GPU_IS_LOST while a registered GPU is lost (NVML API reference, nvmlEventSetWait);
+- a GPU whose handle may not be opened answers NO_PERMISSION (nvidia-container-toolkit issue #842);
+- a call that hangs (D state after some Xids) blocks in real time: the scenario's ``hang`` events.
 """
 
 
@@ -21,34 +31,11 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from gpufleet.agent import nvml
-from gpufleet.agent.fake_procs import FakeProcs
-from gpufleet.agent.fake_scenario import (
-    FIELDS,
-    Curve,
-    FakeGpu,
-    FakeMig,
-    FakeProcess,
-    Scenario,
-    load_scenario,
-    parse_scenario,
-)
+from gpufleet.agent.fake.scenario import FakeGpu, FakeMig, Scenario
 
 MIB: Final = 1 << 20
-
-__all__ = [
-    "FIELDS",
-    "Curve",
-    "FakeEventSet",
-    "FakeGpu",
-    "FakeHandle",
-    "FakeMig",
-    "FakeNvml",
-    "FakeProcess",
-    "FakeProcs",
-    "Scenario",
-    "load_scenario",
-    "parse_scenario",
-]
+#: How often a hung call looks whether its hang is over (real seconds: a hang is a wall-clock matter).
+HANG_POLL_S: Final = 0.02
 
 
 # ----------------------------------------------------------------------------------------- fake NVML
@@ -85,19 +72,6 @@ def _err(name: str) -> Exception:
     return err
 
 
-def _unversioned(v3: Callable[[Any], list[_Obj]], handle: Any) -> list[_Obj]:
-    """An unversioned process call as pynvml makes it: the _v3 symbol, and where that is missing the
-    library-mismatch error rather than FUNCTION_NOT_FOUND."""
-    try:
-        return v3(handle)
-    except nvml.NVMLError as exc:
-        if int(getattr(exc, "value", 0)) == nvml.ERROR_CODES["FUNCTION_NOT_FOUND"]:
-            raise nvml.library_mismatch(
-                "Unversioned function called and the pyNVML version does not match the NVML lib version."
-            ) from None
-        raise
-
-
 class FakeNvml:
     """The pynvml surface the agent uses, answering from a scenario at time ``clock() - start``."""
 
@@ -117,6 +91,7 @@ class FakeNvml:
         self._lock = threading.RLock()
         self._handles = [FakeHandle(i) for i in range(len(scenario.gpus))]
         self._gpm: dict[int, tuple[int, float] | None] = {}  # GPM sample address -> (gpu index, t) taken
+        self._energy: dict[int, tuple[float, float]] = {}  # gpu index -> (t, millijoules) at the last read
         self.calls = 0  # how many NVML calls were made (for tests and the overhead benchmark)
 
     # ------------------------------------------------------------------ time and checks
@@ -145,11 +120,21 @@ class FakeNvml:
         if not isinstance(handle, FakeHandle) or not 0 <= handle.index < len(self.scenario.gpus):
             raise _err("INVALID_ARGUMENT")
         gpu = self.scenario.gpus[handle.index]
+        while gpu.is_hung(t):  # blocked in the kernel until the hang ends (the clock moves on)
+            time.sleep(HANG_POLL_S)
+            t = self.elapsed()
         if gpu.is_lost(t):
             raise _err("GPU_IS_LOST")
         code = gpu.errors.get(what)
         if code is not None:
             raise nvml.make_error(code)
+        return gpu, t
+
+    def _parent(self, handle: Any, what: str) -> tuple[FakeGpu, float]:
+        """A call the parent of a MIG GPU does not support (utilization and the like)."""
+        gpu, t = self._device(handle, what)
+        if gpu.mig is not None:
+            raise _err("NOT_SUPPORTED")
         return gpu, t
 
     # ------------------------------------------------------------------ derived readings
@@ -225,9 +210,15 @@ class FakeNvml:
         return len(self.scenario.gpus)
 
     def nvmlDeviceGetHandleByIndex(self, index: int) -> FakeHandle:
-        self._system()
+        t = self._system()
         if not 0 <= index < len(self._handles):
             raise _err("INVALID_ARGUMENT")
+        gpu = self.scenario.gpus[index]
+        if gpu.is_lost(t):
+            raise _err("GPU_IS_LOST")
+        code = gpu.errors.get("handle")
+        if code is not None:
+            raise nvml.make_error(code)
         return self._handles[index]
 
     # ------------------------------------------------------------------ identity (MIG handles too)
@@ -266,7 +257,7 @@ class FakeNvml:
     # ------------------------------------------------------------------ fast readings
 
     def nvmlDeviceGetUtilizationRates(self, handle: Any) -> _Obj:
-        gpu, t = self._device(handle, "utilization")
+        gpu, t = self._parent(handle, "utilization")
         u = self.util(gpu, t)
         mu = gpu.util_mem.at(t) if gpu.util_mem is not None else u * 0.6
         return _Obj(gpu=int(round(u)), memory=int(round(mu)))
@@ -287,26 +278,51 @@ class FakeNvml:
             raise _err("INVALID_ARGUMENT")
 
     def nvmlGpmSampleGet(self, device: Any, gpmSample: Any) -> Any:
-        gpu, t = self._device(device, "gpm")
+        gpu, t = self._parent(device, "gpm")
         if nvml.handle_key(gpmSample) not in self._gpm:
             raise _err("INVALID_ARGUMENT")
         self._gpm[nvml.handle_key(gpmSample)] = (gpu.index, t)
         return gpmSample
 
+    def nvmlGpmMigSampleGet(self, device: Any, gpuInstanceId: int, gpmSample: Any) -> Any:
+        """One GPU instance's GPM sample, on the parent handle (its SM activity is the instance's share of
+        the GPU's, in this fake: the GPU's curve)."""
+        gpu, t = self._device(device, "gpm")
+        if gpu.mig is None or gpuInstanceId not in {i.gi_id for i in gpu.mig}:
+            raise _err("INVALID_ARGUMENT")
+        if nvml.handle_key(gpmSample) not in self._gpm:
+            raise _err("INVALID_ARGUMENT")
+        self._gpm[nvml.handle_key(gpmSample)] = (gpu.index, t)
+        return gpmSample
+
+    def _gpm_value(self, gpu: FakeGpu, metric: int, t: float) -> float | None:
+        sm = gpu.sm_active
+        if sm is None:
+            return None
+        if metric in (nvml.GPM_SM_UTIL, nvml.GPM_GRAPHICS_UTIL):
+            return max(0.0, sm.at(t))
+        if metric == nvml.GPM_ANY_TENSOR_UTIL:
+            return max(0.0, gpu.tensor_active.at(t) if gpu.tensor_active is not None else 0.6 * sm.at(t))
+        if metric == nvml.GPM_DRAM_BW_UTIL:
+            return max(0.0, gpu.util_mem.at(t) if gpu.util_mem is not None else 0.6 * self.util(gpu, t))
+        return None
+
     def nvmlGpmMetricsGet(self, metricsGet: Any) -> Any:
-        """SM activity of the GPU at the newer sample's time (the scenario's ``sm_active`` curve)."""
+        """GPM activity of the GPU at the newer sample's time (the scenario's ``sm_active`` curve and what it
+        implies for the tensor, DRAM and engine metrics)."""
         self._system()
         first = self._gpm.get(nvml.handle_key(metricsGet.sample1))
         second = self._gpm.get(nvml.handle_key(metricsGet.sample2))
         if first is None or second is None or first[0] != second[0]:
             raise _err("INVALID_ARGUMENT")
-        curve = self.scenario.gpus[second[0]].sm_active
+        gpu = self.scenario.gpus[second[0]]
         for i in range(metricsGet.numMetrics):
             m = metricsGet.metrics[i]
-            if m.metricId == nvml.GPM_SM_UTIL and curve is not None:
-                m.nvmlReturn, m.value = 0, max(0.0, curve.at(second[1]))
-            else:
+            value = self._gpm_value(gpu, int(m.metricId), second[1])
+            if value is None:
                 m.nvmlReturn = nvml.ERROR_CODES["NOT_SUPPORTED"]
+            else:
+                m.nvmlReturn, m.value = 0, value
         return metricsGet
 
     def nvmlDeviceGetMemoryInfo(self, handle: Any, version: int | None = None) -> _Obj:
@@ -335,6 +351,41 @@ class FakeNvml:
         if sensor != nvml.TEMPERATURE_GPU:
             raise _err("INVALID_ARGUMENT")
         return int(round(self.temp(gpu, t)))
+
+    def nvmlDeviceGetTemperatureV(self, handle: Any, sensor: int) -> int:
+        """The versioned call (r530+); ``unsupported: [temperature_v]`` is a driver without the symbol."""
+        gpu, _ = self._device(handle, "temperature_v")
+        return self.nvmlDeviceGetTemperature(handle, sensor)
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, handle: Any) -> int:
+        """Millijoules since the driver loaded: the power curve integrated between reads."""
+        gpu, t = self._device(handle, "energy")
+        last_t, mj = self._energy.get(gpu.index, (0.0, 0.0))
+        if t > last_t:
+            mj += self.power_w(gpu, t) * (t - last_t) * 1000.0
+            self._energy[gpu.index] = (t, mj)
+        return int(mj)
+
+    def nvmlDeviceGetRemappedRows(self, handle: Any) -> tuple[int, int, int, int]:
+        gpu, _ = self._device(handle, "remapped_rows")
+        corr, unc, pending, failed = gpu.remapped_rows
+        return (corr, unc, int(pending), int(failed))
+
+    def nvmlDeviceGetFieldValues(self, handle: Any, fieldIds: list[int]) -> list[_Obj]:
+        """HBM temperature (field 82) and the GPU recovery action (field 230); others NOT_SUPPORTED."""
+        gpu, t = self._device(handle, "field_values")
+        out = []
+        for fid in fieldIds:
+            value: float | None = None
+            if fid == 82:
+                curve = gpu.memory_temperature
+                value = curve.at(t) if curve is not None else self.temp(gpu, t) + 8
+            elif fid == 230:
+                value = gpu.recovery_action.at(t) if gpu.recovery_action is not None else 0
+            rc = 0 if value is not None else nvml.ERROR_CODES["NOT_SUPPORTED"]
+            out.append(_Obj(fieldId=fid, nvmlReturn=rc, valueType=1,
+                            value=_Obj(uiVal=int(round(value or 0)))))
+        return out
 
     def nvmlDeviceGetTemperatureThreshold(self, handle: Any, threshold: int) -> int:
         gpu, _ = self._device(handle, "thresholds")
@@ -418,53 +469,45 @@ class FakeNvml:
     # ------------------------------------------------------------------ processes
 
     def _procs(self, handle: Any, what: str, kinds: tuple[str, ...]) -> list[_Obj]:
+        """The running-process list of a GPU or of one MIG device. On the parent of a MIG GPU, NVML lists
+        (every instance's processes) only for a privileged caller; a MIG device lists its own."""
         gpu, t = self._device(handle, what)
+        if gpu.mig is not None and handle.mig is None and not self.scenario.privileged:
+            raise _err("NO_PERMISSION")
+        inst = None if handle.mig is None else self._mig(gpu, handle)
+        none = 0xFFFFFFFF
         return [
             _Obj(
                 pid=p.pid,
                 usedGpuMemory=int(p.memory_mib.at(t) * MIB),
-                gpuInstanceId=0xFFFFFFFF,
-                computeInstanceId=0xFFFFFFFF,
+                gpuInstanceId=none if gpu.mig is None else p.mig,
+                computeInstanceId=none if gpu.mig is None else 0,
             )
             for p in gpu.running(t)
-            if p.kind in kinds
+            if p.kind in kinds and (inst is None or p.mig == inst.gi_id)
         ]
 
-    def _v3(self, handle: Any) -> None:
-        gpu, _ = self._device(handle, "processes")
-        if "processes_v3" in gpu.errors:
-            raise nvml.make_error(gpu.errors["processes_v3"])
-
     def nvmlDeviceGetComputeRunningProcesses(self, handle: Any) -> list[_Obj]:
-        return _unversioned(self.nvmlDeviceGetComputeRunningProcesses_v3, handle)
-
-    def nvmlDeviceGetComputeRunningProcesses_v3(self, handle: Any) -> list[_Obj]:
-        self._v3(handle)
-        return self._procs(handle, "processes", ("compute", "compute+graphics"))
-
-    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: Any) -> list[_Obj]:
         return self._procs(handle, "processes", ("compute", "compute+graphics"))
 
     def nvmlDeviceGetGraphicsRunningProcesses(self, handle: Any) -> list[_Obj]:
-        return _unversioned(self.nvmlDeviceGetGraphicsRunningProcesses_v3, handle)
-
-    def nvmlDeviceGetGraphicsRunningProcesses_v3(self, handle: Any) -> list[_Obj]:
-        self._v3(handle)
         return self._procs(handle, "graphics_processes", ("graphics", "compute+graphics"))
 
-    def nvmlDeviceGetGraphicsRunningProcesses_v2(self, handle: Any) -> list[_Obj]:
-        return self._procs(handle, "graphics_processes", ("graphics", "compute+graphics"))
+    def nvmlDeviceGetMPSComputeRunningProcesses(self, handle: Any) -> list[_Obj]:
+        return self._procs(handle, "mps_processes", ("mps",))
 
     def sample_ts(self, t: float) -> int:
         """Process-utilization sample time (µs since the epoch), quantised to 100 ms like NVML's buffer."""
         return int(self.wall0 * 1e6) + int(t * 10) * 100_000
 
     def nvmlDeviceGetProcessUtilization(self, handle: Any, timeStamp: int) -> list[_Obj]:
-        gpu, t = self._device(handle, "process_util")
+        """Samples only for processes that ran kernels; NOT_FOUND when none did, or none since ``timeStamp``
+        (NVML API reference). Not supported on a MIG GPU."""
+        gpu, t = self._parent(handle, "process_util")
         now = self.sample_ts(t)
-        live = [p for p in gpu.running(t) if not p.zombie(t)]
+        live = [p for p in gpu.running(t) if not p.zombie(t) and round(p.sm(t)) > 0]
         if now <= timeStamp or not live:
-            raise _err("NOT_FOUND")  # what real NVML answers when there are no new samples
+            raise _err("NOT_FOUND")
         return [
             _Obj(
                 pid=p.pid,
@@ -517,9 +560,16 @@ class FakeNvml:
         ]
         return max(0.0, min(times) - t) if times else math.inf
 
+    def _lost_registered(self, es: FakeEventSet, t: float) -> bool:
+        return any(self.scenario.gpus[gi].is_lost(t) for gi in es.devices)
+
     def nvmlEventSetWait_v2(self, eventSet: FakeEventSet, timeoutms: int) -> _Obj:
+        """The next Xid of a registered GPU; GPU_IS_LOST at once while any registered GPU is lost, as the
+        driver answers (the caller must take the lost GPU out of the set, or never see another Xid)."""
         with self._lock:
             t = self._system()
+            if self._lost_registered(eventSet, t):
+                raise _err("GPU_IS_LOST")
             ev = self._due_event(eventSet, t)
             if ev is not None:
                 return ev

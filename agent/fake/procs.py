@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from gpufleet.agent.procinfo import ProcInfo
 
 if TYPE_CHECKING:
-    from gpufleet.agent.fake import FakeNvml
+    from gpufleet.agent.fake.nvml import FakeNvml
 
 
 class FakeProcs:

@@ -66,6 +66,9 @@ class ProcessSample(_Sample):
     job_account: str | None = None
     job_partition: str | None = None
     job_state: str | None = None
+    pod_namespace: str | None = None
+    pod_name: str | None = None
+    container_name: str | None = None
 
 
 class MigInstance(_Sample):
@@ -110,6 +113,18 @@ class GpuSample(_Sample):
     sm_active: Percent | None = None
 
 
+class SlurmAllocation(_Sample):
+    """A Slurm job holding GPUs on the host, used or not (wire.SlurmAllocation)."""
+
+    job: str
+    gpu_indexes: list[Index]
+    name: str | None = None
+    user: str | None = None
+    account: str | None = None
+    partition: str | None = None
+    state: str | None = None
+
+
 class Snapshot(_Sample, tag_field="type", tag="snapshot"):
     """A sample of every GPU of a host (wire.Snapshot). ``proto`` is the agent's version, so required."""
 
@@ -118,6 +133,7 @@ class Snapshot(_Sample, tag_field="type", tag="snapshot"):
     ts: Seconds
     seq: Seq
     gpus: list[GpuSample] = msgspec.field(default_factory=list)
+    allocations: list[SlurmAllocation] = msgspec.field(default_factory=list)
 
 
 class Heartbeat(_Sample, tag_field="type", tag="heartbeat"):
@@ -133,7 +149,7 @@ class Heartbeat(_Sample, tag_field="type", tag="heartbeat"):
 Frame = Snapshot | Heartbeat | wire.Hello | wire.Event
 
 _NAMES: Final[dict[type[_Sample], tuple[str, ...]]] = {
-    cls: tuple(cls.__struct_fields__) for cls in (ProcessSample, MigInstance, GpuSample)}
+    cls: tuple(cls.__struct_fields__) for cls in (ProcessSample, MigInstance, GpuSample, SlurmAllocation)}
 
 
 def _values(obj: object, cls: type[_Sample]) -> dict[str, Any]:
@@ -151,7 +167,9 @@ def from_wire(frame: wire.Frame) -> Frame:
     """The collector's frame for one the reference decoder (or a test) built: snapshots and heartbeats
     become Structs with the same values, unchecked (the reference has decided); others pass as they are."""
     if isinstance(frame, wire.Snapshot):
-        return Snapshot(ts=frame.ts, seq=frame.seq, gpus=[_gpu(g) for g in frame.gpus], proto=frame.proto)
+        allocations = [SlurmAllocation(**_values(a, SlurmAllocation)) for a in frame.allocations]
+        return Snapshot(ts=frame.ts, seq=frame.seq, gpus=[_gpu(g) for g in frame.gpus], proto=frame.proto,
+                        allocations=allocations)
     if isinstance(frame, wire.Heartbeat):
         return Heartbeat(ts=frame.ts, seq=frame.seq, proto=frame.proto)
     return frame

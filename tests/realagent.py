@@ -1,0 +1,91 @@
+"""The real ``gpufleet-agent`` streaming from the fake libnvidia-ml.so.1, for tests of what it reads from other
+real host parts (a real Slurm's cgroups and scontrol, the kubelet's directories, real cgroups).
+
+The fake library (tests/fakenvml) lists whatever pids a test writes into its state file, so a test can put
+a real process (a Slurm job step, a process in a pod's cgroup) on a GPU. Frames are read by a thread and
+every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from gpufleet.agent import wire
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "fakenvml"))
+import fakelib  # noqa: E402
+
+
+def agent_cmd() -> list[str]:
+    """The installed ``gpufleet-agent`` console script (else ``python -m gpufleet.agent``)."""
+    exe = Path(sys.executable).with_name("gpufleet-agent")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "gpufleet.agent"]
+
+
+def build_lib(factory: pytest.TempPathFactory) -> Path:
+    """The fake library's directory (skips the test where gcc is missing)."""
+    if not fakelib.have_gcc():
+        pytest.skip("gcc is not installed: cannot build the fake libnvidia-ml.so.1")
+    return fakelib.build(factory.mktemp("fakenvml-lib"))
+
+
+class AgentStream:
+    """A running agent's snapshots, decoded as they come."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.frames: queue.Queue[wire.Frame | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.frames.put(wire.decode(line))
+        self.frames.put(None)
+
+    def snapshot_where(self, accept: Callable[[wire.Snapshot], bool], timeout: float = 30.0) -> wire.Snapshot:
+        """The first snapshot ``accept`` takes; fails after ``timeout`` seconds with the last one seen."""
+        deadline = time.monotonic() + timeout
+        last: wire.Snapshot | None = None
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                frame = self.frames.get(timeout=left)
+            except queue.Empty:
+                break
+            if frame is None:
+                raise AssertionError(f"the agent exited ({self.proc.poll()}); last snapshot: {last}")
+            if isinstance(frame, wire.Snapshot):
+                last = frame
+                if accept(frame):
+                    return frame
+        raise AssertionError(f"no matching snapshot in {timeout:g} s; last: {last}")
+
+
+@contextmanager
+def streaming(lib_dir: Path, state: Path, *args: str, env: Mapping[str, str] | None = None,
+              stderr: Path | None = None) -> Iterator[AgentStream]:
+    """The agent on the fake library with ``state``, its stdin a pipe (EOF at the end: it exits 0)."""
+    err = open(stderr, "wb") if stderr is not None else subprocess.DEVNULL  # noqa: SIM115
+    proc = subprocess.Popen([*agent_cmd(), *args], env=fakelib.env_for(lib_dir, state, env),
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+    try:
+        yield AgentStream(proc)
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            assert proc.wait(timeout=20) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            if stderr is not None:
+                err.close()  # type: ignore[union-attr]

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from gpufleet.agent.slurm_node import LIST_EVERY, NodeJobs, node_gpus
+from gpufleet.agent.slurm_node import LIST_EVERY, NodeJobs, node_gpus, slurm_conf
 from gpufleet.agent.wire import SlurmAllocation
 
 log = logging.getLogger(__name__)
@@ -212,6 +212,8 @@ class SlurmResolver:
         self._clock = clock
         self._cache: dict[str, _Entry] = {}
         self._listed: frozenset[str] = frozenset()  # the jobs on this node at the last listing
+        self._version = 0  # bumped whenever an answer or the listing changes (allocations' memo)
+        self._memo: tuple[frozenset[str], int, list[SlurmAllocation]] = (frozenset(), -1, [])
         self._lock = threading.Lock()
         self._queue: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -243,14 +245,21 @@ class SlurmResolver:
 
     def allocations(self, job_ids: Iterable[str] = ()) -> list[SlurmAllocation]:
         """Every job on this node (the last listing, and ``job_ids``: those of this sample's processes) that
-        Slurm says holds GPUs here, as the wire carries it; a cache read, ordered by job id."""
+        Slurm says holds GPUs here, as the wire carries it, ordered by job id. A cache read, built again only
+        when the jobs or the answers changed (the objects are shared between snapshots: never mutate them).
+        """
         with self._lock:
             wanted = self._listed.union(job_ids)
+            key, version, memo = self._memo
+            if version == self._version and key == wanted:
+                return list(memo)
             jobs = [e.job for e in map(self._cache.get, wanted) if e is not None and e.job is not None]
-        return [SlurmAllocation(job=j.job_id, gpu_indexes=list(j.gpus), name=j.name, user=j.user,
-                                account=j.account, partition=j.partition, state=j.state)
-                for j in sorted(jobs, key=lambda j: (len(j.job_id), j.job_id))
-                if j.gpus and j.state not in ENDED_STATES]
+            memo = [SlurmAllocation(job=j.job_id, gpu_indexes=list(j.gpus), name=j.name, user=j.user,
+                                    account=j.account, partition=j.partition, state=j.state)
+                    for j in sorted(jobs, key=lambda j: (len(j.job_id), j.job_id))
+                    if j.gpus and j.state not in ENDED_STATES]
+            self._memo = (wanted, self._version, memo)
+            return list(memo)
 
     # ------------------------------------------------------------------ background thread
 
@@ -278,8 +287,9 @@ class SlurmResolver:
         with self._lock:
             e = self._cache.get(job_id)
             if e is not None:
-                if not failed:  # a failed refresh keeps the last answer: slurmctld down ends no job
-                    e.job = job
+                if not failed and e.job != job:  # a failed refresh keeps the last answer: slurmctld down
+                    e.job = job  # ends no job
+                    self._version += 1
                 e.expires, e.queued = now + ttl, False
         return True
 
@@ -300,7 +310,7 @@ class SlurmResolver:
             return False
         now = self._clock()
         with self._lock:
-            self._listed = frozenset(ids)
+            self._listed = frozenset(ids)  # compared by value in allocations(): no version bump needed
             for job_id in sorted(ids):
                 self._touch(job_id, now)
         return True
@@ -311,6 +321,7 @@ class SlurmResolver:
         with self._lock:
             for job_id in [k for k, e in self._cache.items() if now - e.seen > FORGET_AFTER]:
                 del self._cache[job_id]
+                self._version += 1
 
     def _run(self) -> None:
         next_list = time.monotonic()
@@ -361,12 +372,13 @@ def resolver_for(binary: str | None, *, node: str | None = None, cgroup_root: st
 
     ``cgroup_root`` (the real backend: ``/sys/fs/cgroup``) also lists the jobs on this node, so those that
     run no GPU process are known too; with ``squeue`` beside ``binary`` as the fallback where there is no
-    Slurm cgroup tree. The fake backend passes None: its job ids mean nothing to this host's cgroups."""
+    Slurm cgroup tree and Slurm is configured here. The fake backend passes None: its job ids mean nothing
+    to this host's cgroups."""
     if binary is None:
         return None
     scontrol = Scontrol(binary, node=node)
     lister = None
     if cgroup_root is not None:
-        squeue = shutil.which("squeue", path=os.path.dirname(binary))
+        squeue = shutil.which("squeue", path=os.path.dirname(binary)) if slurm_conf(binary) else None
         lister = NodeJobs(scontrol.output, squeue, node, cgroup_root)
     return SlurmResolver(scontrol, lister=lister, list_every=LIST_EVERY if list_every is None else list_every)

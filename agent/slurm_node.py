@@ -7,9 +7,10 @@ thread):
 - **What a job holds here**: ``scontrol -o show job -d ID`` prints one group per set of nodes with the same
   allocation, ``Nodes=<hostlist> CPU_IDs=<ids> Mem=<MB> GRES=<details>`` (SchedMD/slurm
   ``src/api/job_info.c``, ``slurm_sprint_job_info``), where the details are one
-  ``name[:type]:count(IDX:<bitmap>)`` per GRES (``src/interfaces/gres.c`` ``gres_job_build_details`` up to
-  23.11, ``src/stepmgr/gres_stepmgr.c`` ``gres_stepmgr_job_build_details`` from 24.05), ``name[:type](CNT:n)``
-  when Slurm kept no bitmap, and ``name:count(a/b,...)`` for shared GRES (shard, mps). Older releases print
+  ``name[:type]:count(IDX:<bitmap>)`` per GRES (``src/slurmctld/gres_ctld.c`` ``gres_ctld_job_build_details``
+  in 22.05 and 23.x, ``src/stepmgr/gres_stepmgr.c`` ``gres_stepmgr_job_build_details`` later),
+  ``name[:type](CNT:n)`` when Slurm kept no bitmap, and ``name:count(a/b,...)`` for shared GRES (shard, mps)
+  in later releases. Older releases print
   ``GRES_IDX=gpu(IDX:1-4)``. The bitmap is Slurm's ``bit_fmt``: ``0-1``, ``0,2``, ``0-1,3``. The indexes are
   Slurm's GRES indexes on that node (the order of the GPUs in gres.conf's ``File=`` list, or of the devices
   AutoDetect found), not necessarily NVML's.
@@ -18,11 +19,14 @@ thread):
   ``<root>/system.slice/[<node>_]slurmstepd.scope/job_<id>``. Listing those directories costs a few
   ``readdir`` calls and nothing on slurmctld. Only where no Slurm cgroup tree exists (proctrack/pgid or
   linuxproc) does the agent ask the controller, with ``squeue -h -w <node> -t R,S,CG -o %A``: squeue loads
-  the controller's whole job table per call, so it runs at most every :data:`LIST_EVERY` seconds.
+  the controller's whole job table per call, so it runs at most every :data:`LIST_EVERY` seconds, and
+  only where a slurm.conf is found (:func:`slurm_conf`): an unconfigured client looks for its controller
+  in DNS SRV records, on every call.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 from collections.abc import Callable
@@ -179,6 +183,16 @@ def cgroup_jobs(bases: list[Path]) -> set[str]:
         except OSError:
             continue  # a directory that vanished mid-listing (a job ending)
     return ids
+
+
+def slurm_conf(binary: str) -> Path | None:
+    """The slurm.conf a Slurm client beside ``binary`` reads, if any: ``$SLURM_CONF``, the distributions'
+    ``/etc/slurm``, ``/etc/slurm-llnl``, configless slurmd's ``/run/slurm/conf``, or ``<prefix>/etc`` of
+    ``<prefix>/bin/scontrol``."""
+    candidates = [os.environ.get("SLURM_CONF"), "/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf",
+                  "/run/slurm/conf/slurm.conf",
+                  str(Path(binary).resolve().parent.parent / "etc" / "slurm.conf")]
+    return next((Path(c) for c in candidates if c and os.path.isfile(c)), None)
 
 
 Run = Callable[[list[str]], str]

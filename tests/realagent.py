@@ -1,5 +1,5 @@
-"""The real ``gpufleet-agent`` streaming from the fake libnvidia-ml.so.1, for tests of what it reads from other
-real host parts (a real Slurm's cgroups and scontrol, the kubelet's directories, real cgroups).
+"""The real ``gpufleet-agent`` streaming from the fake libnvidia-ml.so.1, for tests of what it reads from
+other real host parts (a real Slurm's cgroups and scontrol, the kubelet's directories, real cgroups).
 
 The fake library (tests/fakenvml) lists whatever pids a test writes into its state file, so a test can put
 a real process (a Slurm job step, a process in a pod's cgroup) on a GPU. Frames are read by a thread and
@@ -30,11 +30,13 @@ def agent_cmd() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "gpufleet.agent"]
 
 
-def build_lib(factory: pytest.TempPathFactory) -> Path:
-    """The fake library's directory (skips the test where gcc is missing)."""
+@pytest.fixture(scope="session")
+def fake_nvml_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The fake library's directory, built once per session (skips where gcc is missing). A conftest that
+    imports this name offers the fixture to its directory."""
     if not fakelib.have_gcc():
         pytest.skip("gcc is not installed: cannot build the fake libnvidia-ml.so.1")
-    return fakelib.build(factory.mktemp("fakenvml-lib"))
+    return fakelib.build(tmp_path_factory.mktemp("fakenvml-lib"))
 
 
 class AgentStream:

@@ -4,10 +4,9 @@ session, and the fake NVML library the real agent loads."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import realagent
+from realagent import fake_nvml_lib  # noqa: F401 - the fixture, offered to this directory
 from slurm import realslurm
 
 
@@ -20,8 +19,3 @@ def slurm_cluster() -> Iterator[realslurm.SlurmCluster]:
         pytest.skip(reason)
     with realslurm.running() as cluster:
         yield cluster
-
-
-@pytest.fixture(scope="session")
-def fake_nvml_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return realagent.build_lib(tmp_path_factory)

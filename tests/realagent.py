@@ -40,18 +40,20 @@ def fake_nvml_lib(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 class AgentStream:
-    """A running agent's snapshots, decoded as they come."""
+    """A running agent's snapshots. A thread moves its stdout lines to a queue (b"" at EOF), so a wait is
+    bounded even when the agent writes nothing."""
 
     def __init__(self, proc: subprocess.Popen[bytes]) -> None:
         self.proc = proc
-        self.frames: queue.Queue[wire.Frame | None] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
+        self.lines: queue.Queue[bytes] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
 
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.frames.put(wire.decode(line))
-        self.frames.put(None)
+    def _pump(self) -> None:
+        out = self.proc.stdout
+        assert out is not None
+        while line := out.readline():
+            self.lines.put(line)
+        self.lines.put(b"")
 
     def snapshot_where(self, accept: Callable[[wire.Snapshot], bool], timeout: float = 30.0) -> wire.Snapshot:
         """The first snapshot ``accept`` takes; fails after ``timeout`` seconds with the last one seen."""
@@ -59,11 +61,12 @@ class AgentStream:
         last: wire.Snapshot | None = None
         while (left := deadline - time.monotonic()) > 0:
             try:
-                frame = self.frames.get(timeout=left)
+                line = self.lines.get(timeout=left)
             except queue.Empty:
                 break
-            if frame is None:
+            if not line:
                 raise AssertionError(f"the agent exited ({self.proc.poll()}); last snapshot: {last}")
+            frame = wire.decode(line)
             if isinstance(frame, wire.Snapshot):
                 last = frame
                 if accept(frame):

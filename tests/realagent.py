@@ -8,6 +8,7 @@ every wait is bounded.
 
 from __future__ import annotations
 
+import os
 import queue
 import subprocess
 import sys
@@ -77,20 +78,20 @@ class AgentStream:
 @contextmanager
 def streaming(lib_dir: Path, state: Path, *args: str, env: Mapping[str, str] | None = None,
               stderr: Path | None = None) -> Iterator[AgentStream]:
-    """The agent on the fake library with ``state``, its stdin a pipe (EOF at the end: it exits 0)."""
-    err = open(stderr, "wb") if stderr is not None else subprocess.DEVNULL  # noqa: SIM115
-    proc = subprocess.Popen([*agent_cmd(), *args], env=fakelib.env_for(lib_dir, state, env),
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+    """The agent on the fake library with ``state``, its stdin a pipe: EOF at the end, and it must exit 0
+    (its stderr goes to ``stderr``, quoted when it does not)."""
+    with open(stderr if stderr is not None else os.devnull, "wb") as err:
+        proc = subprocess.Popen([*agent_cmd(), *args], env=fakelib.env_for(lib_dir, state, env),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
     try:
         yield AgentStream(proc)
     finally:
         assert proc.stdin is not None
         proc.stdin.close()
         try:
-            assert proc.wait(timeout=20) == 0
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-            if stderr is not None:
-                err.close()  # type: ignore[union-attr]
+            code = proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        said = stderr.read_text(errors="replace")[-2000:] if stderr is not None else ""
+        assert code == 0, f"the agent exited {code} after stdin EOF: {said}"

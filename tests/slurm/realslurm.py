@@ -294,8 +294,10 @@ NodeName={c.node} NodeHostname={host} NodeAddr=127.0.0.1 CPUs=4 RealMemory=1024 
 PartitionName=gpu Nodes={c.node} Default=YES MaxTime=INFINITE State=UP
 """)
     _write(c.conf.with_name("gres.conf"), f"AutoDetect=off\nNodeName={c.node} Name=gpu File={devices}\n")
+    # cgroup v2 (not tried here: these machines run v1): no systemd to ask for the stepd scope
+    v2 = "IgnoreSystemd=yes\n" if c.cgroup == 2 else ""
     _write(c.conf.with_name("cgroup.conf"), "CgroupPlugin=autodetect\nConstrainDevices=no\n"
-           "ConstrainCores=no\nConstrainRAMSpace=no\n")
+           f"ConstrainCores=no\nConstrainRAMSpace=no\n{v2}")
 
 
 def _spawn(c: SlurmCluster, name: str, argv: list[str]) -> None:

@@ -28,11 +28,15 @@ from types import FrameType
 from typing import IO, Any
 
 from gpufleet.agent import __version__, wire
+from gpufleet.agent.k8s import DEFAULT_ROOT as KUBELET_LOGS
+from gpufleet.agent.slurm_node import LIST_EVERY
 
 log = logging.getLogger("gpufleet.agent")
 
 EXIT_OK = 0
 EXIT_SETUP = 2
+#: Where the real backend looks for Slurm's job cgroups (agent/slurm_node.py).
+CGROUP_ROOT = "/sys/fs/cgroup"
 
 
 def _positive(text: str) -> float:
@@ -123,6 +127,29 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="Slurm's scontrol, to name the jobs in cgroups (default: $GPUFLEET_SCONTROL, else scontrol on "
         "PATH; none found: off; '': off; with --fake only when given)",
+    )
+    p.add_argument(
+        "--slurm-node",
+        default=None,
+        metavar="NAME",
+        help="this node's Slurm NodeName, when it is not the host name (picks its GPUs from a job's "
+        "allocation, and its cgroups from a second slurmd's)",
+    )
+    p.add_argument(
+        "--slurm-list-every",
+        type=_positive,
+        default=None,
+        metavar="SECONDS",
+        help="seconds between two listings of the Slurm jobs on this node, which find jobs that hold GPUs "
+        f"and run nothing on them (default {LIST_EVERY:g}; from the job cgroups, else squeue, which loads "
+        "slurmctld)",
+    )
+    p.add_argument(
+        "--kubelet-logs",
+        default=KUBELET_LOGS,
+        metavar="DIR",
+        help="where the kubelet keeps pods/ and containers/ log directories, which name a Kubernetes "
+        f"process's namespace, pod and container (default {KUBELET_LOGS}; '': off)",
     )
     p.add_argument("--no-stdin-watch", action="store_true", help="do not exit when stdin reaches EOF")
     p.add_argument("--version", action="version", version=f"gpufleet-agent {__version__}")
@@ -422,13 +449,15 @@ def _build(args: argparse.Namespace) -> tuple[Any, str]:
                           hang_after=hang_after)
         return sampler, scenario.hostname
     from gpufleet.agent.driver import pending_upgrade
+    from gpufleet.agent.k8s import kubelet_logs_for
     from gpufleet.agent.procinfo import ProcReader
     from gpufleet.agent.redact import ENV_WORDS, Redactor, words_from
 
     words = args.redact_words if args.redact_words is not None else os.environ.get(ENV_WORDS)
-    procs = ProcReader(redactor=Redactor(words_from(words)))
-    sampler = Sampler(Gateway(), procs, driver_check=pending_upgrade, hang_after=hang_after,
-                      slurm=None if args.once else resolver_for(find_scontrol(args.scontrol)))
+    procs = ProcReader(redactor=Redactor(words_from(words)), pods=kubelet_logs_for(args.kubelet_logs))
+    slurm = None if args.once else resolver_for(find_scontrol(args.scontrol), node=args.slurm_node,
+                                                cgroup_root=CGROUP_ROOT, list_every=args.slurm_list_every)
+    sampler = Sampler(Gateway(), procs, driver_check=pending_upgrade, slurm=slurm, hang_after=hang_after)
     return sampler, args.hostname or socket.gethostname()
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
+from gpufleet.agent.k8s import KubeletLogs
 from gpufleet.agent.redact import Redactor
 
 Status = Literal["ok", "denied", "missing"]
@@ -44,6 +45,9 @@ class ProcInfo:
     container: str | None = None
     pod: str | None = None
     job: str | None = None
+    pod_namespace: str | None = None  # Kubernetes names of ``pod``/``container`` (agent/k8s.py)
+    pod_name: str | None = None
+    container_name: str | None = None
 
     @property
     def attributed(self) -> bool:
@@ -125,10 +129,15 @@ def parse_status_uid(text: str) -> int | None:
 
 
 class ProcReader:
-    """Reads /proc (or a tree shaped like it). Static facts are cached per (pid, start time)."""
+    """Reads /proc (or a tree shaped like it). Static facts are cached per (pid, start time).
 
-    def __init__(self, root: str | os.PathLike[str] = "/proc", redactor: Redactor | None = None) -> None:
+    ``pods`` (optional) names a Kubernetes process's pod and container; a process first seen before the
+    kubelet's directories named it is asked about again (the resolver bounds how often it looks)."""
+
+    def __init__(self, root: str | os.PathLike[str] = "/proc", redactor: Redactor | None = None,
+                 pods: KubeletLogs | None = None) -> None:
         self.root = Path(root)
+        self.pods = pods
         self._root = str(self.root)
         self.redactor = redactor if redactor is not None else Redactor()  # secrets never leave the host
         self._btime: float | None = None
@@ -190,15 +199,27 @@ class ProcReader:
         if cached is not None:
             cached.state = state
             cached.ppid = ppid
+            if cached.pod is not None and self.pods is not None and (
+                    cached.pod_name is None or (cached.container_name is None and cached.container)):
+                self._name_pod(cached)
             return cached
         info = self._read_static(pid, base, comm, start_ticks)
         if info.status != "ok":
             return info
         info.state, info.ppid = state, ppid
+        if info.pod is not None and self.pods is not None:
+            self._name_pod(info)
         if len(self._cache) > 4096:
             self._cache.clear()
         self._cache[(pid, start_ticks)] = info
         return info
+
+    def _name_pod(self, info: ProcInfo) -> None:
+        assert self.pods is not None
+        names = self.pods.names(info.pod, info.container)
+        if names is not None:
+            info.pod_namespace, info.pod_name = names.namespace, names.pod
+            info.container_name = names.container
 
     def _read_static(self, pid: int, base: str, comm: str, start_ticks: int) -> ProcInfo:
         try:

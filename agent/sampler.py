@@ -255,7 +255,11 @@ class Sampler:
         self._check_driver(now, ts, events)
         self._attribute(samples)
         self._seq += 1
-        return Snapshot(ts=ts, seq=self._seq, gpus=samples), events
+        snapshot = Snapshot(ts=ts, seq=self._seq, gpus=samples)
+        if self.slurm is not None:  # a cache read: the jobs holding GPUs here, used or not
+            jobs = (p.job for g in samples for p in g.processes if p.job)
+            snapshot.allocations = self.slurm.allocations(jobs)
+        return snapshot, events
 
     def _attribute(self, gpus: list[GpuSample]) -> None:
         infos: dict[int, ProcInfo] = {}
@@ -269,6 +273,8 @@ class Sampler:
                     p.user, p.uid, p.command = info.user, info.uid, info.command
                     p.start_time, p.state, p.ppid = info.start_time, info.state, info.ppid
                     p.container, p.pod, p.job = info.container, info.pod, info.job
+                    p.pod_namespace, p.pod_name = info.pod_namespace, info.pod_name
+                    p.container_name = info.container_name
                     if info.job is not None and self.slurm is not None:
                         j = self.slurm.get(info.job)
                         if j is not None:

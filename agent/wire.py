@@ -37,7 +37,9 @@ PROTO_MAJOR: Final = 1
 #: collector ignores them (unknown fields of its own major version).
 #: 1.2: NVML as real drivers behave (issue 32): GpuSample fault/read_errors/processes_error, the health
 #: fields (recovery_action, remapped rows, memory_temperature, energy_mj), GPM tensor/DRAM/engine activity;
-#: ProcessSample gi_id/ci_id and kind "mps"; MigInstance sm_active; the "gpu_hung" event.
+#: ProcessSample gi_id/ci_id and kind "mps"; MigInstance sm_active; the "gpu_hung" event. Issue 37: Snapshot
+#: allocations (the GPUs Slurm gave each running job here, used or not); ProcessSample pod_namespace,
+#: pod_name, container_name (Kubernetes names from the kubelet's log directories).
 PROTO_MINOR: Final = 2
 PROTO_VERSION: Final = f"{PROTO_MAJOR}.{PROTO_MINOR}"
 
@@ -163,6 +165,11 @@ class ProcessSample:
     # 1.2: the MIG instance the process runs in (None outside MIG)
     gi_id: int | None = None
     ci_id: int | None = None
+    # Kubernetes names of ``pod`` (a uid) and ``container`` (an id), from the kubelet's log directories on
+    # the node (agent/k8s.py); absent where the agent could not resolve them
+    pod_namespace: str | None = None
+    pod_name: str | None = None
+    container_name: str | None = None
 
 
 @dataclass(slots=True)
@@ -262,12 +269,33 @@ class Hello:
 
 
 @dataclass(slots=True)
+class SlurmAllocation:
+    """A Slurm job that holds GPUs on this host, whether or not any of its processes uses them.
+
+    ``gpu_indexes`` are Slurm's GRES indexes on this node (``scontrol show job -d``: ``GRES=gpu:2(IDX:0-1)``);
+    they are NVML's indexes where gres.conf lists ``/dev/nvidia0..N`` in order and NVML enumerates the GPUs
+    in minor-number order, the common case. The other fields are what Slurm says of the job.
+    """
+
+    job: str  # Slurm job id
+    gpu_indexes: list[int]
+    name: str | None = None
+    user: str | None = None
+    account: str | None = None
+    partition: str | None = None
+    state: str | None = None  # RUNNING, SUSPENDED, COMPLETING, ...
+
+
+@dataclass(slots=True)
 class Snapshot:
     ts: float
     seq: int
     gpus: list[GpuSample] = field(default_factory=list)
     type: Literal["snapshot"] = "snapshot"
     proto: str = PROTO_VERSION
+    #: the Slurm jobs holding GPUs on this host (agent/slurm.py; refreshed every 30 s, off the sampling
+    #: path); absent: none, or no Slurm here
+    allocations: list[SlurmAllocation] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -297,7 +325,8 @@ _FRAME_TYPES: Final[dict[str, type]] = {"hello": Hello, "snapshot": Snapshot, "e
 #: Field names each object may carry; anything else is a newer minor version's, ignored and counted.
 _KNOWN: Final[dict[type, frozenset[str]]] = {
     cls: frozenset(f.name for f in fields(cls))
-    for cls in (Hello, Snapshot, Event, Heartbeat, GpuSample, GpuInfo, ProcessSample, MigInstance)
+    for cls in (Hello, Snapshot, Event, Heartbeat, GpuSample, GpuInfo, ProcessSample, MigInstance,
+                SlurmAllocation)
 }
 
 
@@ -306,7 +335,7 @@ _KNOWN: Final[dict[type, frozenset[str]]] = {
 
 #: List fields whose empty value is their default, so they can be left out. Others (throttle_reasons)
 #: keep ``[]``, which means "none" where a missing field means "not supported".
-_EMPTY_BY_DEFAULT: Final = frozenset({"gpus", "processes", "mig_instances"})
+_EMPTY_BY_DEFAULT: Final = frozenset({"gpus", "processes", "mig_instances", "allocations"})
 
 
 def _prune(value: Any) -> Any:
@@ -338,7 +367,8 @@ def _plan(cls: type) -> _Plan:
 
 _PLANS: Final[dict[type, _Plan]] = {
     cls: _plan(cls)
-    for cls in (Hello, Snapshot, Event, Heartbeat, GpuSample, GpuInfo, ProcessSample, MigInstance)
+    for cls in (Hello, Snapshot, Event, Heartbeat, GpuSample, GpuInfo, ProcessSample, MigInstance,
+                SlurmAllocation)
 }
 
 
@@ -503,6 +533,25 @@ def _process(raw: Any, where: str, notes: DecodeNotes) -> ProcessSample:
         job_state=_typed(o, "job_state", _STR, where),
         gi_id=_ident(o, "gi_id", where, INDEX_MAX),
         ci_id=_ident(o, "ci_id", where, INDEX_MAX),
+        pod_namespace=_typed(o, "pod_namespace", _STR, where),
+        pod_name=_typed(o, "pod_name", _STR, where),
+        container_name=_typed(o, "container_name", _STR, where),
+    )
+
+
+def _allocation(raw: Any, where: str, notes: DecodeNotes) -> SlurmAllocation:
+    o = _obj(raw, where, _KNOWN[SlurmAllocation], notes)
+    indexes = o.get("gpu_indexes")
+    if not isinstance(indexes, list) or not all(type(i) is int and 0 <= i <= INDEX_MAX for i in indexes):
+        raise MalformedFrame(f"{where}: field 'gpu_indexes' must be a list of GPU indexes 0..{INDEX_MAX}")
+    return SlurmAllocation(
+        job=_typed(o, "job", _STR, where, required=True),
+        gpu_indexes=list(indexes),
+        name=_typed(o, "name", _STR, where),
+        user=_typed(o, "user", _STR, where),
+        account=_typed(o, "account", _STR, where),
+        partition=_typed(o, "partition", _STR, where),
+        state=_typed(o, "state", _STR, where),
     )
 
 
@@ -640,6 +689,8 @@ def from_object(obj: Any, notes: DecodeNotes | None = None) -> Frame:
             seq=_ident(o, "seq", "snapshot", U63) or 0,
             gpus=[_gpu_sample(g, f"snapshot.gpus[{i}]", n)
                   for i, g in enumerate(_list(o, "gpus", "snapshot"))],
+            allocations=[_allocation(a, f"snapshot.allocations[{i}]", n)
+                         for i, a in enumerate(_list(o, "allocations", "snapshot"))],
         )
     if kind == "heartbeat":
         return Heartbeat(proto=proto, ts=_ts(o, "heartbeat"), seq=_ident(o, "seq", "heartbeat", U63) or 0)

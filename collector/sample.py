@@ -68,6 +68,9 @@ class ProcessSample(_Sample):
     job_state: str | None = None
     gi_id: Index | None = None
     ci_id: Index | None = None
+    pod_namespace: str | None = None
+    pod_name: str | None = None
+    container_name: str | None = None
 
 
 class MigInstance(_Sample):
@@ -129,6 +132,18 @@ class GpuSample(_Sample):
     remap_failed: bool | None = None
 
 
+class SlurmAllocation(_Sample):
+    """A Slurm job holding GPUs on the host, used or not (wire.SlurmAllocation)."""
+
+    job: str
+    gpu_indexes: list[Index]
+    name: str | None = None
+    user: str | None = None
+    account: str | None = None
+    partition: str | None = None
+    state: str | None = None
+
+
 class Snapshot(_Sample, tag_field="type", tag="snapshot"):
     """A sample of every GPU of a host (wire.Snapshot). ``proto`` is the agent's version, so required."""
 
@@ -137,6 +152,7 @@ class Snapshot(_Sample, tag_field="type", tag="snapshot"):
     ts: Seconds
     seq: Seq
     gpus: list[GpuSample] = msgspec.field(default_factory=list)
+    allocations: list[SlurmAllocation] = msgspec.field(default_factory=list)
 
 
 class Heartbeat(_Sample, tag_field="type", tag="heartbeat"):
@@ -152,7 +168,7 @@ class Heartbeat(_Sample, tag_field="type", tag="heartbeat"):
 Frame = Snapshot | Heartbeat | wire.Hello | wire.Event
 
 _NAMES: Final[dict[type[_Sample], tuple[str, ...]]] = {
-    cls: tuple(cls.__struct_fields__) for cls in (ProcessSample, MigInstance, GpuSample)}
+    cls: tuple(cls.__struct_fields__) for cls in (ProcessSample, MigInstance, GpuSample, SlurmAllocation)}
 
 
 def _values(obj: object, cls: type[_Sample]) -> dict[str, Any]:
@@ -170,7 +186,9 @@ def from_wire(frame: wire.Frame) -> Frame:
     """The collector's frame for one the reference decoder (or a test) built: snapshots and heartbeats
     become Structs with the same values, unchecked (the reference has decided); others pass as they are."""
     if isinstance(frame, wire.Snapshot):
-        return Snapshot(ts=frame.ts, seq=frame.seq, gpus=[_gpu(g) for g in frame.gpus], proto=frame.proto)
+        allocations = [SlurmAllocation(**_values(a, SlurmAllocation)) for a in frame.allocations]
+        return Snapshot(ts=frame.ts, seq=frame.seq, gpus=[_gpu(g) for g in frame.gpus], proto=frame.proto,
+                        allocations=allocations)
     if isinstance(frame, wire.Heartbeat):
         return Heartbeat(ts=frame.ts, seq=frame.seq, proto=frame.proto)
     return frame

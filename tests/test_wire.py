@@ -115,3 +115,44 @@ def test_a_1_0_frame_has_no_slurm_fields() -> None:
     obj["proto"] = "1.0"
     decoded = wire.from_object(obj)
     assert isinstance(decoded, wire.Snapshot) and decoded.gpus[0].processes[0].job_name is None
+
+
+def _with_allocations() -> wire.Snapshot:
+    snap = _snapshot()
+    snap.allocations = [wire.SlurmAllocation(job="81234", gpu_indexes=[0, 1], name="llama-pretrain",
+                                             user="alice", account="nlp", partition="gpu", state="RUNNING"),
+                        wire.SlurmAllocation(job="81240", gpu_indexes=[2])]
+    p = snap.gpus[0].processes[0]
+    p.pod, p.pod_namespace, p.pod_name, p.container_name = (
+        "0b7e5c1d-3c4f-4b8a-9d2e-6f1a2b3c4d5e", "research", "trainer-7f9c", "pytorch")
+    return snap
+
+
+def test_allocations_and_kubernetes_names_round_trip_and_are_made_safe() -> None:
+    """Issue 37: the Slurm jobs holding GPUs here (used or not), a pod's names; text sanitised at decode."""
+    snap = _with_allocations()
+    assert wire.decode(wire.encode(snap)) == snap
+    assert wire.encode(snap) == wire.encode_reference(snap)
+    obj = json.loads(wire.encode(snap))
+    assert "allocations" not in json.loads(wire.encode(_snapshot()))  # none: left out, decoded as []
+    obj["allocations"][0]["name"] = "evil\x1b[2Jname"
+    obj["gpus"][0]["processes"][0]["pod_name"] = "pod\x00x"
+    decoded = wire.from_object(obj)
+    assert isinstance(decoded, wire.Snapshot)
+    assert decoded.allocations[0].name == "evil\ufffd[2Jname"
+    assert decoded.gpus[0].processes[0].pod_name == "pod\ufffdx"
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("gpu_indexes", [0, -1], "'gpu_indexes' must be a list of GPU indexes"),
+    ("gpu_indexes", [True], "'gpu_indexes' must be a list of GPU indexes"),
+    ("gpu_indexes", "0-1", "'gpu_indexes' must be a list of GPU indexes"),
+    ("gpu_indexes", [70000], "'gpu_indexes' must be a list of GPU indexes"),
+    ("job", None, "snapshot.allocations\\[0\\]: missing required field 'job'"),
+    ("job", 81234, "'job' must be str"),
+])
+def test_a_bad_allocation_is_a_malformed_frame(key: str, value: object, message: str) -> None:
+    obj = json.loads(wire.encode(_with_allocations()))
+    obj["allocations"][0][key] = value
+    with pytest.raises(wire.MalformedFrame, match=message):
+        wire.from_object(obj)

@@ -61,16 +61,20 @@ def _base() -> dict[str, Any]:
            "power_draw": 61.5, "power_limit": 400, "clock_sm": 1400, "clock_mem": 1593,
            "throttle_reasons": ["sw_power_cap"], "fan_speed": 30, "ecc_corrected": 0, "ecc_uncorrected": 0,
            "mig_mode": True, "mig_instances": [mig], "processes": [proc], "error": None, "sm_active": 40}
-    return {"type": "snapshot", "proto": "1.0", "ts": 1700000100.5, "seq": 7, "gpus": [gpu]}
+    proc.update(pod_namespace="research", pod_name="trainer-0", container_name="pytorch")
+    alloc = {"job": "81234", "gpu_indexes": [0, 1], "name": "llama-pretrain", "user": "alice",
+             "account": "nlp", "partition": "gpu", "state": "RUNNING"}
+    return {"type": "snapshot", "proto": "1.0", "ts": 1700000100.5, "seq": 7, "gpus": [gpu],
+            "allocations": [alloc]}
 
 
 _PATHS = {sample.Snapshot: (), sample.Heartbeat: (), sample.GpuSample: ("gpus", 0),
           sample.ProcessSample: ("gpus", 0, "processes", 0),
-          sample.MigInstance: ("gpus", 0, "mig_instances", 0)}
+          sample.MigInstance: ("gpus", 0, "mig_instances", 0), sample.SlurmAllocation: ("allocations", 0)}
 #: each collector sample class beside the wire dataclass it mirrors
 _MIRRORS = {sample.Snapshot: wire.Snapshot, sample.Heartbeat: wire.Heartbeat,
             sample.GpuSample: wire.GpuSample, sample.ProcessSample: wire.ProcessSample,
-            sample.MigInstance: wire.MigInstance}
+            sample.MigInstance: wire.MigInstance, sample.SlurmAllocation: wire.SlurmAllocation}
 
 
 def _with(path: tuple[Any, ...], key: str, value: Any, frame: dict[str, Any] | None = None) -> bytes:
@@ -139,6 +143,14 @@ def _shape_lines() -> Iterator[bytes | str]:
                              (("gpus", 0, "mig_instances", 0), "gi_id", _DROP),
                              (("gpus", 0), "error", "lost")):
         yield _with(path, key, value)
+    alloc = ("allocations", 0)
+    for key, value in (("gpu_indexes", []), ("gpu_indexes", [0, 65535]), ("gpu_indexes", [65536]),
+                       ("gpu_indexes", [-1]), ("gpu_indexes", [True]), ("gpu_indexes", [1.0]),
+                       ("gpu_indexes", "0-1"), ("gpu_indexes", None), ("gpu_indexes", _DROP), ("job", _DROP),
+                       ("job", 5), ("job", ""), ("name", None), ("state", "\x1b[2J"), ("future", 1)):
+        yield _with(alloc, key, value)
+    for value in (None, [], {}, [1], [{}]):
+        yield _with((), "allocations", value)
     big = "9" * 400
     yield from (b"not json", b"[1, 2]", b"", b"null", b'"x"', b'{"type": "snapshot", "ts": 1}',
                 b'{"type": "snapshot", "proto": "1.0", "ts": NaN}',

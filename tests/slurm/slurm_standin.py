@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""A stand-in ``scontrol``: answers ``scontrol -o show job ID`` in Slurm's real one-line format from a JSON
-state file, so the agent's resolver is tested against the text it will parse on a real cluster.
+"""A stand-in ``scontrol``: answers ``scontrol -o show job [-d] ID`` in Slurm's one-line format from a JSON
+state file, for the tests that need a Slurm that hangs, fails or counts calls (tests/slurm/cluster.py runs
+the real one). With ``-d``, a job given ``gres`` also gets its allocation group (``Nodes=... GRES=<gres>``)
+as Slurm 23.x prints it.
 
 State file (JSON): ``{"mode": "ok" | "hang" | "invalid", "jobs": {"12345": {"name": ..., "user": ...,
-"uid": ..., "account": ..., "partition": ..., "state": ...}}, "calls": "optional path to append ids to"}``.
+"uid": ..., "account": ..., "partition": ..., "state": ..., "gres": "gpu:2(IDX:0-1)"}}, "calls": "optional
+path to append ids to"}``.
 - ``ok``: a known id prints its record (Slurm 23.x field order); an unknown one prints Slurm's own
   ``slurm_load_jobs error: Invalid job id specified`` on stderr and exits 1.
 - ``invalid``: that error for every id.
@@ -25,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 
-def record(job_id: str, j: dict[str, Any]) -> str:
-    """One ``scontrol -o show job`` line, field order and spelling as Slurm prints them."""
+def record(job_id: str, j: dict[str, Any], detail: bool = False) -> str:
+    """One ``scontrol -o show job [-d]`` line, field order and spelling as Slurm prints them."""
     user, uid = j.get("user", "alice"), j.get("uid", 1001)
     name = j.get("name", "job")
     part, state = j.get("partition", "gpu"), j.get("state", "RUNNING")
@@ -42,11 +45,18 @@ def record(job_id: str, j: dict[str, Any]) -> str:
         "NumCPUs=16 NumTasks=1 CPUs/Task=16 ReqB:S:C:T=0:0:*:* "
         "ReqTRES=cpu=16,mem=128G,node=1,billing=16,gres/gpu=2 "
         "AllocTRES=cpu=16,mem=128G,node=1,billing=16,gres/gpu=2 Socks/Node=* NtasksPerN:B:S:C=0:0:*:* "
-        "CoreSpec=* MinCPUsNode=16 MinMemoryNode=128G MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 "
+        f"CoreSpec=* {_detail(j) if detail and 'gres' in j else ''}"
+        "MinCPUsNode=16 MinMemoryNode=128G MinTmpDiskNode=0 Features=(null) DelayBoot=00:00:00 "
         "OverSubscribe=OK Contiguous=0 Licenses=(null) Network=(null) "
         f"Command=/home/{user}/run.sh WorkDir=/home/{user} StdErr=/home/{user}/slurm-{job_id}.out "
         f"StdIn=/dev/null StdOut=/home/{user}/slurm-{job_id}.out Power= TresPerNode=gres/gpu:2"
     )
+
+
+def _detail(j: dict[str, Any]) -> str:
+    gres = j["gres"]
+    total = gres.split("(")[0] if gres else "(null)"
+    return f"JOB_GRES={total} Nodes=gpu-node-01 CPU_IDs=0-15 Mem=131072 GRES={gres} "
 
 
 def main(argv: list[str]) -> int:
@@ -55,6 +65,8 @@ def main(argv: list[str]) -> int:
         return 2
     state_path = Path(argv[1])
     args = argv[2:]
+    detail = "-d" in args
+    args = [a for a in args if a != "-d"]
     if args[:3] != ["-o", "show", "job"] or len(args) != 4:
         print(f"scontrol stand-in: unsupported arguments {args}", file=sys.stderr)
         return 2
@@ -74,7 +86,7 @@ def main(argv: list[str]) -> int:
     if mode == "invalid" or job_id not in jobs:
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
         return 1
-    print(record(job_id, jobs[job_id]))
+    print(record(job_id, jobs[job_id], detail))
     return 0
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from gpufleet.collector.addresses import CollectorAddress
-    from gpufleet.collector.classify import Thresholds
+    from gpufleet.collector.model.classify import Thresholds
 
 API_VERSION = 1
 CONNECT_TIMEOUT = 2.0
@@ -146,7 +146,7 @@ class ApiClient:
         return self._decode(self._exchange(op, args))
 
     def call_compact(self, op: str, **args: Any) -> bytes:
-        """The result as compact JSON bytes, as :func:`gpufleet.collector.query.to_json` writes it: our
+        """The result as compact JSON bytes, as :func:`gpufleet.collector.fleet.query.to_json` writes it: our
         collector encodes its answers that way, so a successful answer's bytes pass straight through (no
         decode and re-encode of megabytes); anything else (an older collector's answer) is decoded and
         encoded the same way, so the bytes do not depend on the collector's version."""
@@ -154,7 +154,7 @@ class ApiClient:
         if data.startswith(_OK_PREFIX) and data.endswith(b"}\n"):
             return data[len(_OK_PREFIX) : -2]
         result = self._decode(data)
-        from gpufleet.collector.query import to_json  # the rare path: not imported by every status
+        from gpufleet.collector.fleet.query import to_json  # the rare path: not imported by every status
 
         return to_json(result)
 
@@ -218,8 +218,8 @@ class StoreFallback:
         return asyncio.run(self._call(op, {k: v for k, v in args.items() if v is not None}))
 
     async def _call(self, op: str, args: dict[str, Any]) -> Any:
-        from gpufleet.collector.api import StoreOps, dispatch, plain
         from gpufleet.collector.errors import StorageError
+        from gpufleet.collector.faces.api import StoreOps, dispatch, plain
         from gpufleet.collector.settings import StorageConfig
         from gpufleet.collector.store.store import Store
 
@@ -238,7 +238,7 @@ class StoreFallback:
                         f"collector not running; showing stored data from {self.db} "
                         f"(last sample {fmt_ago(last)})"
                     )
-            from gpufleet.collector.classify import DEFAULT_THRESHOLDS
+            from gpufleet.collector.model.classify import DEFAULT_THRESHOLDS
 
             ops = StoreOps(store, thresholds=self.thresholds or DEFAULT_THRESHOLDS).table()
             response = await dispatch(ops, {"op": op, "args": args, "v": API_VERSION})
@@ -289,7 +289,7 @@ class Endpoints:
 
             # the config's collectors, else its workers' sockets (workers: N): both are asked and merged
             self.config_collectors = list(cfg.collectors) or worker_addresses(cfg)
-            from gpufleet.collector.classify import thresholds_of
+            from gpufleet.collector.model.classify import thresholds_of
 
             self.thresholds = thresholds_of(cfg.rules)
         else:

@@ -27,7 +27,7 @@ from rich.console import Console, Group, RenderableType
 from rich.text import Text
 
 if TYPE_CHECKING:
-    from gpufleet.collector.daemon import Collector
+    from gpufleet.collector.service.daemon import Collector
     from gpufleet.collector.settings import Config
 
 #: host name -> agent scenario (the names match the scenarios' own hostnames)
@@ -126,7 +126,7 @@ def folded_banner(width: int) -> Text:
 def firing(collector: Collector) -> list[Any]:
     """Firing alerts, the worst first (critical, warning, info), then by host and GPU: when the screen has
     rows for only some, those are the ones it keeps."""
-    from gpufleet.collector.query import natural_key
+    from gpufleet.collector.fleet.query import natural_key
 
     rank = {"critical": 0, "warning": 1, "info": 2}
     active = [a for a in collector.alerts.active() if a.state == "firing"]
@@ -138,7 +138,7 @@ def firing(collector: Collector) -> list[Any]:
 def alert_lines(active: list[Any], width: int, rows: int | None = None) -> list[Text]:
     """The firing alerts, one a line, in at most ``rows`` lines (the last says how many more)."""
     from gpufleet.cli.render_alerts import SEVERITY_STYLES
-    from gpufleet.collector.query import flag_name
+    from gpufleet.collector.fleet.query import flag_name
 
     head = Text.assemble(("Firing alerts: ", "bold"), (str(len(active)), "bold red" if active else "green"))
     lines = [head]
@@ -174,8 +174,8 @@ def frame(
     status and the firing alerts, in at most ``height`` lines. Room goes first to one line per host and
     to the alerts, then to a line per GPU (hosts with a problem first), then to the full banner."""
     from gpufleet.cli.render_status import fitted_lines, head_height, host_height, status_lines
-    from gpufleet.collector.classify import thresholds_of
-    from gpufleet.collector.query import build_fleet_view, flags_from_alerts
+    from gpufleet.collector.fleet.query import build_fleet_view, flags_from_alerts
+    from gpufleet.collector.model.classify import thresholds_of
 
     view = build_fleet_view(
         collector.live.hosts.values(), flags_from_alerts(collector.alerts.active()), now=time.time(),
@@ -204,7 +204,7 @@ def frame(
 async def _run(
     console: Console, *, seconds: float | None, interval: float, refresh: float, screen: bool
 ) -> None:
-    from gpufleet.collector.daemon import Collector
+    from gpufleet.collector.service.daemon import Collector
     from gpufleet.collector.simfleet import SimFleet
 
     workdir = Path(tempfile.mkdtemp(prefix="gpufleet-demo-"))

@@ -212,7 +212,7 @@ def hosts(state: State, as_json: bool) -> None:
         print_json(rows)
         return
     from gpufleet.cli.render_status import render_hosts
-    from gpufleet.collector.query import host_info_from_dict
+    from gpufleet.collector.fleet.query import host_info_from_dict
 
     state.console.print(
         render_hosts([host_info_from_dict(r) for r in rows], state.console.width, time.time())
@@ -437,8 +437,8 @@ def collector_run(state: State, shard: str | None, log_level: str, worker: int |
         level=log_level.upper(), stream=sys.stderr,
         format=f"%(asctime)s %(levelname)s {who}%(name)s: %(message)s"
     )
-    from gpufleet.collector.daemon import run_collector
     from gpufleet.collector.errors import CollectorError
+    from gpufleet.collector.service.daemon import run_collector
 
     try:
         asyncio.run(run_collector(config))
@@ -450,11 +450,11 @@ def collector_run(state: State, shard: str | None, log_level: str, worker: int |
 
 def _supervise(state: State, config: Any, log_level: str) -> None:
     """``workers: N``: this process starts and watches N ``collector run --worker I``
-    (collector/workers.py)."""
+    (collector/service/workers.py)."""
     import asyncio
     import logging
 
-    from gpufleet.collector.workers import Supervisor
+    from gpufleet.collector.service.workers import Supervisor
 
     path = state.ends.config_file()
     assert path is not None, "workers come from a config file"
@@ -463,7 +463,7 @@ def _supervise(state: State, config: Any, log_level: str) -> None:
     argv = [sys.executable, "-m", "gpufleet.cli.main", "collector", "run", "-c", str(path.absolute()),
             "--log-level", log_level]
     supervisor = Supervisor(config.workers, lambda i: [*argv, "--worker", str(i)])
-    logging.getLogger("gpufleet.collector.workers").info(
+    logging.getLogger("gpufleet.collector.service.workers").info(
         "%d workers over %d hosts (%s)", config.workers, len(config.hosts), path)
     rc = asyncio.run(supervisor.run())
     if rc:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from gpufleet.cli.client import EXIT_USAGE, CliError
-from gpufleet.collector.query import (
+from gpufleet.collector.fleet.query import (
     ROWS_FORM,
     FleetView,
     HostView,
@@ -25,7 +25,7 @@ from gpufleet.collector.query import (
 )
 
 if TYPE_CHECKING:
-    from gpufleet.collector.report import ReportFormat
+    from gpufleet.collector.fleet.report import ReportFormat
 
 #: Ops answered per host: the collector that knows the host answers, the others say "unknown host".
 HOST_OPS = frozenset({"history"})
@@ -137,7 +137,7 @@ def merge_report(answers: Sequence[dict[str, Any]], fmt: str | None) -> dict[str
     GPU-hours, i.e. watched longest), then GPU-hours summed per user and host, rendered as asked."""
     import json
 
-    from gpufleet.collector.report import FORMATS, merge_reports, render_report, report_from_dict
+    from gpufleet.collector.fleet.report import FORMATS, merge_reports, render_report, report_from_dict
 
     reports = []
     for a in answers:

@@ -14,7 +14,7 @@ import click
 from gpufleet.cli.client import EXIT_USAGE, Backend, CliError, Endpoints, connect
 
 if TYPE_CHECKING:
-    from gpufleet.collector.query import FleetView, UserUsage
+    from gpufleet.collector.fleet.query import FleetView, UserUsage
     from rich.console import Console
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -117,7 +117,7 @@ def status_later(backend: Backend, args: dict[str, Any]) -> Callable[[], FleetVi
         return later(**args)
 
     def fetch() -> FleetView:
-        from gpufleet.collector.query import fleet_view_from_dict
+        from gpufleet.collector.fleet.query import fleet_view_from_dict
 
         return fleet_view_from_dict(backend.call("status", **args))
 
@@ -133,7 +133,7 @@ def users_view(backend: Backend, args: dict[str, Any]) -> tuple[FleetView, list[
     (the ``users`` form: a few KB instead of the whole fleet); several collectors, or one too old for the
     form, send the fleet and the lines are made here from the merged view."""
     from gpufleet.cli.client import ApiError
-    from gpufleet.collector.query import (
+    from gpufleet.collector.fleet.query import (
         ROWS_FORM,
         USERS_FORM,
         by_user,

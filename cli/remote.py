@@ -30,8 +30,8 @@ from gpufleet.cli.client import (
 from gpufleet.collector.addresses import CollectorAddress, parse_address
 
 if TYPE_CHECKING:
-    from gpufleet.collector.classify import Thresholds
-    from gpufleet.collector.query import FleetView
+    from gpufleet.collector.fleet.query import FleetView
+    from gpufleet.collector.model.classify import Thresholds
 
 
 def parse_collector(text: str) -> CollectorAddress:
@@ -68,7 +68,7 @@ def _exchange(addr: CollectorAddress, op: str, request: bytes, timeout: float) -
 async def _ask_ssh(addr: CollectorAddress, request: bytes, timeout: float) -> bytes:
     import asyncio
 
-    from gpufleet.collector.sshlib import asyncssh
+    from gpufleet.collector.transport.sshlib import asyncssh
 
     options: dict[str, Any] = {}
     if addr.key is not None:
@@ -128,7 +128,7 @@ class MultiBackend:
 
         def finish() -> FleetView:
             from gpufleet.cli.merge import merge_status_views
-            from gpufleet.collector.query import fleet_view_from_dict
+            from gpufleet.collector.fleet.query import fleet_view_from_dict
 
             views = collect(fleet_view_from_dict)
             return views[0] if len(views) == 1 else merge_status_views(views)

@@ -8,8 +8,8 @@ from typing import Any
 from gpufleet.cli import convert
 from gpufleet.cli.grid import Cell, Col, grid
 from gpufleet.cli.timeparse import fmt_ts
-from gpufleet.collector.query import flag_name, natural_key
-from gpufleet.collector.store.records import AlertRecord, SilenceRecord
+from gpufleet.collector.fleet.query import flag_name, natural_key
+from gpufleet.collector.model.records import AlertRecord, SilenceRecord
 from gpufleet.collector.units import fmt_duration
 from rich.console import Group, RenderableType
 from rich.text import Text

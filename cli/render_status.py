@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 from gpufleet.cli.lines import Line, cells, cut, tagged, to_text
 from gpufleet.cli.timeparse import fmt_ago
-from gpufleet.collector.model import slurm_label
-from gpufleet.collector.query import FleetView, GpuView, HostInfo, HostView, ProcView, UserUsage
+from gpufleet.collector.fleet.query import FleetView, GpuView, HostInfo, HostView, ProcView, UserUsage
+from gpufleet.collector.model.views import slurm_label
 from gpufleet.collector.units import GIB, fmt_duration, fmt_duration_short, fmt_pct, fmt_size, fmt_size_short
 
 if TYPE_CHECKING:

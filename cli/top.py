@@ -35,8 +35,8 @@ from gpufleet.cli.client import EXIT_DENIED, Backend, CliError
 from gpufleet.cli.lines import Line, cells, to_text
 from gpufleet.cli.options import status_view
 from gpufleet.cli.render_status import Layout, gpu_row, host_row, longest_flag, title_line, totals_lines
-from gpufleet.collector.model import slurm_label
-from gpufleet.collector.query import FleetView, GpuView, HostView, natural_key
+from gpufleet.collector.fleet.query import FleetView, GpuView, HostView, natural_key
+from gpufleet.collector.model.views import slurm_label
 from gpufleet.collector.units import fmt_duration, fmt_size, fmt_size_short
 
 if TYPE_CHECKING:

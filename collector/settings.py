@@ -215,7 +215,7 @@ class AlertingConfig:
     retry_backoff: float = 1.0  # first retry of a failed notification after this; doubling per failure
     retry_backoff_max: float = 300.0  # ... up to this; retried until delivered or superseded
     notifier_down_after: float = 600.0  # a destination failing this long raises notifier_down elsewhere
-    job_notes: bool = False  # mail users their job's record when it releases its GPUs (collector/jobnotes.py)
+    job_notes: bool = False  # mail users their job's record when it releases its GPUs (notify/jobnotes.py)
     job_notes_min_gpu_hours: float = 0.1  # ... for jobs that held at least this many GPU-hours
 
 
@@ -223,7 +223,7 @@ class AlertingConfig:
 class ApiConfig:
     socket: str = ""  # "" -> default_runtime_dir()/gpufleet.sock
     mode: int = 0o600
-    group: str | None = None  # the socket's group: it may connect (0660) and read (collector/api/access.py)
+    group: str | None = None  # the socket's group: it may connect (0660) and read (faces/api/access.py)
     admins: list[str] = field(default_factory=list)  # user names and @groups who may silence anything
 
     def resolved_socket(self) -> Path:
@@ -233,7 +233,7 @@ class ApiConfig:
 @dataclass(slots=True)
 class MetricsConfig:
     listen: str | None = None  # "127.0.0.1:9835"; None: off
-    dcgm_names: bool = False  # also export dcgm-exporter's DCGM_FI_DEV_* series (collector/metrics_dcgm.py)
+    dcgm_names: bool = False  # also export dcgm-exporter's DCGM_FI_DEV_* series (faces/metrics/dcgm.py)
 
 
 #: Where the web page listens unless ``web.listen`` says otherwise (the metrics port's neighbour).
@@ -242,7 +242,8 @@ DEFAULT_WEB_LISTEN = "127.0.0.1:9836"
 
 @dataclass(slots=True)
 class WebConfig:
-    """The read-only web page (collector/web). Off by default; loopback unless the operator says otherwise."""
+    """The read-only web page (collector/faces/web). Off by default; loopback unless the operator says
+    otherwise."""
 
     enabled: bool = False
     listen: str = DEFAULT_WEB_LISTEN
@@ -268,7 +269,7 @@ class Config:
     max_concurrent_connects: int = 32  # SSH handshakes at once (CPU-bound); TCP connects are not limited
     max_hosts: int = 10000  # the host list may name no more (ranges are counted before they are expanded)
     shard: Shard | None = None  # several collectors: this one watches shard I of N (collector/shards.py)
-    #: worker processes on this machine, each a shard of the hosts (collector/workers.py); 1: one process
+    #: worker processes on this machine, each a shard of the hosts (service/workers.py); 1: one process
     workers: int = 1  # 1..MAX_WORKERS
     worker: int | None = None  # this process is worker I of ``workers`` (set by workers.worker_config)
     #: the collectors the CLI asks and merges when no --collector is given (the collector ignores it)

@@ -6,9 +6,9 @@ its name and N, so replicas of one shard (two collectors with the same ``I/N``) 
 hosts, and going from N to N+1 shards moves only the hosts the new shard wins, about 1/(N+1) of them.
 Shards are numbered from 1, as operators count them.
 
-Workers (``workers: N``, collector/workers.py) are shards on one machine: :func:`worker_config` derives
-worker I's config (shard I/N, its own database, socket and metrics port) and :func:`worker_addresses` the
-sockets the CLI merges.
+Workers (``workers: N``, collector/service/workers.py) are shards on one machine: :func:`worker_config`
+derives worker I's config (shard I/N, its own database, socket and metrics port) and :func:`worker_addresses`
+the sockets the CLI merges.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from collections.abc import Coroutine, Iterator
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
+from gpufleet.collector.model import sample
 
 if TYPE_CHECKING:
     from gpufleet.collector.store import Store

@@ -1,5 +1,5 @@
-"""The alert engine: a FleetSink (collector/live.py) that feeds observations to the rules and orchestrates
-the parts of alerting, each with one owner:
+"""The alert engine: a FleetSink (collector/fleet/live.py) that feeds observations to the rules and
+orchestrates the parts of alerting, each with one owner:
 
 - alerts.lifecycle: conditions -> pending -> firing -> resolved (``for``, ``keep_firing_for``);
 - alerts.grouping: group_by, group_wait / group_interval / repeat_interval -> Notifications;
@@ -25,20 +25,20 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
 from gpufleet.collector.alerts.grouping import Grouper
 from gpufleet.collector.alerts.lifecycle import Lifecycle, needs_resolved_notice
 from gpufleet.collector.alerts.notes import UserNotes
 from gpufleet.collector.alerts.silences import Silences, SilenceStore, inhibited
-from gpufleet.collector.classify import thresholds_of
-from gpufleet.collector.facts import FleetFacts
-from gpufleet.collector.live import HostState
+from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.classify import thresholds_of
+from gpufleet.collector.model.facts import FleetFacts
+from gpufleet.collector.model.records import AlertRecord, SilenceRecord
 from gpufleet.collector.notify.base import Notification
 from gpufleet.collector.rules.base import HostContext
 from gpufleet.collector.rules.hosts import COLLECTOR, CollectorFaultRule, NotifierDownRule
 from gpufleet.collector.rules.registry import build_rules
 from gpufleet.collector.settings import Config
-from gpufleet.collector.store.records import AlertRecord, SilenceRecord
 
 if TYPE_CHECKING:
     from gpufleet.collector.notify.dispatcher import NotificationDispatcher
@@ -57,7 +57,7 @@ class AlertStore(SilenceStore, Protocol):
 
 
 class AlertEngine:
-    """Rules + alert lifecycle + notification scheduling. A FleetSink (collector/live.py)."""
+    """Rules + alert lifecycle + notification scheduling. A FleetSink (collector/fleet/live.py)."""
 
     def __init__(self, config: Config, store: AlertStore | None, *, clock: Callable[[], float] = time.time,
                  dispatcher: NotificationDispatcher | None = None, facts: FleetFacts | None = None) -> None:

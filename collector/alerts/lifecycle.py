@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from gpufleet.collector.alerts.fingerprint import fingerprint
 from gpufleet.collector.alerts.notes import ENGINE_ANNOTATIONS, keep_annotations
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.rules.base import (
     DURATION,
     Condition,
@@ -24,7 +25,6 @@ from gpufleet.collector.rules.base import (
     selector_matches,
 )
 from gpufleet.collector.rules.hosts import COLLECTOR
-from gpufleet.collector.store.records import AlertRecord
 from gpufleet.collector.units import fmt_duration
 
 log = logging.getLogger(__name__)

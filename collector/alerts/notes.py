@@ -11,13 +11,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable
 
-from gpufleet.collector.classify import UNATTRIBUTED
+from gpufleet.collector.model.classify import UNATTRIBUTED
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.notify.base import Notification
 from gpufleet.collector.notify.build import USER_NOTIFIER
 from gpufleet.collector.notify.message import KEEP
 from gpufleet.collector.rules.base import USER_RULES, keep_command
 from gpufleet.collector.settings import AlertingConfig
-from gpufleet.collector.store.records import AlertRecord
 
 NAGGED_AT = "user_notified_at"  # annotation: when the user was last told about this alert
 ENGINE_ANNOTATIONS = (NAGGED_AT,)  # bookkeeping saved with the alert, never shown to a notifier

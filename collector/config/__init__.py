@@ -168,7 +168,8 @@ def _compose(text: str) -> Node | None:
 
 
 def _workers(p: Parser, node: Node, config: Config) -> int:
-    """``workers: N``: N worker processes on this machine (collector/workers.py), with what they exclude."""
+    """``workers: N``: N worker processes on this machine (collector/service/workers.py), with what they
+    exclude."""
     n = p.integer(node, "workers", lo=1, hi=MAX_WORKERS)
     if n > 1:
         if config.shard is not None:

@@ -14,12 +14,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
 
 from gpufleet.agent import wire
-from gpufleet.collector import procname, sample
-from gpufleet.collector.classify import Thresholds
-from gpufleet.collector.facts import SnapshotFacts
-from gpufleet.collector.live import HostState
+from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model import procname, sample
+from gpufleet.collector.model.classify import Thresholds
+from gpufleet.collector.model.facts import SnapshotFacts
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig, Selector
-from gpufleet.collector.store.records import AlertRecord
 from gpufleet.collector.units import fmt_duration
 
 #: Placeholder a rule may put in a summary/description; the engine replaces it with how long the condition
@@ -86,7 +86,7 @@ class Rule:
         params = {**DEFAULT_RULES.get(config.name, {}), **config.params}
         self.config = dataclasses.replace(config, params=params)
         self.params: dict[str, Any] = params
-        #: the shared classification's thresholds as this rule's params set them (collector/classify.py);
+        #: the shared classification's thresholds as this rule's params set them (model/classify.py);
         #: build_rules replaces them with the whole config's, so every rule classifies alike
         self.thresholds = Thresholds.from_rules({config.name: params})
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.rules.base import Condition, HostContext, Rule, gpu_labels, safe
 from gpufleet.collector.settings import RuleConfig
-from gpufleet.collector.store.records import AlertRecord
 from gpufleet.collector.units import fmt_duration
 
 XID_MEANING: dict[int, str] = {

@@ -15,10 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from gpufleet.collector.live import HostState
+from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.rules.base import Condition, HostContext, Rule, safe
 from gpufleet.collector.settings import RuleConfig
-from gpufleet.collector.store.records import AlertRecord
 from gpufleet.collector.units import fmt_duration
 
 COLLECTOR = ""  # the pseudo-host the storage rule is evaluated for

@@ -9,7 +9,7 @@ naming all of them. A GPU moved from one host to another is not flagged: the old
 
 from __future__ import annotations
 
-from gpufleet.collector import sample
+from gpufleet.collector.model import sample
 from gpufleet.collector.rules.base import Condition, HostContext, Rule, gpu_labels, safe
 from gpufleet.collector.settings import RuleConfig
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from gpufleet.collector import sample
-from gpufleet.collector.classify import holders, is_zombie, user_of
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.classify import holders, is_zombie, user_of
 from gpufleet.collector.rules.base import (
     DURATION,
     Condition,

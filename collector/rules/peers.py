@@ -2,12 +2,12 @@
 
 A DistributedDataParallel job whose ranks all picked ``cuda:0`` (CUDA_VISIBLE_DEVICES set per rank wrongly,
 a missing ``.to(local_rank)`` / ``.cuda()``, a model never wrapped in DDP) leaves its other GPUs allocated
-and idle. The job is :func:`gpufleet.collector.jobkey.group_key` (Slurm job, container, or one launcher's
-ranks); a GPU's activity is :func:`gpufleet.collector.classify.activity`, judged over ``window`` seconds so
-one sample between steps is neither: a GPU *computes* when at least half its samples are busy, and is an
-*idle peer* when none is. Stuck GPUs (util high, power idle: a hung collective) are neither; ``wasted``
-speaks for them. One condition per idle peer GPU (labels host, gpu, uuid, user, job), on that GPU's host.
-Each host's part is kept from its latest snapshot and dropped once the host has not reported for
+and idle. The job is :func:`gpufleet.collector.model.jobkey.group_key` (Slurm job, container, or one
+launcher's ranks); a GPU's activity is :func:`gpufleet.collector.model.classify.activity`, judged over
+``window`` seconds so one sample between steps is neither: a GPU *computes* when at least half its samples are
+busy, and is an *idle peer* when none is. Stuck GPUs (util high, power idle: a hung collective) are neither;
+``wasted`` speaks for them. One condition per idle peer GPU (labels host, gpu, uuid, user, job), on that GPU's
+host. Each host's part is kept from its latest snapshot and dropped once the host has not reported for
 ``3 * interval + 5`` seconds, so a host that went away does not keep a job half-busy. An index (job group ->
 hosts) keeps a host's evaluation to its own jobs' hosts, not the fleet.
 """
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpufleet.collector.classify import user_of
-from gpufleet.collector.jobkey import job_label
+from gpufleet.collector.model.classify import user_of
+from gpufleet.collector.model.jobkey import job_label
+from gpufleet.collector.model.sample import GpuSample, ProcessSample, Snapshot
 from gpufleet.collector.rules.base import (
     DURATION,
     Condition,
@@ -29,7 +30,6 @@ from gpufleet.collector.rules.base import (
     slurm_annotations,
 )
 from gpufleet.collector.rules.series import Window
-from gpufleet.collector.sample import GpuSample, ProcessSample, Snapshot
 from gpufleet.collector.settings import RuleConfig
 
 

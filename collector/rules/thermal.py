@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.rules.base import DURATION, Condition, HostContext, Rule, find_gpu, gpu_labels
 from gpufleet.collector.settings import RuleConfig
-from gpufleet.collector.store.records import AlertRecord
 
 
 class OverheatingRule(Rule):

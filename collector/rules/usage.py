@@ -1,8 +1,8 @@
 """Usage rules: wasted GPU, idle GPU, stale process, orphaned memory.
 
 What a sample is (busy / idle / stuck, who holds it, free, orphaned) is decided by
-:mod:`gpufleet.collector.classify`, the one definition the GPU-hours accounting and ``status`` use too; these
-rules add only *how long* it must last:
+:mod:`gpufleet.collector.model.classify`, the one definition the GPU-hours accounting and ``status`` use too;
+these rules add only *how long* it must last:
 - Idle and stuck samples both extend a streak. Busy spikes up to ``spike_tolerance`` seconds (default 60)
   inside a streak are ignored: the condition only clears when the GPU stays busy longer than that, or when
   it is busy for more than ``busy_share`` (0.5) of the time (a moving average over 5 x spike_tolerance):
@@ -40,8 +40,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpufleet.collector import sample
-from gpufleet.collector.classify import holders, holds_memory, is_free, is_zombie, orphaned_bytes, user_of
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.classify import (
+    holders,
+    holds_memory,
+    is_free,
+    is_zombie,
+    orphaned_bytes,
+    user_of,
+)
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.rules.base import (
     DURATION,
     Condition,
@@ -56,7 +64,6 @@ from gpufleet.collector.rules.base import (
     slurm_note,
 )
 from gpufleet.collector.settings import RuleConfig
-from gpufleet.collector.store.records import AlertRecord
 from gpufleet.collector.units import fmt_bytes, fmt_duration, fmt_pct
 
 DEFAULT_SPIKE_TOLERANCE = 60.0

@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.classify import Thresholds
-from gpufleet.collector.facts import SnapshotFacts
-from gpufleet.collector.model import HostRecord
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.classify import Thresholds
+from gpufleet.collector.model.facts import SnapshotFacts
+from gpufleet.collector.model.views import HostRecord
 from gpufleet.collector.store import slurm, usage
 from gpufleet.collector.store.usage import CapacityKey, UsageKey
 
@@ -52,8 +52,8 @@ class FrameItem:
     frame: sample.Frame
     received: float
     size: int = 0  # the writer's estimate of the memory it holds, computed once (0: not yet)
-    #: the snapshot already classified on the loop (collector/facts.py, shared with the rules and the job
-    #: tracker), so the GPU-hours accounting reads its waste instead of classifying it a second time
+    #: the snapshot already classified on the loop (collector/model/facts.py, shared with the rules and the
+    #: job tracker), so the GPU-hours accounting reads its waste instead of classifying it a second time
     facts: SnapshotFacts | None = None
     #: its running totals were added to ``IngestState.totals`` (a retry after a rollback adds nothing again)
     accrued: bool = False

@@ -21,8 +21,8 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Final
 
-from gpufleet.collector import sample
-from gpufleet.collector.classify import (
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.classify import (
     Thresholds,
     holds_memory,
     is_free,
@@ -30,7 +30,7 @@ from gpufleet.collector.classify import (
     user_of,
     waste_users,
 )
-from gpufleet.collector.store.records import CapacityRow, UsageRow
+from gpufleet.collector.model.records import CapacityRow, UsageRow
 
 #: Never credit more than this many seconds for one sample, however long the gap before it.
 MAX_GAP: Final = 10.0
@@ -66,7 +66,7 @@ def account(acc: dict[UsageKey, list[float]], cap: dict[CapacityKey, list[float]
     wasted when its process's user is wasting: one definition of waste for users and jobs. Orphaned memory
     stays with the users only (no process left, so no cgroup and no job id).
 
-    ``waste``: :func:`classify.waste_users` of this sample already worked out (collector/facts.py).
+    ``waste``: :func:`classify.waste_users` of this sample already worked out (collector/model/facts.py).
     """
     if seconds <= 0 or gpu.error is not None:
         return last_holders

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from gpufleet.cli.render_alerts import render_alerts
-from gpufleet.collector.api.ops import Args, LiveOps, encode
+from gpufleet.collector.faces.api.ops import Args, LiveOps, encode
 from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.settings import AlertingConfig, NotifierConfig
 from rich.console import Console

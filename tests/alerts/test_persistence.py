@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from gpufleet.agent import wire
-from gpufleet.collector.store.records import AlertRecord
+from gpufleet.collector.model.records import AlertRecord
 
 
 async def test_restart_does_not_resend_a_notified_alert(harness, clock, store, w):

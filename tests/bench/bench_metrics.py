@@ -19,9 +19,9 @@ import urllib.request
 from typing import Any
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.live import HostState, LiveView
-from gpufleet.collector.metrics import FleetCollector, MetricsServer
+from gpufleet.collector.faces.metrics.exporter import FleetCollector, MetricsServer
+from gpufleet.collector.fleet.live import HostState, LiveView
+from gpufleet.collector.model import sample
 from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 

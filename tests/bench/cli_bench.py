@@ -33,7 +33,7 @@ from builders import LoopThread  # noqa: E402
 from cli_testkit import StandinCollector, cli_env, gpufleet_argv  # noqa: E402
 from gpufleet.agent import wire  # noqa: E402
 from gpufleet.collector import query, sample  # noqa: E402
-from gpufleet.collector.api import STATUS_CACHE_TTL, QueryServer, encode  # noqa: E402
+from gpufleet.collector.faces.api import STATUS_CACHE_TTL, QueryServer, encode  # noqa: E402
 from gpufleet.collector.settings import StorageConfig  # noqa: E402
 
 GIB = 1 << 30

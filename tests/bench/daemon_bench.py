@@ -12,8 +12,8 @@ process over snapshots received), RSS, the largest frame lag, snapshots shed or 
 `gpufleet status --json` latency. Beside it, in this process, the floor of the same work done minimally:
 ``json.loads`` of one identical frame (the least a collector must do per sample).
 
-``--workers 1,2,4`` runs each size once per worker count (``workers: N``, collector/workers.py): CPU and
-RSS are then the supervisor's and every worker's together, the stats summed over the workers' sockets, and
+``--workers 1,2,4`` runs each size once per worker count (``workers: N``, collector/service/workers.py): CPU
+and RSS are then the supervisor's and every worker's together, the stats summed over the workers' sockets, and
 ``status`` is the CLI's merged answer from the config. "held" is the share of the samples the fleet sent
 (hosts x seconds / interval) that reached the collectors: under 1 when the loop cannot keep up.
 

@@ -38,8 +38,8 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from gpufleet.collector import sample
-from gpufleet.collector.live import HostState, LiveView
+from gpufleet.collector.fleet.live import HostState, LiveView
+from gpufleet.collector.model import sample
 from gpufleet.collector.settings import HostConfig
 from gpufleet.collector.transport.manager import FleetTransport
 

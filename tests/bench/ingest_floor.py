@@ -24,13 +24,14 @@ import time
 from typing import Any
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample, wirefast
-from gpufleet.collector.classify import DEFAULT_THRESHOLDS
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.classify import DEFAULT_THRESHOLDS
 from gpufleet.collector.simfleet import FrameGenerator
 from gpufleet.collector.store import schema
 from gpufleet.collector.store._db import setup_writer
 from gpufleet.collector.store.ingest import SAMPLE_INSERT, SPAN_UPSERT, FrameItem, IngestState
 from gpufleet.collector.store.writer import _write_batch
+from gpufleet.collector.transport import wirefast
 
 BATCH = 150
 

@@ -24,11 +24,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "notify"))
 
+from gpufleet.collector.model.records import AlertRecord  # noqa: E402
 from gpufleet.collector.notify.base import Notification  # noqa: E402
 from gpufleet.collector.notify.build import build_notifiers  # noqa: E402
 from gpufleet.collector.notify.dispatcher import NotificationDispatcher  # noqa: E402
 from gpufleet.collector.settings import AlertingConfig, NotifierConfig  # noqa: E402
-from gpufleet.collector.store.records import AlertRecord  # noqa: E402
 from notify_servers import answering, trickling  # noqa: E402
 
 CAP = 300.0

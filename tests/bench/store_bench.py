@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
+from gpufleet.collector.model import sample
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import Store, Tuning
 

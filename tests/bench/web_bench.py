@@ -24,11 +24,11 @@ sys.path[:0] = [str(TESTS), str(TESTS / "web")]
 
 from builders import GIB, LoopThread, gpu, proc, snap  # noqa: E402
 from gpufleet.agent.wire import Snapshot  # noqa: E402
-from gpufleet.collector.classify import thresholds_of  # noqa: E402
-from gpufleet.collector.live import HostState  # noqa: E402
+from gpufleet.collector.faces.web import WebServer, model  # noqa: E402
+from gpufleet.collector.fleet.live import HostState  # noqa: E402
+from gpufleet.collector.model.classify import thresholds_of  # noqa: E402
+from gpufleet.collector.model.records import AlertRecord  # noqa: E402
 from gpufleet.collector.settings import WebConfig  # noqa: E402
-from gpufleet.collector.store.records import AlertRecord  # noqa: E402
-from gpufleet.collector.web import WebServer, model  # noqa: E402
 from web_testkit import Source  # noqa: E402
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"

@@ -18,8 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample, wirefast
+from gpufleet.collector.model import sample
 from gpufleet.collector.simfleet import FrameGenerator
+from gpufleet.collector.transport import wirefast
 
 DECODE_TARGET_US = 50.0
 

@@ -20,11 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.live import HostState, LiveView
-from gpufleet.collector.model import HostRecord
-from gpufleet.collector.settings import Config, HostConfig
-from gpufleet.collector.store.records import (
+from gpufleet.collector.fleet.live import HostState, LiveView
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.records import (
     AlertRecord,
     CapacityRow,
     EventRow,
@@ -35,6 +33,8 @@ from gpufleet.collector.store.records import (
     SlurmUsageRow,
     UsageRow,
 )
+from gpufleet.collector.model.views import HostRecord
+from gpufleet.collector.settings import Config, HostConfig
 
 GIB = 1 << 30
 
@@ -350,7 +350,7 @@ class StandinStore:
 
 
 class StandinCollector:
-    """What the query API reads from :class:`gpufleet.collector.daemon.Collector`."""
+    """What the query API reads from :class:`gpufleet.collector.service.daemon.Collector`."""
 
     def __init__(
         self, hosts: dict[str, str], gpus: int = 4, tags: dict[str, list[str]] | None = None
@@ -463,7 +463,7 @@ def cell_width(line: str) -> int:
 def as_dict(obj: Any) -> Any:
     import json
 
-    from gpufleet.collector.query import jsonable
+    from gpufleet.collector.fleet.query import jsonable
 
     return json.loads(json.dumps(obj, default=jsonable))
 

@@ -14,7 +14,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from cli_testkit import StandinCollector, cli_env  # noqa: E402
-from gpufleet.collector.api import QueryServer  # noqa: E402
+from gpufleet.collector.faces.api import QueryServer  # noqa: E402
 
 FLEET = {"n1": "busy", "n2": "wasting", "n3": "hot", "n4": "zombie", "n5": "lost", "n6": "down"}
 TAGS = {"n1": ["a100", "prod"], "n2": ["a100"], "n3": ["h100"], "n4": ["h100"], "n5": ["a100"], "n6": ["old"]}

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 from cli_testkit import StandinCollector, cli_env, gpufleet_argv
-from gpufleet.collector.api import QueryServer
-from gpufleet.collector.api.server import listening
+from gpufleet.collector.faces.api import QueryServer
+from gpufleet.collector.faces.api.server import listening
 
 TOOLS = ("useradd", "userdel", "groupadd", "groupdel", "setpriv")
 if os.geteuid() != 0:

@@ -11,7 +11,7 @@ import pwd
 from pathlib import Path
 
 from cli_testkit import StandinCollector, cell_width, cli_env, run_cli
-from gpufleet.collector.api import QueryServer
+from gpufleet.collector.faces.api import QueryServer
 
 
 async def test_status_screen(env: dict[str, str]) -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from cli_testkit import StandinCollector, cli_env, run_cli
-from gpufleet.collector.api import QueryServer
 from gpufleet.collector.config import ConfigErrors, parse_config
+from gpufleet.collector.faces.api import QueryServer
 
 
 @pytest.fixture

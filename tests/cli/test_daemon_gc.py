@@ -1,6 +1,6 @@
-"""The collector process runs with the cycle collector's thresholds raised (collector/gcpause.py): with
-Python's defaults it spent about a third of its CPU there (issue 13). Its stats, and so /metrics, count the
-collections and their seconds."""
+"""The collector process runs with the cycle collector's thresholds raised (collector/service/gcpause.py):
+with Python's defaults it spent about a third of its CPU there (issue 13). Its stats, and so /metrics, count
+the collections and their seconds."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from cli_testkit import cli_env, run_cli
 from gpufleet.cli.demo import DEMO_HOSTS, demo_config
-from gpufleet.collector.daemon import Collector
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.simfleet import SimFleet
 
 pytestmark = pytest.mark.slow

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from cli_testkit import Result, cli_env, gpufleet_argv, run_cli, until, write_config
 
-pytest.importorskip("gpufleet.collector.daemon")
+pytest.importorskip("gpufleet.collector.service.daemon")
 from gpufleet.cli.demo import DEMO_HOSTS  # noqa: E402
 from gpufleet.collector.simfleet import SimFleet  # noqa: E402
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from cli_testkit import cli_env, run_cli
 from gpufleet.agent import wire
-from gpufleet.collector import sample
+from gpufleet.collector.model import sample
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store.store import Store
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from cli_testkit import cli_env, run_cli
-from gpufleet.collector.daemon import Collector
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import ApiConfig, Config, StorageConfig, default_rules
 from gpufleet.collector.simfleet import SimFleet
 

@@ -9,9 +9,9 @@ from datetime import datetime
 import pytest
 from cli_testkit import StandinAlerts, StandinStore, synthetic_live
 from gpufleet.cli.timeparse import TimeParseError, parse_duration, parse_range, parse_time
-from gpufleet.collector import query
 from gpufleet.collector.errors import QueryError
-from gpufleet.collector.store.records import AlertRecord
+from gpufleet.collector.fleet import query
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.units import fmt_duration
 
 NOW = 1_800_000_000.0
@@ -74,7 +74,7 @@ def test_by_user() -> None:
 
 def test_by_user_counts_a_stale_zombie_as_waste() -> None:
     """A zombie holding memory at 0 % is flagged stale, not wasted: it is still that user's waste."""
-    from gpufleet.collector.query import FleetView, GpuView, HostView, ProcView
+    from gpufleet.collector.fleet.query import FleetView, GpuView, HostView, ProcView
 
     zombie = ProcView(pid=7, user="erin", command="python3 leak.py", memory=18 << 30, running_for=60.0,
                       state="Z")

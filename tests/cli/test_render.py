@@ -10,8 +10,8 @@ from cli_testkit import StandinAlerts, StandinStore, as_dict, cell_width, synthe
 from gpufleet.cli.render_alerts import render_alerts
 from gpufleet.cli.render_history import bucket, history_csv, render_history, sparkline
 from gpufleet.cli.render_status import bar, fmt_mem_pair, render_by_user, render_status
-from gpufleet.collector import query
-from gpufleet.collector.store.records import SeriesPoint
+from gpufleet.collector.fleet import query
+from gpufleet.collector.model.records import SeriesPoint
 from gpufleet.collector.units import fmt_size_short
 from rich.console import Console, RenderableType
 
@@ -124,7 +124,7 @@ def test_list_views_stay_readable_when_narrow(width: int) -> None:
     exceed the width, with the short columns all present."""
     from gpufleet.cli.render_history import process_table
     from gpufleet.cli.render_status import render_hosts
-    from gpufleet.collector.store.records import ProcessSpan
+    from gpufleet.collector.model.records import ProcessSpan
 
     live = synthetic_live({"gpu-node-07": "hot", "gpu-node-12": "down"}, gpus=2)
     alerts = StandinAlerts(live).active()
@@ -204,7 +204,7 @@ def test_status_fitted_to_a_short_screen_summarises_hosts_problem_hosts_first() 
 def test_event_line_says_each_thing_once() -> None:
     """The agent's xid message repeats the Xid and the GPU: the line says each once."""
     from gpufleet.cli.render_history import event_text
-    from gpufleet.collector.store.records import EventRow
+    from gpufleet.collector.model.records import EventRow
 
     def ev(message: str, gpu: int | None = 2, xid: int | None = 79, kind: str = "xid") -> EventRow:
         return EventRow(host="n1", ts=0.0, kind=kind, message=message, gpu_index=gpu, uuid=None, xid=xid)
@@ -252,7 +252,7 @@ def test_status_shows_what_it_has_where_there_is_room() -> None:
 
 def test_history_of_a_few_minutes_fills_the_line_and_the_summary_breaks_between_phrases() -> None:
     from gpufleet.cli.render_history import render_history
-    from gpufleet.collector.store.records import GpuSeries, UsageRow
+    from gpufleet.collector.model.records import GpuSeries, UsageRow
 
     now = time.time()
     pts = [SeriesPoint(ts=now - 300 + 10 * i, util_mean=50.0 + i, util_max=60.0, mem_used_mean=GIB * 4.0,

@@ -13,7 +13,7 @@ import pytest
 from cli_testkit import Result, cli_env, collector_running, run_cli, until, write_config
 from slurm.slurm_standin import install
 
-pytest.importorskip("gpufleet.collector.daemon")
+pytest.importorskip("gpufleet.collector.service.daemon")
 from gpufleet.collector.simfleet import SimFleet  # noqa: E402
 
 pytestmark = pytest.mark.slow

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from builders import FakeClock
 from cli_testkit import StandinCollector, cli_env, run_cli
-from gpufleet.collector import query
-from gpufleet.collector.api import QueryServer
 from gpufleet.collector.errors import QueryError
+from gpufleet.collector.faces.api import QueryServer
+from gpufleet.collector.fleet import query
 from test_api import ask
 
 TTL = 0.5

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from cli_testkit import gpufleet_argv
-from gpufleet.collector.api import QueryServer
+from gpufleet.collector.faces.api import QueryServer
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
 

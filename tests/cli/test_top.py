@@ -8,7 +8,7 @@ import pytest
 from cli_testkit import StandinAlerts, synthetic_live
 from gpufleet.cli.keys import decode
 from gpufleet.cli.top import TopState, detail_screen, list_screen
-from gpufleet.collector import query
+from gpufleet.collector.fleet import query
 
 
 def fleet() -> query.FleetView:

@@ -46,7 +46,7 @@ def test_diagnosis_rule_mistakes_are_errors_with_file_line(fail: Any) -> None:
 
 
 def test_multi_signal_thresholds_load_and_reach_the_classification(load: Any, fail: Any) -> None:
-    from gpufleet.collector.classify import thresholds_of
+    from gpufleet.collector.model.classify import thresholds_of
 
     cfg = load("""
         rules:

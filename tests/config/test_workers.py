@@ -1,5 +1,5 @@
-"""``workers: N`` (collector/workers.py): worker I is shard I/N of one config, with its own database, socket
-and metrics port; the config key's errors; what `config check` prints (issue 13: capacity grows with
+"""``workers: N`` (collector/service/workers.py): worker I is shard I/N of one config, with its own database,
+socket and metrics port; the config key's errors; what `config check` prints (issue 13: capacity grows with
 cores)."""
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpufleet.collector import query
-from gpufleet.collector.daemon import Collector
-from gpufleet.collector.report import build_report
+from gpufleet.collector.fleet import query
+from gpufleet.collector.fleet.report import build_report
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import AlertingConfig, ApiConfig, Config, StorageConfig, default_rules
 from gpufleet.collector.simfleet import SimFleet
 

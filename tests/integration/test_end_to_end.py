@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpufleet.collector.daemon import Collector
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import (
     AlertingConfig,
     ApiConfig,

@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from gpufleet.collector.daemon import Collector
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import ApiConfig, Config, HostConfig, StorageConfig
 
 # An agent whose sampler is stuck: one hello, then only heartbeats (what gpufleet-agent sends then).

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.daemon import Collector
+from gpufleet.collector.model import sample
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import ApiConfig, Config, HostConfig, StorageConfig
 
 

@@ -7,9 +7,9 @@ import subprocess
 from pathlib import Path
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.live import HostState, LiveView
-from gpufleet.collector.metrics import FleetCollector, MetricsSource
+from gpufleet.collector.faces.metrics.exporter import FleetCollector, MetricsSource
+from gpufleet.collector.fleet.live import HostState, LiveView
+from gpufleet.collector.model import sample
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 

@@ -6,7 +6,7 @@ import asyncio
 import urllib.request
 from pathlib import Path
 
-from gpufleet.collector.daemon import Collector
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import ApiConfig, Config, MetricsConfig, StorageConfig, default_rules
 from gpufleet.collector.simfleet import SimFleet
 from metrics_testkit import run_promtool

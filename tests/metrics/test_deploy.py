@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from gpufleet.collector.metrics import METRIC_NAMES
+from gpufleet.collector.faces.metrics.exporter import METRIC_NAMES
 from metrics_testkit import DEPLOY, run_promtool
 
 NAME = re.compile(r"\bgpufleet_[a-zA-Z0-9_]+")

@@ -6,9 +6,14 @@ import math
 
 import pytest
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.live import HostState, LiveView
-from gpufleet.collector.metrics import METRIC_NAMES, UNATTRIBUTED_USER, FleetCollector, MetricsSource
+from gpufleet.collector.faces.metrics.exporter import (
+    METRIC_NAMES,
+    UNATTRIBUTED_USER,
+    FleetCollector,
+    MetricsSource,
+)
+from gpufleet.collector.fleet.live import HostState, LiveView
+from gpufleet.collector.model import sample
 from metrics_testkit import GIB, StandIn, exposition, reference_exposition, run_promtool, snapshot
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
@@ -228,8 +233,9 @@ def test_promtool_check_metrics_passes(source: StandIn, promtool: str) -> None:
 @pytest.mark.parametrize("dcgm_names", [False, True])
 def test_served_text_is_prometheus_clients_byte_for_byte(source: StandIn, openmetrics: bool,
                                                          dcgm_names: bool) -> None:
-    """The server writes the text itself (collector/exposition.py, for speed); prometheus_client's encoders
-    are the reference, over every kind of source and label values that need escaping."""
+    """The server writes the text itself (collector/faces/metrics/exposition.py, for speed);
+    prometheus_client's encoders are the reference, over every kind of source and label values that need
+    escaping."""
     odd = snapshot()
     odd.gpus[0].name = 'A"B\\C\nD {x="1"}'
     odd.gpus[0].processes[0].user = "jürgen \\ \"q\""

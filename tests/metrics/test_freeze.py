@@ -7,9 +7,9 @@ import threading
 import urllib.request
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.live import HostState
-from gpufleet.collector.metrics import FleetCollector, MetricsServer
+from gpufleet.collector.faces.metrics.exporter import FleetCollector, MetricsServer
+from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model import sample
 from metrics_testkit import StandIn
 from prometheus_client.parser import text_string_to_metric_families
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from builders import free_port
-from gpufleet.collector.metrics import MetricsServer
+from gpufleet.collector.faces.metrics.exporter import MetricsServer
 from metrics_testkit import DEPLOY, StandIn
 
 PROMETHEUS = shutil.which("prometheus") or shutil.which("prometheus", path="/usr/bin")

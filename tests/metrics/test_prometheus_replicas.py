@@ -17,7 +17,7 @@ import pytest
 import pytest_asyncio
 import yaml
 from builders import free_port
-from gpufleet.collector.metrics import MetricsServer
+from gpufleet.collector.faces.metrics.exporter import MetricsServer
 from metrics_testkit import DEPLOY, StandIn
 from test_prometheus import _VARS, PROMETHEUS, WAIT
 

@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 from gpufleet.collector.config import parse_listen
 from gpufleet.collector.errors import ConfigError
-from gpufleet.collector.live import LiveView
-from gpufleet.collector.metrics import MetricsServer
+from gpufleet.collector.faces.metrics.exporter import MetricsServer
+from gpufleet.collector.fleet.live import LiveView
 from metrics_testkit import StandIn
 from prometheus_client import REGISTRY, generate_latest
 

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 from builders import free_port
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.notify.base import Notification
 from gpufleet.collector.settings import NotifierConfig
-from gpufleet.collector.store.records import AlertRecord
 
 sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: notify_servers for tests and the bench
 

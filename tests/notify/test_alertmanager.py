@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from builders import FakeClock
 from gpufleet.agent import wire
-from gpufleet.collector import sample
 from gpufleet.collector.alerts.engine import AlertEngine
+from gpufleet.collector.model import sample
 from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.notify.dispatcher import NotificationDispatcher
 from gpufleet.collector.settings import AlertingConfig, Config, HostConfig, default_rules

@@ -9,10 +9,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from gpufleet.collector.daemon import Collector
-from gpufleet.collector.jobnotes import job_note
+from gpufleet.collector.model.records import JobRecord
+from gpufleet.collector.notify.jobnotes import job_note
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import AlertingConfig, ApiConfig, Config, HostConfig, StorageConfig
-from gpufleet.collector.store.records import JobRecord
 from notify_servers import Receiver
 
 GIB = 1 << 30

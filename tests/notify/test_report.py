@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 from gpufleet.agent import wire
-from gpufleet.collector import sample
+from gpufleet.collector.fleet.report import build_report, render_report, send_report
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.records import AlertRecord, CapacityRow, EventRow, SlurmUsageRow, UsageRow
 from gpufleet.collector.notify.build import build_notifiers
-from gpufleet.collector.report import build_report, render_report, send_report
 from gpufleet.collector.settings import AlertingConfig, StorageConfig
-from gpufleet.collector.store.records import AlertRecord, CapacityRow, EventRow, SlurmUsageRow, UsageRow
 
 SINCE, UNTIL = 1_700_000_000.0 - 7 * 86400, 1_700_000_000.0
 

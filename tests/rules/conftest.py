@@ -10,7 +10,7 @@ from typing import Any
 import builders
 import pytest
 from gpufleet.agent import wire
-from gpufleet.collector import sample
+from gpufleet.collector.model import sample
 from gpufleet.collector.rules.base import Condition, HostContext, Rule
 from gpufleet.collector.rules.registry import RULE_TYPES
 from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig, Selector

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
 from gpufleet.collector.alerts.engine import AlertEngine
+from gpufleet.collector.model import sample
 from gpufleet.collector.settings import Config, HostConfig, default_rules
 
 GIB = 1 << 30

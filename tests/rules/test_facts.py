@@ -1,5 +1,5 @@
-"""The snapshot facts (collector/facts.py) are classify's and jobkey's answers, worked out once per snapshot
-for every rule and the job tracker; and the bucketed window mean the underused rule keeps."""
+"""The snapshot facts (collector/model/facts.py) are classify's and jobkey's answers, worked out once per
+snapshot for every rule and the job tracker; and the bucketed window mean the underused rule keeps."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import statistics
 
 import pytest
 from builders import gpu, proc, scenario_frames, snap
-from gpufleet.collector import classify, facts, sample
 from gpufleet.collector.alerts.engine import AlertEngine
-from gpufleet.collector.jobkey import group_key, job_key
-from gpufleet.collector.jobs import JobTracker
-from gpufleet.collector.live import LiveView
+from gpufleet.collector.fleet.jobs import JobTracker
+from gpufleet.collector.fleet.live import LiveView
+from gpufleet.collector.model import classify, facts, sample
+from gpufleet.collector.model.jobkey import group_key, job_key
 from gpufleet.collector.rules.series import WindowMean
 from gpufleet.collector.settings import Config, HostConfig, default_rules
 

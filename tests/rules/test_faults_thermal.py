@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.live import HostState
+from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.rules.base import matchers_match, selector_matches
 from gpufleet.collector.settings import Selector
-from gpufleet.collector.store.records import AlertRecord
 
 
 def test_overheating_uses_the_lower_of_threshold_and_slowdown(runner, w):
@@ -28,7 +28,7 @@ def test_overheating_slowdown_from_hello(runner, w):
 
 
 def test_overheating_resolved_message_gives_current_temperature(runner, w):
-    from gpufleet.collector.store.records import AlertRecord
+    from gpufleet.collector.model.records import AlertRecord
 
     r = runner("overheating")
     r.feed(w.snap(w.gpu(0, temperature=71)), 10.0)

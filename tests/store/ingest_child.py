@@ -10,7 +10,7 @@ import asyncio
 import sys
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
+from gpufleet.collector.model import sample
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import Store
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from builders import cap_store_pages
-from gpufleet.collector.daemon import Collector
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import ApiConfig, Config, StorageConfig, default_rules
 from gpufleet.collector.simfleet import SimFleet
 from gpufleet.collector.store import Store

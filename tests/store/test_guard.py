@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from builders import snap
 from builders import store_gpu as gpu
-from gpufleet.collector.daemon import Collector
 from gpufleet.collector.errors import StorageError
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import ApiConfig, Config, StorageConfig
 from gpufleet.collector.store import Store
 

@@ -10,10 +10,10 @@ from builders import GIB, MIB, hello, snap
 from builders import store_gpu as gpu
 from builders import store_proc as proc
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.classify import Thresholds
-from gpufleet.collector.live import HostState
-from gpufleet.collector.model import HostRecord
+from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.classify import Thresholds
+from gpufleet.collector.model.views import HostRecord
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import Store, Tuning
 from gpufleet.collector.store.usage import GAP_FACTOR
@@ -41,7 +41,7 @@ async def test_host_state_and_hello(store: Store) -> None:
 
 
 async def test_a_host_record_goes_in_and_comes_back_whole(store: Store) -> None:
-    """One host record both ways (collector/model.py): what the writer stores of a HostState is what the
+    """One host record both ways (collector/model/views.py): what the writer stores of a HostState is what the
     store's ``hosts`` answers, every field (the carry-over after a restart reads it)."""
     state = HostState(name="h9", status="down", reason="ssh: refused", since=900.0, last_seen=950.0,
                       tags=["h100"], agent_version="0.2.0", driver_version="550.54", nvml_version="12.550",
@@ -209,8 +209,8 @@ async def test_usage_reads_the_loops_classification_when_it_is_the_stores(
         config: StorageConfig, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the daemon's shared facts the writer credits waste from them (no second classification) and the
     figures are the same; facts under other thresholds are not read (the store judges by its own)."""
-    from gpufleet.collector import classify
-    from gpufleet.collector.facts import FleetFacts
+    from gpufleet.collector.model import classify
+    from gpufleet.collector.model.facts import FleetFacts
     from gpufleet.collector.store import usage
 
     calls: list[int] = []

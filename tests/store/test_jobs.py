@@ -10,8 +10,8 @@ import builders
 import pytest
 from builders import GIB, snap
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.jobs import GONE_INTERVALS, QUIET_AFTER, JobTracker
+from gpufleet.collector.fleet.jobs import GONE_INTERVALS, QUIET_AFTER, JobTracker
+from gpufleet.collector.model import sample
 from gpufleet.collector.store import Store, schema
 
 #: a Slurm-like job's process: 10 GiB, started at t=100, a child of its launcher
@@ -78,7 +78,7 @@ async def test_schema_v4_has_the_jobs_table(store: Store) -> None:
 
 
 async def test_job_records_are_kept_as_long_as_hourly_rollups(store: Store) -> None:
-    from gpufleet.collector.store.records import JobRecord
+    from gpufleet.collector.model.records import JobRecord
 
     year = store.config.hour_retention
     await store.save_jobs([JobRecord(key="slurm:1", user="a", started=0.0, ended=100.0),

@@ -12,7 +12,7 @@ HERE = Path(__file__).parent
 if str(HERE) not in sys.path:  # importlib mode: make the helper module importable as `sshtestlib`
     sys.path.insert(0, str(HERE))
 
-from gpufleet.collector.live import LiveView  # noqa: E402
+from gpufleet.collector.fleet.live import LiveView  # noqa: E402
 from gpufleet.collector.settings import HostConfig  # noqa: E402
 from gpufleet.collector.simfleet import SimFleet  # noqa: E402
 from gpufleet.collector.transport.manager import FleetTransport  # noqa: E402

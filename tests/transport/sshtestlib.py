@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.live import HostState
+from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model import sample
 
 if TYPE_CHECKING:
     from gpufleet.collector.transport.manager import FleetTransport

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpufleet.collector.daemon import Collector
+from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import AlertingConfig, ApiConfig, Config, NotifierConfig, StorageConfig
 from gpufleet.collector.simfleet import SimFleet
-from gpufleet.collector.store.records import AlertRecord
 from sshtestlib import CollectingSink
 
 

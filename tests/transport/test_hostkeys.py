@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 from gpufleet.collector.errors import ConfigError, HostKeyError
-from gpufleet.collector.live import LiveView
+from gpufleet.collector.fleet.live import LiveView
 from gpufleet.collector.simfleet import SimFleet
 from gpufleet.collector.transport.hostkeys import KnownHostsStore
 from gpufleet.collector.transport.manager import FleetTransport

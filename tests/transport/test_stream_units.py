@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from gpufleet.agent import wire
-from gpufleet.collector.live import HostState, LiveView
+from gpufleet.collector.fleet.live import HostState, LiveView
 from gpufleet.collector.transport.backoff import Backoff
 from gpufleet.collector.transport.stream import AgentStream, LineFramer
 from sshtestlib import CollectingSink

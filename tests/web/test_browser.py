@@ -13,8 +13,8 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from gpufleet.collector.faces.web import WebServer
 from gpufleet.collector.settings import WebConfig
-from gpufleet.collector.web import WebServer
 from web_testkit import TOKEN, LoopThread, Site, Source
 
 pytestmark = pytest.mark.slow

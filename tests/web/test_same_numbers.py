@@ -11,7 +11,7 @@ import urllib.request
 from typing import Any
 
 import pytest
-from gpufleet.collector.api.ops import Args, LiveOps, encode
+from gpufleet.collector.faces.api.ops import Args, LiveOps, encode
 from web_testkit import Site
 
 pytestmark = pytest.mark.slow

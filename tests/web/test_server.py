@@ -12,11 +12,11 @@ import time
 from typing import Any
 
 import pytest
-from gpufleet.collector.classify import thresholds_of
 from gpufleet.collector.errors import ConfigError
+from gpufleet.collector.faces.web import WebServer, model
+from gpufleet.collector.model.classify import thresholds_of
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.settings import WebConfig
-from gpufleet.collector.store.records import AlertRecord
-from gpufleet.collector.web import WebServer, model
 from web_testkit import Source
 
 

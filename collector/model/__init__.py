@@ -1,0 +1,10 @@
+"""The fleet model: plain types and pure functions, no I/O, cheap to import (the CLI reads only these).
+
+- :mod:`.sample`: a host's snapshot, its GPUs and processes, as the wire decoder builds them;
+- :mod:`.views`: what ``status`` and ``hosts`` show (host, GPU, process views, totals, host records);
+- :mod:`.records`: the rows the store keeps and answers (series, spans, usage, alerts, jobs, silences);
+- :mod:`.classify`: the one verdict on a GPU sample (busy, idle, stuck, free, orphaned, who holds it);
+- :mod:`.facts`: that verdict worked out once per snapshot, for every reader;
+- :mod:`.jobkey`: which job a GPU process belongs to;
+- :mod:`.procname`: how a process is named to people.
+"""

@@ -11,10 +11,14 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from gpufleet.cli.client import EXIT_USAGE, Backend, CliError, Endpoints, connect
+from gpufleet.cli.client import EXIT_USAGE, ApiError, Backend, CliError
+from gpufleet.cli.connect import Endpoints, connect
+from gpufleet.cli.timeparse import parse_range
+from gpufleet.collector.model.codec import ROWS_FORM, USERS_FORM, fleet_view_from_dict, user_usage_from_dict
+from gpufleet.collector.model.summary import by_user
+from gpufleet.collector.model.views import FleetView, UserUsage
 
 if TYPE_CHECKING:
-    from gpufleet.collector.fleet.query import FleetView, UserUsage
     from rich.console import Console
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -112,16 +116,7 @@ def status_later(backend: Backend, args: dict[str, Any]) -> Callable[[], FleetVi
     """The status model, asked for now and rebuilt when the returned call is made (the renderer's imports
     run in between). Several collectors' models are merged straight (no JSON round trip in between: half
     the time of a merged `status` at 2,000 hosts); one answer is rebuilt from its JSON."""
-    later: Callable[..., Callable[[], FleetView]] | None = getattr(backend, "status_later", None)
-    if later is not None:
-        return later(**args)
-
-    def fetch() -> FleetView:
-        from gpufleet.collector.fleet.query import fleet_view_from_dict
-
-        return fleet_view_from_dict(backend.call("status", **args))
-
-    return fetch
+    return backend.status_later(**args)
 
 
 def status_view(backend: Backend, args: dict[str, Any]) -> FleetView:
@@ -132,16 +127,7 @@ def users_view(backend: Backend, args: dict[str, Any]) -> tuple[FleetView, list[
     """``status --by user``: the view's header and the per-user lines. One collector works them out itself
     (the ``users`` form: a few KB instead of the whole fleet); several collectors, or one too old for the
     form, send the fleet and the lines are made here from the merged view."""
-    from gpufleet.cli.client import ApiError
-    from gpufleet.collector.fleet.query import (
-        ROWS_FORM,
-        USERS_FORM,
-        by_user,
-        fleet_view_from_dict,
-        user_usage_from_dict,
-    )
-
-    if getattr(backend, "status_later", None) is None:
+    if not backend.merged:
         try:
             d = backend.call("status", **{**args, "form": USERS_FORM})
         except ApiError as exc:
@@ -163,8 +149,6 @@ def print_json(obj: Any) -> None:
 
 
 def time_range(since: str | None, until: str | None, default: str) -> tuple[float, float]:
-    from gpufleet.cli.timeparse import parse_range
-
     try:
         return parse_range(since, until, default_since=default)
     except ValueError as exc:  # TimeParseError, or since not before until

@@ -8,13 +8,13 @@ from typing import Any
 from gpufleet.cli import convert
 from gpufleet.cli.grid import Cell, Col, grid
 from gpufleet.cli.timeparse import fmt_ts
-from gpufleet.collector.fleet.query import flag_name, natural_key
+from gpufleet.collector.model.names import natural_key
 from gpufleet.collector.model.records import AlertRecord, SilenceRecord
+from gpufleet.collector.rules.catalog import SEVERITY_STYLES, flag_name, severity_rank
 from gpufleet.collector.units import fmt_duration
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-SEVERITY_STYLES = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 STATE_STYLES = {"firing": "bold red", "pending": "yellow", "resolved": "green"}
 
 
@@ -23,8 +23,7 @@ def _labels(a: AlertRecord) -> tuple[str, str, str]:
 
 
 def _sort_key(a: AlertRecord) -> tuple[int, list[Any], str]:
-    sev = {"critical": 0, "warning": 1, "info": 2}.get(a.severity, 3)
-    return sev, natural_key(a.labels.get("host", "")), a.rule
+    return -severity_rank(a.severity), natural_key(a.labels.get("host", "")), a.rule
 
 
 def rule_label(rule: str) -> str:

@@ -8,6 +8,7 @@ instead of overflowing a timestamp later in whatever code happened to use it.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 
@@ -170,3 +171,8 @@ def fmt_pct(value: float | None, *, compact: bool = False, unknown: str = "-") -
     if value is None:
         return unknown
     return f"{value:.0f}%" if compact else f"{value:.0f} %"
+
+
+def fmt_utc(ts: float) -> str:
+    """``2026-12-01 08:00 UTC``: a time in a report or a note, the same for every reader."""
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from gpufleet.agent import wire
 from gpufleet.collector.model import sample
+from gpufleet.collector.model.records import AlertRecord, AlertState
 
 if TYPE_CHECKING:
-    from gpufleet.collector.store import Store
+    from gpufleet.collector.store.store import Store
 
 #: what the builders build: the collector's Structs (``sample``), or ``wire`` for the agent's own dataclasses
 Model = Any
@@ -70,6 +71,15 @@ def snap(*gpus: Any, ts: float = 0.0, seq: int | None = None, model: Model = sam
 
 def heartbeat(ts: float = 0.0, seq: int = 0) -> sample.Heartbeat:
     return sample.Heartbeat(ts=ts, seq=seq, proto=wire.PROTO_VERSION)
+
+
+def alert(rule: str, host: str = "n1", gpu: int | None = None, *, state: AlertState = "firing",
+          severity: str = "warning", started: float = 0.0, **labels: str) -> AlertRecord:
+    """An alert record as the engine keeps it: labels host, gpu (when given), rule and ``labels``."""
+    lab = {"host": host, **({"gpu": str(gpu)} if gpu is not None else {}), **labels, "rule": rule}
+    return AlertRecord(fingerprint=f"{rule}/{host}/{gpu}/{sorted(labels.items())}", rule=rule,
+                       severity=severity, state=state, labels=lab, started_at=started,
+                       fired_at=started if state == "firing" else None, updated_at=started)
 
 
 def hello(gpus: list[wire.GpuInfo] | None = None, ts: float = 1000.0) -> wire.Hello:

@@ -3,14 +3,9 @@ builders module (`from builders import gpu, proc, snap, FakeClock, free_port`), 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from builders import FakeClock  # noqa: E402
+from tests.builders import FakeClock
 
 
 @pytest.fixture

@@ -17,11 +17,12 @@ from typing import Any
 
 import msgspec
 import pytest
-from builders import scenario_frames
 from gpufleet.agent import wire
 from gpufleet.collector.model import sample
 from gpufleet.collector.simfleet import FrameGenerator
 from gpufleet.collector.transport import wirefast
+
+from tests.builders import scenario_frames
 
 HUGE = 10 ** 30
 

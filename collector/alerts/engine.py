@@ -22,7 +22,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from gpufleet.agent import wire
 from gpufleet.collector.alerts.grouping import Grouper
@@ -31,17 +31,16 @@ from gpufleet.collector.alerts.notes import UserNotes
 from gpufleet.collector.alerts.silences import Silences, SilenceStore, inhibited
 from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.model import sample
-from gpufleet.collector.model.classify import thresholds_of
 from gpufleet.collector.model.facts import FleetFacts
+from gpufleet.collector.model.firing import Firing
 from gpufleet.collector.model.records import AlertRecord, SilenceRecord
+from gpufleet.collector.model.thresholds import thresholds_of
 from gpufleet.collector.notify.base import Notification
+from gpufleet.collector.notify.dispatcher import NotificationDispatcher
 from gpufleet.collector.rules.base import HostContext
 from gpufleet.collector.rules.hosts import COLLECTOR, CollectorFaultRule, NotifierDownRule
 from gpufleet.collector.rules.registry import build_rules
 from gpufleet.collector.settings import Config
-
-if TYPE_CHECKING:
-    from gpufleet.collector.notify.dispatcher import NotificationDispatcher
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +75,8 @@ class AlertEngine:
         self.lifecycle = Lifecycle(self.rules, self._counters)
         self.grouper = Grouper(self.alerting)
         self.silences = Silences(store, clock)
-        self.notes = UserNotes(self.alerting, {name: rule.param_float("note_once_per", 0.0)
-                                               for name, rule in self.rules.items()})
+        self.notes = UserNotes(self.alerting, {name: once for name, rule in self.rules.items()
+                                               if (once := rule.note_once_per()) is not None})
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 
@@ -301,9 +300,9 @@ class AlertEngine:
         """Pending and firing alerts (copies), oldest first."""
         return self.lifecycle.active()
 
-    def flags(self, host: str, gpu: int | None = None) -> set[str]:
-        """Names of the rules firing for the host (with ``gpu``: for that GPU only)."""
-        return self.lifecycle.flags(host, gpu)
+    def firing(self) -> Firing:
+        """Which rules fire on which GPU and host now (one pass over the alerts, no copies)."""
+        return Firing(self.lifecycle.alerts.values())
 
     def is_muted(self, alert: AlertRecord) -> bool:
         """Silenced or inhibited right now (for the API's alert listing)."""

@@ -184,10 +184,3 @@ class Lifecycle:
         alerts = [a for a in self.alerts.values() if a.state != "resolved"]
         return [dataclasses.replace(a, labels=dict(a.labels), annotations=dict(a.annotations))
                 for a in sorted(alerts, key=lambda a: a.started_at)]
-
-    def flags(self, host: str, gpu: int | None = None) -> set[str]:
-        """Names of the rules firing for the host (with ``gpu``: for that GPU only)."""
-        want = None if gpu is None else str(gpu)
-        return {a.rule for a in self.alerts.values()
-                if a.state == "firing" and a.labels.get("host") == host
-                and (want is None or a.labels.get("gpu") == want)}

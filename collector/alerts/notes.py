@@ -16,15 +16,12 @@ from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.notify.base import Notification
 from gpufleet.collector.notify.build import USER_NOTIFIER
 from gpufleet.collector.notify.message import KEEP
-from gpufleet.collector.rules.base import USER_RULES, keep_command
+from gpufleet.collector.rules.base import keep_command
+from gpufleet.collector.rules.catalog import BY_NAME, USER_RULES
 from gpufleet.collector.settings import AlertingConfig
 
 NAGGED_AT = "user_notified_at"  # annotation: when the user was last told about this alert
 ENGINE_ANNOTATIONS = (NAGGED_AT,)  # bookkeeping saved with the alert, never shown to a notifier
-
-_WHAT = {"wasted": "is holding memory but idle", "stale": "has a stale process",
-         "underused": "is underused (low mean util)"}
-
 
 def _process_of(a: AlertRecord) -> tuple[str, str, str, str]:
     """(rule, host, pid, start time): the process an alert names, for once-per-process notes."""
@@ -100,7 +97,7 @@ class UserNotes:
             if email is None:
                 continue
             hosts = ", ".join(sorted({a.labels.get("host", "") for a in mine}))
-            what = _WHAT.get(rule, f"has a {rule} alert")
+            what = BY_NAME[rule].note or f"has a {rule} alert"
             out.append(Notification(
                 group_key=f'{{rule="{rule}",user="{user}"}}', status="firing",
                 alerts=[copy(a) for a in mine], group_labels={"user": user, "rule": rule},

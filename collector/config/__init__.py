@@ -51,7 +51,6 @@ __all__ = [
     "ConfigErrors",
     "default_config",
     "expand_hostlist",
-    "find_config",
     "load_config",
     "parse_config",
     "parse_duration",
@@ -199,22 +198,6 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None,
     base = Path(path).expanduser().absolute().parent
     return parse_config(text, source, base_dir=base, env=env, resolve_secrets=resolve_secrets,
                         resolve_addresses=resolve_addresses, with_hosts=with_hosts)
-
-
-def find_config() -> Path | None:
-    """$GPUFLEET_CONFIG, ./gpufleet.yaml, ~/.config/gpufleet/gpufleet.yaml, /etc/gpufleet/gpufleet.yaml.
-
-    $GPUFLEET_CONFIG is returned even when missing, so loading it reports the mistake.
-    """
-    explicit = os.environ.get("GPUFLEET_CONFIG")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    for candidate in (Path("gpufleet.yaml"), Path(xdg) / "gpufleet" / "gpufleet.yaml",
-                      Path("/etc/gpufleet/gpufleet.yaml")):
-        if candidate.is_file():
-            return candidate
-    return None
 
 
 def default_config() -> Config:

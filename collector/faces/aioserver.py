@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from gpufleet.collector.config import parse_listen  # config's parser owns the listen syntax
 from gpufleet.collector.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -154,7 +155,6 @@ class HttpServer:
 
     def __init__(self, listen: str, key: str, *, read_timeout: float, write_timeout: float,
                  max_header_bytes: int, max_connections: int, path: str = "/") -> None:
-        from gpufleet.collector.config import parse_listen  # config's parser owns the listen syntax
 
         self.listen, self.listen_key, self.path = listen, key, path
         self._host, self._want_port = parse_listen(listen)

@@ -28,10 +28,12 @@ from typing import Final
 
 from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.model import sample
-from gpufleet.collector.model.classify import DEFAULT_THRESHOLDS, holds_memory, user_of
+from gpufleet.collector.model.classify import holds_memory, user_of
 from gpufleet.collector.model.facts import FleetFacts
+from gpufleet.collector.model.firing import Firing
 from gpufleet.collector.model.procname import short_command
 from gpufleet.collector.model.records import JobRecord
+from gpufleet.collector.model.thresholds import DEFAULT_THRESHOLDS
 from gpufleet.collector.store.usage import credit
 
 log = logging.getLogger(__name__)
@@ -42,8 +44,8 @@ SWEEP_EVERY: Final = 10.0
 
 FLAGS_EVERY: Final = 1.0
 
-#: (host, GPU index) -> the rules firing on it (Collector.gpu_flags: one pass over the alerts)
-GpuFlags = Callable[[], dict[tuple[str, int], set[str]]]
+#: which rules fire where now (the alert engine's answer, collector/model/firing.py)
+FiringNow = Callable[[], Firing]
 Save = Callable[[list[JobRecord]], Awaitable[None]]
 Note = Callable[[JobRecord], None]
 
@@ -81,12 +83,12 @@ class _Job:
 class JobTracker:
     """Follows the jobs on the fleet's GPUs and saves each one's record when it ends."""
 
-    def __init__(self, save: Save | None, *, flags: GpuFlags | None = None,
+    def __init__(self, save: Save | None, *, firing: FiringNow | None = None,
                  intervals: dict[str, float] | None = None,
                  facts: FleetFacts | None = None, note: Note | None = None) -> None:
         self.save = save
         self.note = note
-        self.flags = flags
+        self.firing = firing
         self.intervals = intervals or {}  # host -> sampling interval (default 1 s)
         #: a snapshot's job keys and waste, shared with the alert engine (whoever asks first works them out)
         self.facts = facts if facts is not None else FleetFacts(DEFAULT_THRESHOLDS)
@@ -95,8 +97,8 @@ class JobTracker:
         self.finished: list[JobRecord] = []  # every record handed to save (tests, metrics)
         self._last_sample: dict[tuple[str, str], tuple[float, float | None]] = {}  # (host, uuid) -> ts, typ.
         self._swept = 0.0
-        self._flags: dict[tuple[str, int], set[str]] = {}
-        self._flags_at = float("-inf")
+        self._fired = Firing()
+        self._fired_at = float("-inf")
         self._tasks: set[asyncio.Task[None]] = set()
 
     # FleetSink
@@ -114,8 +116,8 @@ class JobTracker:
             log.exception("job tracker failed on a frame from %s", host)
 
     def observe(self, host: str, snap: sample.Snapshot, now: float) -> None:
-        if self.flags is not None and abs(now - self._flags_at) >= FLAGS_EVERY:
-            self._flags, self._flags_at = self.flags(), now
+        if self.firing is not None and abs(now - self._fired_at) >= FLAGS_EVERY:
+            self._fired, self._fired_at = self.firing(), now
         shown: set[str] = set()
         on_host = self._on_host.setdefault(host, set())
         for gf in self.facts.of(host, snap).gpus:
@@ -139,7 +141,7 @@ class JobTracker:
             if not memory:
                 continue
             wasting = gf.waste
-            fired = self._flags.get((host, g.index))
+            fired = self._fired.on(host, g.index)
             util = g.util_gpu
             where = (host, g.index)
             for key, mem_sum in memory.items():

@@ -12,17 +12,13 @@ import logging
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Protocol
 
 from gpufleet.agent import wire
 from gpufleet.collector.model import sample
-
-if TYPE_CHECKING:
-    from gpufleet.collector.model.views import HostRecord
+from gpufleet.collector.model.views import HostRecord, HostStatus
 
 log = logging.getLogger(__name__)
-
-HostStatus = Literal["connecting", "up", "down"]
 
 
 @dataclass(slots=True)
@@ -67,6 +63,12 @@ class HostState:
     #: seconds added to the agent's timestamps (its clock is this far behind the collector's; negative:
     #: ahead), while beyond the host's max_clock_skew; None while the clocks agree
     clock_skew: float | None = None
+
+    def record(self) -> HostRecord:
+        """Its identity and connection facts now: a copy the store's writer thread may keep."""
+        return HostRecord(self.name, self.status, self.reason, self.last_seen, self.agent_version,
+                          self.driver_version, list(self.tags), self.since, self.nvml_version,
+                          self.cuda_version, self.reported_hostname, self.backend)
 
     def noted(self, notes: wire.DecodeNotes) -> None:
         """Count what decode changed in one frame."""

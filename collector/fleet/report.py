@@ -2,17 +2,16 @@
 
 Built from the store's hourly usage accounting (Store.usage_by_user, by_host=True), rendered as text (chat,
 terminal), markdown (issues, wikis, Matrix) or JSON, and delivered through the same notifiers as alerts
-(``gpufleet report --since 7d --send``). It also says how much capacity sat free (GPU-hours nobody held),
-which alerts fired and which faults the hosts reported in the range. Note: a user is credited the whole
-GPU while holding memory on it, so two users sharing a GPU both count it; per-host sums can exceed the
-host's physical GPU-hours. Where agents name Slurm jobs, the same GPU-hours (the same definition of waste,
-store/usage.py) are also summed per Slurm account and per partition.
+(``gpufleet report --since 7d --send``, collector/notify/reports.py). It also says how much capacity sat free
+(GPU-hours nobody held), which alerts fired and which faults the hosts reported in the range. Note: a user is
+credited the whole GPU while holding memory on it, so two users sharing a GPU both count it; per-host sums can
+exceed the host's physical GPU-hours. Where agents name Slurm jobs, the same GPU-hours (the same definition of
+waste, store/usage.py) are also summed per Slurm account and per partition.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -21,10 +20,8 @@ from typing import Any, Literal, Protocol
 
 from gpufleet.collector.errors import QueryError
 from gpufleet.collector.model.records import AlertRecord, CapacityRow, EventRow, SlurmUsageRow, UsageRow
-from gpufleet.collector.notify.base import Notification, Notifier
-from gpufleet.collector.notify.dispatcher import NotificationDispatcher
-from gpufleet.collector.settings import SEVERITIES
-from gpufleet.collector.units import fmt_duration, fmt_pct
+from gpufleet.collector.rules.catalog import severity_rank
+from gpufleet.collector.units import fmt_duration, fmt_pct, fmt_utc
 
 ReportFormat = Literal["text", "markdown", "json"]
 FORMATS: tuple[str, ...] = ("text", "markdown", "json")
@@ -244,8 +241,7 @@ def merge_reports(reports: Sequence[WasteReport]) -> WasteReport:
 
 def _ordered(counts: Sequence[AlertCount]) -> list[AlertCount]:
     """Most severe first, then the most frequent."""
-    order = {s: i for i, s in enumerate(reversed(SEVERITIES))}
-    return sorted(counts, key=lambda c: (order.get(c.severity, 9), -c.count, c.rule))
+    return sorted(counts, key=lambda c: (-severity_rank(c.severity), -c.count, c.rule))
 
 
 def _alert_counts(alerts: Sequence[AlertRecord], *, since: float, until: float,
@@ -277,13 +273,9 @@ def _faults(events: Sequence[EventRow]) -> dict[str, dict[str, int]]:
 # ------------------------------------------------------------------------------------------ render
 
 
-def _when(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-
-
 def report_title(report: WasteReport) -> str:
     scope = report.host or "all hosts"
-    return (f"gpufleet waste report, {scope}: {_when(report.since)} to {_when(report.until)} "
+    return (f"gpufleet waste report, {scope}: {fmt_utc(report.since)} to {fmt_utc(report.until)} "
             f"({fmt_duration(report.until - report.since)})")
 
 
@@ -386,23 +378,3 @@ def render_report(report: WasteReport, fmt: ReportFormat = "text") -> str:
     out += ["", "### Faults" if md else "Faults (Xid, lost GPUs, driver errors):",
             *(_fault_lines(report) or ["- none"])]
     return "\n".join(out) + "\n"
-
-
-# -------------------------------------------------------------------------------------------- send
-
-
-def report_notification(report: WasteReport, fmt: ReportFormat = "text") -> Notification:
-    return Notification(group_key="report", status=None, kind="report", title=report_title(report),
-                        body=render_report(report, "markdown" if fmt == "markdown" else "text"),
-                        data=report.as_dict(), created_at=report.generated_at)
-
-
-async def send_report(report: WasteReport, notifiers: Sequence[Notifier] | NotificationDispatcher, *,
-                      fmt: ReportFormat = "text") -> dict[str, str | None]:
-    """Deliver now (with the notifiers' retries); notifier name -> None when delivered, else the error.
-
-    Alertmanager notifiers take alerts only and are skipped; so is the per-user mailer.
-    """
-    dispatcher = notifiers if isinstance(notifiers, NotificationDispatcher) else NotificationDispatcher(
-        list(notifiers), backoff=1.0)
-    return await dispatcher.deliver_now(report_notification(report, fmt))

@@ -23,66 +23,20 @@ Per sample (DESIGN.md: combine signals):
 - *free*: nothing allocated (no process, memory under ``free_max_memory_bytes``, util 0): capacity.
 - *orphaned*: memory in use (at least ``min_memory_bytes``) with no process visible, not a MIG GPU.
 The thresholds come from the ``wasted``, ``idle`` and ``orphaned_memory`` rules' parameters
-(:meth:`Thresholds.from_rules`), whose defaults live in settings.DEFAULT_RULES.
+(collector/model/thresholds.py), whose defaults live in the rule catalog (collector/rules/catalog.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from gpufleet.collector.settings import DEFAULT_RULES
-
-if TYPE_CHECKING:  # annotations only: the CLI reads the thresholds without importing msgspec
-    from gpufleet.collector.model.sample import GpuSample, ProcessSample
+from gpufleet.collector.model.sample import GpuSample, ProcessSample
+from gpufleet.collector.model.thresholds import DEFAULT_THRESHOLDS, Thresholds
 
 Activity = Literal["busy", "idle", "stuck"]
-MIB = 1 << 20
 #: The name of a process /proc could not attribute (same in alerts, GPU-hours and history).
 UNATTRIBUTED = "?"
-
-
-@dataclass(slots=True, frozen=True)
-class Thresholds:
-    """The parameters of the one classification (rules' config on top of DEFAULT_RULES)."""
-
-    util_below: float = float(DEFAULT_RULES["wasted"]["util_below"])
-    min_memory_bytes: int = int(DEFAULT_RULES["wasted"]["min_memory_mib"] * MIB)
-    power_idle_ratio: float = float(DEFAULT_RULES["wasted"]["power_idle_ratio"])
-    stuck_power_ratio: float = float(DEFAULT_RULES["wasted"]["stuck_power_ratio"])
-    mem_busy_at_least: float = float(DEFAULT_RULES["wasted"]["mem_busy_at_least"])
-    sm_active_at_least: float = float(DEFAULT_RULES["wasted"]["sm_active_at_least"])
-    free_max_memory_bytes: int = int(DEFAULT_RULES["idle"]["max_memory_mib"] * MIB)
-    orphan_min_bytes: int = int(DEFAULT_RULES["orphaned_memory"]["min_memory_mib"] * MIB)
-
-    @classmethod
-    def from_rules(cls, params: Mapping[str, Mapping[str, Any] | None] | None = None) -> Thresholds:
-        """From rule name -> configured params (missing rules and keys take DEFAULT_RULES)."""
-        params = params or {}
-
-        def get(rule: str, key: str) -> float:
-            merged = {**DEFAULT_RULES[rule], **(params.get(rule) or {})}
-            return float(merged[key])
-
-        return cls(
-            util_below=get("wasted", "util_below"),
-            min_memory_bytes=int(get("wasted", "min_memory_mib") * MIB),
-            power_idle_ratio=get("wasted", "power_idle_ratio"),
-            stuck_power_ratio=get("wasted", "stuck_power_ratio"),
-            mem_busy_at_least=get("wasted", "mem_busy_at_least"),
-            sm_active_at_least=get("wasted", "sm_active_at_least"),
-            free_max_memory_bytes=int(get("idle", "max_memory_mib") * MIB),
-            orphan_min_bytes=int(get("orphaned_memory", "min_memory_mib") * MIB),
-        )
-
-
-DEFAULT_THRESHOLDS = Thresholds()
-
-
-def thresholds_of(rules: Mapping[str, Any]) -> Thresholds:
-    """The thresholds a collector's config sets: rule name -> RuleConfig (``Config.rules``)."""
-    return Thresholds.from_rules({name: rc.params for name, rc in rules.items()})
 
 
 def user_of(p: ProcessSample) -> str:

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from gpufleet.collector.model import sample
-from gpufleet.collector.model.classify import Activity, Thresholds, activity, holdings, waste_of
+from gpufleet.collector.model.classify import Activity, activity, holdings, waste_of
 from gpufleet.collector.model.jobkey import keys
+from gpufleet.collector.model.thresholds import Thresholds
 
 
 @dataclass(slots=True)

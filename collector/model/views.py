@@ -1,19 +1,23 @@
 """The fleet model shared across threads and processes: what ``gpufleet status``, ``hosts`` and ``--json``
 show whichever source built it, and a host's record as the store writes and reads it.
 
-Plain dataclasses, no behaviour; :mod:`gpufleet.collector.fleet.query` builds the views (from the live view or
-stored rows) and re-exports them, so ``from gpufleet.collector.fleet.query import GpuView`` keeps working. The
-live, mutable state of a host is :class:`gpufleet.collector.fleet.live.HostState`; :class:`HostRecord` is its
-copy at one moment, for the store's writer thread and back out of the store.
+Plain dataclasses, no behaviour; :mod:`gpufleet.collector.fleet.query` builds the views (from the live view
+or stored rows) and :mod:`gpufleet.collector.model.codec` writes and reads their JSON. The live, mutable
+state of a host is :class:`gpufleet.collector.fleet.live.HostState`; :class:`HostRecord` is its copy at one
+moment, for the store's writer thread and back out of the store.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Final, Literal
 
-if TYPE_CHECKING:
-    from gpufleet.collector.fleet.live import HostState
+#: A host's connection status, as the transport reports it.
+HostStatus = Literal["connecting", "up", "down"]
+HOST_STATUSES: Final[tuple[HostStatus, ...]] = ("connecting", "up", "down")
+#: The status of a host the store has samples of but no row for, and the state of a GPU on a host that is
+#: not up: not known.
+UNKNOWN: Final = "unknown"
 
 
 @dataclass(slots=True)
@@ -22,7 +26,7 @@ class HostRecord:
     view keeps mutating its HostState) and what the store's ``hosts`` answers."""
 
     name: str
-    status: str  # connecting | up | down
+    status: str  # HostStatus: connecting | up | down
     reason: str | None = None
     last_seen: float | None = None
     agent_version: str | None = None
@@ -33,11 +37,6 @@ class HostRecord:
     cuda_version: int | None = None
     reported_hostname: str | None = None  # what hello claimed; informational only
     backend: str | None = None
-
-    @classmethod
-    def of(cls, s: HostState) -> HostRecord:
-        return cls(s.name, s.status, s.reason, s.last_seen, s.agent_version, s.driver_version, list(s.tags),
-                   s.since, s.nvml_version, s.cuda_version, s.reported_hostname, s.backend)
 
 
 @dataclass(slots=True)

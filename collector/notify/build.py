@@ -10,6 +10,7 @@ import dataclasses
 
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.notify.alertmanager import AlertmanagerNotifier
+from gpufleet.collector.notify.apprise_notifier import AppriseNotifier, UserNotifier
 from gpufleet.collector.notify.base import Notifier
 from gpufleet.collector.notify.command import CommandNotifier
 from gpufleet.collector.notify.webhook import WebhookNotifier
@@ -52,7 +53,6 @@ def build_notifiers(configs: list[NotifierConfig], alerting: AlertingConfig) -> 
             elif cfg.kind == "alertmanager":
                 out.append(AlertmanagerNotifier(one, url, shown))
             elif cfg.kind == "apprise":
-                from gpufleet.collector.notify.apprise_notifier import AppriseNotifier
 
                 out.append(AppriseNotifier(one, url, shown))
             else:
@@ -62,7 +62,6 @@ def build_notifiers(configs: list[NotifierConfig], alerting: AlertingConfig) -> 
             raise ConfigError("notify_users needs user_notifier (an apprise URL such as "
                               "mailtos://smtp.example.org?from=gpufleet@example.org)",
                               key="alerting.user_notifier")
-        from gpufleet.collector.notify.apprise_notifier import UserNotifier
 
         base = resolve_secret(alerting.user_notifier, where="alerting.user_notifier")
         # it takes only the notes addressed to it (targeted, kind "user"); the engine decides what they cover

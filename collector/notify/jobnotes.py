@@ -11,29 +11,21 @@ user notifier is down, a user's newer job note supersedes an older one still wai
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 
 from gpufleet.collector.alerts.notes import user_email
 from gpufleet.collector.model.jobkey import job_label
 from gpufleet.collector.model.records import JobRecord
 from gpufleet.collector.notify.base import Notification
 from gpufleet.collector.notify.build import USER_NOTIFIER
+from gpufleet.collector.rules.catalog import BY_NAME
 from gpufleet.collector.settings import AlertingConfig
-from gpufleet.collector.units import fmt_bytes, fmt_duration, fmt_pct
-
-#: What to check, per diagnosis a job can carry (the rules' descriptions say it at length).
-CHECK = {
-    "wasted": "the GPUs sat idle (or stuck) while held: free GPUs the job does not compute on",
-    "stale": "a zombie or orphaned process kept GPU memory: make the job's exit kill its workers",
-    "underused": "low mean util: input pipeline, batch size, or a smaller GPU / MIG slice",
-    "input_bound": "util sawtooth: the input pipeline (DataLoader num_workers, pin_memory, storage)",
-    "idle_peers": "only some of the job's GPUs computed: DDP setup, CUDA_VISIBLE_DEVICES, a missing .cuda()",
-    "near_oom": "memory at the limit: batch size, activation checkpointing, or preallocation settings",
-}
+from gpufleet.collector.units import fmt_bytes, fmt_duration, fmt_pct, fmt_utc
 
 
-def _when(ts: float) -> str:
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+def _check(rule: str) -> str:
+    """What to check for a diagnosis (the rule catalog's words; the rules' descriptions say it at length)."""
+    known = BY_NAME.get(rule)
+    return known.check if known is not None and known.check else "see gpufleet alerts"
 
 
 def job_note(record: JobRecord, alerting: AlertingConfig, now: float) -> Notification | None:
@@ -51,7 +43,7 @@ def job_note(record: JobRecord, alerting: AlertingConfig, now: float) -> Notific
     mean, peak = fmt_pct(record.mean_util, unknown="?"), fmt_pct(record.peak_util, unknown="?")
     lines = [
         f"Your {what}{command} released its GPUs on {where} after {took} "
-        f"({_when(record.started)} to {_when(record.ended)}).",
+        f"({fmt_utc(record.started)} to {fmt_utc(record.ended)}).",
         "",
         f"GPUs: {len(record.gpus)} ({', '.join(record.gpus)}), {record.gpu_hours:.2f} GPU-hours held",
         f"GPU util: mean {mean}, peak {peak}",
@@ -60,7 +52,7 @@ def job_note(record: JobRecord, alerting: AlertingConfig, now: float) -> Notific
     ]
     if record.diagnoses:
         lines += ["", "Seen while it ran, and what to check:"]
-        lines += [f"* {d}: {CHECK.get(d, 'see gpufleet alerts')}" for d in record.diagnoses]
+        lines += [f"* {d}: {_check(d)}" for d in record.diagnoses]
     lines += ["", f"All your jobs: gpufleet jobs --user {record.user} --since 7d"]
     return Notification(
         group_key=f'{{note="job_end",user="{record.user}"}}', status=None, kind="user",

@@ -7,8 +7,6 @@ two apart lets each rule be tested from hand-built snapshots, and the lifecycle 
 
 from __future__ import annotations
 
-import dataclasses
-import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Final
@@ -16,19 +14,18 @@ from typing import Any, ClassVar, Final
 from gpufleet.agent import wire
 from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.model import procname, sample
-from gpufleet.collector.model.classify import Thresholds
 from gpufleet.collector.model.facts import SnapshotFacts
+from gpufleet.collector.model.names import matches, matches_any
 from gpufleet.collector.model.records import AlertRecord
-from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig, Selector
+from gpufleet.collector.model.thresholds import Thresholds
+from gpufleet.collector.rules import catalog
+from gpufleet.collector.settings import RuleConfig, Selector
 from gpufleet.collector.units import fmt_duration
 
 #: Placeholder a rule may put in a summary/description; the engine replaces it with how long the condition
 #: has been true (from the alert's persisted start, so it survives a collector restart).
 DURATION = "{duration}"
 
-SEVERITIES = ("info", "warning", "critical")
-#: Rules whose alerts name one user's processes: the text says how to keep them, and the user may be mailed.
-USER_RULES = ("wasted", "stale", "underused")
 
 
 @dataclass(slots=True)
@@ -81,11 +78,15 @@ class Rule:
     #: evaluated when a snapshot arrives
     on_snapshot: ClassVar[bool] = True
 
+    #: the rule's own parameters, typed (collector/rules/catalog.py); a subclass names its own class
+    p: catalog.Params
+
     def __init__(self, config: RuleConfig) -> None:
-        # the defaults under what was configured, so a hand-built RuleConfig (tests) reads like a loaded one
-        params = {**DEFAULT_RULES.get(config.name, {}), **config.params}
-        self.config = dataclasses.replace(config, params=params)
+        self.spec = catalog.spec(self.name)
+        self.config = config  # its params: the catalog's defaults under what was configured (RuleConfig)
+        params = config.params
         self.params: dict[str, Any] = params
+        self.p = self.spec.params.of(params)
         #: the shared classification's thresholds as this rule's params set them (model/classify.py);
         #: build_rules replaces them with the whole config's, so every rule classifies alike
         self.thresholds = Thresholds.from_rules({config.name: params})
@@ -98,9 +99,10 @@ class Rule:
     def severity(self) -> str:
         return self.config.severity
 
-    def param_float(self, key: str, default: float) -> float:
-        value = self.params.get(key, default)
-        return float(value) if isinstance(value, (int, float)) else default
+    def note_once_per(self) -> float | None:
+        """Seconds between notes about one process (alerts/notes.py); None: a user is noted once per
+        ``repeat_interval`` per rule."""
+        return None
 
     def facts(self, ctx: HostContext, snapshot: sample.Snapshot) -> SnapshotFacts:
         """The snapshot classified under this rule's thresholds: the engine's shared answer (``ctx.facts``)
@@ -141,10 +143,6 @@ class Rule:
 # ------------------------------------------------------------------------------------------ selectors
 
 
-def _glob_any(value: str, patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatchcase(value, p) for p in patterns)
-
-
 def selector_matches(select: Selector, labels: dict[str, str], tags: list[str]) -> bool:
     """Does a condition with these labels, on a host with these tags, count for the rule?
 
@@ -152,18 +150,18 @@ def selector_matches(select: Selector, labels: dict[str, str], tags: list[str]) 
     only conditions that carry the label: a host-level condition (no ``gpu``) is not excluded by ``gpus``.
     """
     host = labels.get("host")
-    if select.hosts and host is not None and not _glob_any(host, select.hosts):
+    if select.hosts and host is not None and not matches_any(host, select.hosts):
         return False
-    if select.tags and not any(_glob_any(t, select.tags) for t in tags):
+    if select.tags and not any(matches_any(t, select.tags) for t in tags):
         return False
     gpu = labels.get("gpu")
     if select.gpus and gpu is not None and gpu.isdigit() and int(gpu) not in select.gpus:
         return False
     user = labels.get("user")
     if user is not None:
-        if select.users and not _glob_any(user, select.users):
+        if select.users and not matches_any(user, select.users):
             return False
-        if select.exclude_users and _glob_any(user, select.exclude_users):
+        if select.exclude_users and matches_any(user, select.exclude_users):
             return False
     return True
 
@@ -173,7 +171,7 @@ def matchers_match(matchers: dict[str, str], labels: dict[str, str]) -> bool:
 
     A missing label reads as "" so ``user=*`` also matches alerts without a user; ``user=alice`` does not.
     """
-    return all(fnmatch.fnmatchcase(labels.get(k, ""), v) for k, v in matchers.items())
+    return all(matches(labels.get(k, ""), v) for k, v in matchers.items())
 
 
 # ------------------------------------------------------------------------------------------ formatting

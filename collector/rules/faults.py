@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from gpufleet.agent import wire
 from gpufleet.collector.model import sample
 from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.rules import catalog
 from gpufleet.collector.rules.base import Condition, HostContext, Rule, gpu_labels, safe
 from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.units import fmt_duration
@@ -163,6 +164,7 @@ class _Xid:
 
 class XidRule(Rule):
     name = "xid"
+    p: catalog.Xid
     time_based = True
     on_snapshot = False
 
@@ -173,7 +175,7 @@ class XidRule(Rule):
     def severity_for(self, xid: int) -> str:
         if xid in wire.CRITICAL_XIDS:
             return self.severity
-        if xid in {int(x) for x in self.params.get("warning_xids", [])}:
+        if xid in self.p.warning_xids:
             return "warning"
         return "info"
 
@@ -192,7 +194,7 @@ class XidRule(Rule):
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         seen = self._seen.get(ctx.name, {})
-        hold = self.param_float("hold", 3600.0)
+        hold = self.p.hold
         out: list[Condition] = []
         for key, fact in list(seen.items()):
             if now - fact.last >= hold:
@@ -215,7 +217,7 @@ class XidRule(Rule):
         return out
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
-        hold = fmt_duration(self.param_float("hold", 3600.0))
+        hold = fmt_duration(self.p.hold)
         return (f"{alert.labels.get('host')} GPU {alert.labels.get('gpu')}: no Xid {alert.labels.get('xid')} "
                 f"for {hold}")
 

@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.rules import catalog
 from gpufleet.collector.rules.base import Condition, HostContext, Rule, safe
 from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.units import fmt_duration
@@ -38,6 +39,7 @@ HOST_KEY_SUMMARY = "{host}: {reason} (collector refuses to connect)"
 
 class HostDownRule(Rule):
     name = "host_down"
+    p: catalog.HostDown
     time_based = True
     on_snapshot = False
 
@@ -57,7 +59,7 @@ class HostDownRule(Rule):
             down.reason = reason
         elif state.status == "up":
             last = max(ctx.last_frame or 0.0, state.since)
-            limit = self.param_float("missed_intervals", 3) * max(ctx.interval, 0.001)
+            limit = self.p.missed_intervals * max(ctx.interval, 0.001)
             if ctx.last_frame is None or ctx.last_frame < state.since:
                 limit += STARTUP_GRACE  # nothing yet on this connection
             if now - last > limit:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from gpufleet.collector.model.classify import user_of
 from gpufleet.collector.model.jobkey import job_label
 from gpufleet.collector.model.sample import GpuSample, ProcessSample, Snapshot
+from gpufleet.collector.rules import catalog
 from gpufleet.collector.rules.base import (
     DURATION,
     Condition,
@@ -65,6 +66,7 @@ class _HostPart:
 
 class IdlePeersRule(Rule):
     name = "idle_peers"
+    p: catalog.IdlePeers
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
@@ -72,7 +74,7 @@ class IdlePeersRule(Rule):
         self._members: dict[str, set[str]] = {}  # job group -> the hosts where it holds GPUs
 
     def observe_snapshot(self, ctx: HostContext, snapshot: Snapshot, now: float) -> None:
-        span = self.param_float("window", 60.0)
+        span = self.p.window
         old = self._hosts.get(ctx.name)
         part = self._hosts[ctx.name] = _HostPart(now, 3 * ctx.interval + 5.0)
         for gf in self.facts(ctx, snapshot).gpus:
@@ -113,7 +115,7 @@ class IdlePeersRule(Rule):
         mine = self._hosts.get(ctx.name)
         if ctx.snapshot is None or mine is None:
             return None
-        min_gpus = int(self.param_float("min_gpus", 2))
+        min_gpus = self.p.min_gpus
         # job group -> every (host, GPU) it holds, across hosts
         members: dict[str, list[tuple[str, _PeerGpu]]] = {}
         for key, here in mine.by_group.items():

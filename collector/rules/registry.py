@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpufleet.collector.errors import ConfigError
-from gpufleet.collector.model.classify import Thresholds
+from gpufleet.collector.model.thresholds import Thresholds
 from gpufleet.collector.rules.base import Rule
 from gpufleet.collector.rules.faults import EccRule, GpuLostRule, XidRule
 from gpufleet.collector.rules.hosts import (

@@ -50,6 +50,7 @@ from gpufleet.collector.model.classify import (
     user_of,
 )
 from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.rules import catalog
 from gpufleet.collector.rules.base import (
     DURATION,
     Condition,
@@ -66,8 +67,6 @@ from gpufleet.collector.rules.base import (
 from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.units import fmt_bytes, fmt_duration, fmt_pct
 
-DEFAULT_SPIKE_TOLERANCE = 60.0
-
 
 @dataclass(slots=True)
 class _Streak:
@@ -80,14 +79,15 @@ class _Streak:
 
 class WastedRule(Rule):
     name = "wasted"
+    p: catalog.Wasted
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
         self._streaks: dict[str, dict[str, _Streak]] = {}  # host -> uuid -> streak
 
     def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
-        tolerance = self.param_float("spike_tolerance", DEFAULT_SPIKE_TOLERANCE)
-        max_share = self.param_float("busy_share", 0.5)
+        tolerance = self.p.spike_tolerance
+        max_share = self.p.busy_share
         tau = 5 * max(tolerance, 1.0)
         old = self._streaks.get(ctx.name, {})
         streaks = self._streaks[ctx.name] = {}  # GPUs gone from the snapshot drop out
@@ -153,7 +153,7 @@ class WastedRule(Rule):
         else:
             summary = f"{who} {fmt_bytes(held)} on {host} GPU {g.index} at {util} util for {DURATION}"
             description = (
-                f"GPU util has stayed under {self.params.get('util_below')} %{power} while the memory is "
+                f"GPU util has stayed under {self.p.util_below} %{power} while the memory is "
                 f"held. Free it (exit the notebook or kill the process) so others can use the GPU, or "
                 f"keep it with `{keep}`."
             )
@@ -176,7 +176,7 @@ class WastedRule(Rule):
         why = []
         if t.stuck_power_ratio > 0 and g.power_draw is not None and g.power_limit \
                 and g.power_draw / g.power_limit < t.stuck_power_ratio:
-            why.append(f"draws under {self.params.get('stuck_power_ratio')} of its power limit")
+            why.append(f"draws under {self.p.stuck_power_ratio} of its power limit")
         if t.sm_active_at_least > 0 and g.sm_active is not None:
             why.append(f"only {g.sm_active} % of its SMs are active (under {t.sm_active_at_least:g} %)")
         if g.util_mem is not None:
@@ -241,6 +241,7 @@ class IdleRule(Rule):
 
 class StaleRule(Rule):
     name = "stale"
+    p: catalog.Stale
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
@@ -252,7 +253,7 @@ class StaleRule(Rule):
             return p.sm_util > 0
         if g.util_gpu is None:
             return True  # cannot tell: never call it unused
-        return g.util_gpu >= self.param_float("util_below", 5)
+        return g.util_gpu >= self.p.util_below
 
     def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
         old = self._unused_since.get(ctx.name, {})
@@ -267,7 +268,7 @@ class StaleRule(Rule):
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
             return None
-        idle_needed = self.param_float("no_session_idle", 3600.0)
+        idle_needed = self.p.no_session_idle
         out: list[Condition] = []
         unused_since = self._unused_since.get(ctx.name, {})
         for g in ctx.snapshot.gpus:
@@ -323,7 +324,7 @@ class StaleRule(Rule):
             return
         key = (alert.labels.get("uuid", ""), pid, start_time)
         self._unused_since.setdefault(alert.labels.get("host", ""), {}).setdefault(
-            key, alert.started_at - self.param_float("no_session_idle", 3600.0))
+            key, alert.started_at - self.p.no_session_idle)
 
     def forget_host(self, host: str) -> None:
         self._unused_since.pop(host, None)

@@ -12,23 +12,30 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
+from gpufleet.collector.alerts.engine import AlertEngine
+from gpufleet.collector.errors import QueryError
+from gpufleet.collector.faces.api.server import QueryServer
+from gpufleet.collector.faces.metrics.exporter import MetricsServer
+from gpufleet.collector.faces.web.server import WebServer
+from gpufleet.collector.fleet.jobs import JobTracker
 from gpufleet.collector.fleet.live import LiveView
+from gpufleet.collector.fleet.report import ReportFormat, WasteReport
+from gpufleet.collector.model.facts import FleetFacts
+from gpufleet.collector.model.firing import Firing
+from gpufleet.collector.model.records import JobRecord
+from gpufleet.collector.model.thresholds import thresholds_of
+from gpufleet.collector.notify.build import build_notifiers
+from gpufleet.collector.notify.dispatcher import NotificationDispatcher
+from gpufleet.collector.notify.jobnotes import job_note
+from gpufleet.collector.notify.reports import send_report
+from gpufleet.collector.service import gcpause
 from gpufleet.collector.settings import Config
-
-if TYPE_CHECKING:
-    from gpufleet.collector.alerts.engine import AlertEngine
-    from gpufleet.collector.faces.api import QueryServer
-    from gpufleet.collector.faces.metrics.exporter import MetricsServer
-    from gpufleet.collector.faces.web import WebServer
-    from gpufleet.collector.fleet.jobs import JobTracker
-    from gpufleet.collector.model.records import JobRecord
-    from gpufleet.collector.notify import NotificationDispatcher
-    from gpufleet.collector.store.store import Store
-    from gpufleet.collector.transport.manager import FleetTransport
+from gpufleet.collector.store.store import Store, Tuning
+from gpufleet.collector.transport.manager import FleetTransport
 
 log = logging.getLogger(__name__)
 
@@ -94,15 +101,6 @@ class Collector:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
-        from gpufleet.collector.alerts.engine import AlertEngine
-        from gpufleet.collector.faces.api import QueryServer
-        from gpufleet.collector.fleet.jobs import JobTracker
-        from gpufleet.collector.model.classify import thresholds_of
-        from gpufleet.collector.model.facts import FleetFacts
-        from gpufleet.collector.notify import NotificationDispatcher, build_notifiers
-        from gpufleet.collector.store.store import Store, Tuning
-        from gpufleet.collector.transport.manager import FleetTransport
-
         cfg = self.config
         thresholds = thresholds_of(cfg.rules)  # the one classification's, for the store, rules and jobs
         self._store = await Store.open(cfg.storage, thresholds=thresholds,
@@ -127,17 +125,13 @@ class Collector:
             self._api = QueryServer(self, cfg.api.resolved_socket(), cfg.api.mode)
             await self._api.start()
             if cfg.metrics.listen:
-                from gpufleet.collector.faces.metrics.exporter import MetricsServer
-
                 self._metrics = MetricsServer(self, cfg.metrics.listen, dcgm_names=cfg.metrics.dcgm_names)
                 await self._metrics.start()
             if cfg.web.enabled:
-                from gpufleet.collector.faces.web import WebServer
-
                 self._web = WebServer(self, cfg.web)
                 await self._web.start()
 
-            self._jobs = JobTracker(self._store.save_jobs, flags=self.gpu_flags,
+            self._jobs = JobTracker(self._store.save_jobs, firing=self.firing,
                                     intervals={h.name: h.interval for h in cfg.hosts},
                                     facts=facts,
                                     note=self._job_note if cfg.alerting.job_notes else None)
@@ -236,32 +230,26 @@ class Collector:
             counts[key] = counts.get(key, 0) + 1
         return counts
 
-    def flags(self, host: str, gpu: int | None = None) -> set[str]:
-        return self._alerts.flags(host, gpu) if self._alerts is not None else set()
+    def firing(self) -> Firing:
+        """Which rules fire where (the alert engine's answer; nothing before it starts)."""
+        return self._alerts.firing() if self._alerts is not None else Firing()
 
-    def gpu_flags(self) -> dict[tuple[str, int], set[str]]:
-        """(host, gpu) -> firing rules in one pass over the alerts (metrics: flags() per GPU rescans them)."""
-        out: dict[tuple[str, int], set[str]] = {}
-        if self._alerts is None:
-            return out
-        for alert in self._alerts.active():
-            gpu = alert.labels.get("gpu", "")
-            if alert.state == "firing" and "host" in alert.labels and gpu.isdigit():
-                out.setdefault((alert.labels["host"], int(gpu)), set()).add(alert.rule)
-        return out
+    async def send_report(self, report: WasteReport, fmt: ReportFormat) -> dict[str, str | None]:
+        """``gpufleet report --send``: through the configured notifiers now (fresh ones: the alert
+        dispatcher's queue and retries are for alerts)."""
+        notifiers = build_notifiers(self.config.notifiers, self.config.alerting)
+        if not notifiers:
+            raise QueryError("no notifiers configured: add one under 'notifiers:' to send reports")
+        return await send_report(report, notifiers, fmt=fmt)
 
     def _job_note(self, record: JobRecord) -> None:
         """``alerting.job_notes``: the user's end-of-job note, through the user notifier."""
-        from gpufleet.collector.notify.jobnotes import job_note
-
         note = job_note(record, self.config.alerting, self.clock())
         if note is not None and self._dispatcher is not None:
             self._dispatcher.submit(note)
 
     def identity(self) -> tuple[str, str]:
         """(collector name, shard "I/N" or ""): the labels of gpufleet_collector_info."""
-        import socket
-
         return socket.gethostname(), str(self.config.shard) if self.config.shard else ""
 
     def stats(self) -> dict[str, float]:
@@ -288,8 +276,6 @@ class Collector:
             notify = self._alerts.stats
             for key in NOTIFY_COUNTERS:  # running totals only; alert levels have their own gauge
                 out[f"notifications_{key}_total"] = float(notify.get(key, 0))
-        from gpufleet.collector.service import gcpause
-
         cycles = gcpause.DAEMON_CYCLES
         if cycles is not None:  # the daemon process (run_collector): its cycle collector's share of the CPU
             out["gc_collections_total"] = float(cycles.collections)
@@ -299,7 +285,5 @@ class Collector:
 
 async def run_collector(config: Config) -> None:
     """Entry point for ``gpufleet collector run``."""
-    from gpufleet.collector.service.gcpause import tune_for_daemon
-
-    tune_for_daemon()  # this process is the daemon: its cycle-collector thresholds (service/gcpause.py)
+    gcpause.tune_for_daemon()  # this process is the daemon: its cycle-collector thresholds (gcpause.py)
     await Collector(config).serve_forever()

@@ -5,9 +5,9 @@ per host-sample with 8 GPUs x 8 processes here (issue 13), so one process holds 
 and no more, however many cores the machine has. Worker I of N is shard I/N (collector/shards.py) of the one
 config: it reads its own hosts end to end, with its own database, query socket and metrics port, so nothing
 crosses a process boundary per sample (no frame is forwarded) and the CLI merges the workers as it merges
-shards. :func:`~gpufleet.collector.shards.worker_config` is the one place that derives a worker's paths and
-port from the config; the CLI reads :func:`~gpufleet.collector.shards.worker_addresses`, so it asks every
-worker without a ``collectors:`` list.
+shards. :func:`~gpufleet.collector.config.split.worker_config` is the one place that derives a worker's paths
+and port from the config; the CLI reads :func:`~gpufleet.collector.config.split.worker_addresses`, so it asks
+every worker without a ``collectors:`` list.
 
 :class:`Supervisor` is what ``gpufleet collector run`` becomes with N > 1: it starts the workers, restarts
 one that exits (after a backoff, so a worker failing at start does not spin), and on SIGTERM stops them all

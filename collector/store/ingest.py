@@ -34,8 +34,8 @@ from typing import Any, Final, TypeAlias
 
 from gpufleet.agent import wire
 from gpufleet.collector.model import sample
-from gpufleet.collector.model.classify import Thresholds
 from gpufleet.collector.model.facts import SnapshotFacts
+from gpufleet.collector.model.thresholds import Thresholds
 from gpufleet.collector.model.views import HostRecord
 from gpufleet.collector.store import slurm, usage
 from gpufleet.collector.store.usage import CapacityKey, UsageKey

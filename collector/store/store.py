@@ -27,7 +27,6 @@ from gpufleet.agent import wire
 from gpufleet.collector.errors import StorageError
 from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.model import sample
-from gpufleet.collector.model.classify import DEFAULT_THRESHOLDS, Thresholds
 from gpufleet.collector.model.facts import FleetFacts
 from gpufleet.collector.model.records import (
     AlertRecord,
@@ -41,6 +40,7 @@ from gpufleet.collector.model.records import (
     SlurmUsageRow,
     UsageRow,
 )
+from gpufleet.collector.model.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from gpufleet.collector.model.views import HostRecord
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import jobs, nflog, queries, rollup, schema, slurm
@@ -263,7 +263,7 @@ class Store:
         self._w().put(FrameItem("heartbeat", host, beat, received))
 
     def submit_host_state(self, state: HostState) -> None:
-        self._w().put(HostRecord.of(state))
+        self._w().put(state.record())
 
     async def flush(self) -> None:
         """Return once everything submitted so far is committed; StorageError/StorageFull if it cannot be."""

@@ -23,7 +23,6 @@ from typing import Final
 
 from gpufleet.collector.model import sample
 from gpufleet.collector.model.classify import (
-    Thresholds,
     holds_memory,
     is_free,
     orphaned_bytes,
@@ -31,6 +30,7 @@ from gpufleet.collector.model.classify import (
     waste_users,
 )
 from gpufleet.collector.model.records import CapacityRow, UsageRow
+from gpufleet.collector.model.thresholds import Thresholds
 
 #: Never credit more than this many seconds for one sample, however long the gap before it.
 MAX_GAP: Final = 10.0

@@ -8,9 +8,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import builders
 import pytest
-from builders import FakeClock
 from gpufleet.agent import wire
 from gpufleet.collector.alerts.engine import AlertEngine
 from gpufleet.collector.errors import StorageError
@@ -27,6 +25,9 @@ from gpufleet.collector.settings import (
     RuleConfig,
     default_rules,
 )
+
+from tests import builders
+from tests.builders import FakeClock
 
 GIB = builders.GIB
 proc, gpu, snap = builders.proc, builders.gpu, builders.snap

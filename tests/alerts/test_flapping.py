@@ -6,14 +6,11 @@ before repeat_interval (Alertmanager's dedup). Fake clock; the last test deliver
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.settings import AlertingConfig, NotifierConfig
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "notify"))
-from notify_servers import answering  # noqa: E402 - after the path to the shared test servers
+from tests.notify.notify_servers import answering
 
 NO_KEEP = {"keep_firing_for": 0.0}
 

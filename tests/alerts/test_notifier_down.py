@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 from gpufleet.cli.render_alerts import render_alerts
@@ -18,8 +16,7 @@ from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.settings import AlertingConfig, NotifierConfig
 from rich.console import Console
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "notify"))
-from notify_servers import answering  # noqa: E402 - after the path to the shared test servers
+from tests.notify.notify_servers import answering
 
 
 def rules_got(server) -> list[tuple[str, list[str], list[str]]]:

@@ -29,8 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fakenvml"))
-import fakelib  # noqa: E402
+from tests.fakenvml import fakelib
 
 CPU_TARGET_PCT = 1.0
 RATIO_TARGET = 1.10  # agent CPU per sample / the minimal loop's

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.cli.client import ApiClient
-from gpufleet.collector.shards import worker_path
+from gpufleet.collector.config.split import worker_path
 from gpufleet.collector.simfleet import FrameGenerator
 
 CPU_MS_TARGET = 0.15

@@ -25,7 +25,7 @@ from typing import Any
 
 from gpufleet.agent import wire
 from gpufleet.collector.model import sample
-from gpufleet.collector.model.classify import DEFAULT_THRESHOLDS
+from gpufleet.collector.model.thresholds import DEFAULT_THRESHOLDS
 from gpufleet.collector.simfleet import FrameGenerator
 from gpufleet.collector.store import schema
 from gpufleet.collector.store._db import setup_writer

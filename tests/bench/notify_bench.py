@@ -20,16 +20,14 @@ import asyncio
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "notify"))
+from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.notify.base import Notification
+from gpufleet.collector.notify.build import build_notifiers
+from gpufleet.collector.notify.dispatcher import NotificationDispatcher
+from gpufleet.collector.settings import AlertingConfig, NotifierConfig
 
-from gpufleet.collector.model.records import AlertRecord  # noqa: E402
-from gpufleet.collector.notify.base import Notification  # noqa: E402
-from gpufleet.collector.notify.build import build_notifiers  # noqa: E402
-from gpufleet.collector.notify.dispatcher import NotificationDispatcher  # noqa: E402
-from gpufleet.collector.settings import AlertingConfig, NotifierConfig  # noqa: E402
-from notify_servers import answering, trickling  # noqa: E402
+from tests.notify.notify_servers import answering, trickling
 
 CAP = 300.0
 

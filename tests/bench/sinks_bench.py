@@ -28,8 +28,8 @@ from gpufleet.collector.alerts.engine import AlertEngine
 from gpufleet.collector.fleet.jobs import JobTracker
 from gpufleet.collector.fleet.live import LiveView
 from gpufleet.collector.model import sample
-from gpufleet.collector.model.classify import thresholds_of
 from gpufleet.collector.model.facts import FleetFacts
+from gpufleet.collector.model.thresholds import thresholds_of
 from gpufleet.collector.service import gcpause
 from gpufleet.collector.settings import Config, HostConfig, default_rules
 from gpufleet.collector.simfleet import FrameGenerator

@@ -13,16 +13,12 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 from gpufleet.agent import fake, wire
 from gpufleet.agent.nvml import Gateway
 from gpufleet.agent.sampler import Sampler
 from gpufleet.agent.slurm import SlurmJob, SlurmResolver
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def _sampler(resolver: SlurmResolver | None) -> Sampler:

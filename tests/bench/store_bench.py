@@ -29,7 +29,7 @@ from typing import Any
 from gpufleet.agent import wire
 from gpufleet.collector.model import sample
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import Store, Tuning
+from gpufleet.collector.store.store import Store, Tuning
 
 GIB = 1 << 30
 DAY = 86400.0

@@ -19,17 +19,16 @@ import sys
 import time
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(TESTS), str(TESTS / "web")]
+from gpufleet.agent.wire import Snapshot
+from gpufleet.collector.faces.web import model
+from gpufleet.collector.faces.web.server import WebServer
+from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.model.thresholds import thresholds_of
+from gpufleet.collector.settings import WebConfig
 
-from builders import GIB, LoopThread, gpu, proc, snap  # noqa: E402
-from gpufleet.agent.wire import Snapshot  # noqa: E402
-from gpufleet.collector.faces.web import WebServer, model  # noqa: E402
-from gpufleet.collector.fleet.live import HostState  # noqa: E402
-from gpufleet.collector.model.classify import thresholds_of  # noqa: E402
-from gpufleet.collector.model.records import AlertRecord  # noqa: E402
-from gpufleet.collector.settings import WebConfig  # noqa: E402
-from web_testkit import Source  # noqa: E402
+from tests.builders import GIB, LoopThread, gpu, proc, snap
+from tests.web.web_testkit import Source
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 RENDER_TARGET_MS = 1000.0

@@ -8,7 +8,7 @@ The bench (tests/bench/cli_bench.py) builds its 1,000-host fleet with the same f
 from __future__ import annotations
 
 import asyncio
-import fnmatch
+import json
 import os
 import signal
 import sys
@@ -20,8 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.agent import wire
+from gpufleet.collector.errors import QueryError
 from gpufleet.collector.fleet.live import HostState, LiveView
+from gpufleet.collector.fleet.report import ReportFormat, WasteReport
 from gpufleet.collector.model import sample
+from gpufleet.collector.model.codec import jsonable
+from gpufleet.collector.model.firing import Firing
 from gpufleet.collector.model.records import (
     AlertRecord,
     CapacityRow,
@@ -158,16 +162,14 @@ class StandinAlerts:
             rules.add("stale")
         return rules
 
-    def flags(self, host: str, gpu: int | None = None) -> set[str]:
-        h = self.live.hosts.get(host)
-        if h is None:
-            return set()
-        if gpu is None:
-            return {"host_down"} if h.status == "down" else set()
-        for g in h.snapshot.gpus if h.snapshot else []:
-            if g.index == gpu:
-                return self._rules(g)
-        return set()
+    def firing(self) -> Firing:
+        return Firing(self.active())
+
+    def is_muted(self, alert: AlertRecord) -> bool:
+        return False
+
+    def undelivered(self, alert: AlertRecord) -> dict[str, float]:
+        return {}
 
     async def add_silence(
         self, matchers: dict[str, str], duration: float, comment: str = "", created_by: str = ""
@@ -190,10 +192,10 @@ class StandinAlerts:
         now = time.time()
         return [s for s in self.silences if include_expired or s.ends_at > now]
 
-    async def expire_silence(self, id: int) -> bool:
+    async def expire_silence(self, silence_id: int) -> bool:
         now = time.time()
         for s in self.silences:
-            if s.id == id and s.ends_at > now:
+            if s.id == silence_id and s.ends_at > now:
                 s.ends_at = now
                 return True
         return False
@@ -350,7 +352,7 @@ class StandinStore:
 
 
 class StandinCollector:
-    """What the query API reads from :class:`gpufleet.collector.service.daemon.Collector`."""
+    """A running collector as the faces read it (collector/faces/source.py ``Running``)."""
 
     def __init__(
         self, hosts: dict[str, str], gpus: int = 4, tags: dict[str, list[str]] | None = None
@@ -377,6 +379,21 @@ class StandinCollector:
 
     def stats(self) -> dict[str, float]:
         return {"hosts_total": float(len(self.live.hosts))}
+
+    def alert_counts(self) -> dict[tuple[str, str, str], int]:
+        counts: dict[tuple[str, str, str], int] = {}
+        for a in self.alerts.active():
+            counts[(a.rule, a.severity, a.state)] = counts.get((a.rule, a.severity, a.state), 0) + 1
+        return counts
+
+    def firing(self) -> Firing:
+        return self.alerts.firing()
+
+    def identity(self) -> tuple[str, str]:
+        return "standin", ""
+
+    async def send_report(self, report: WasteReport, fmt: ReportFormat) -> dict[str, str | None]:
+        raise QueryError("no notifiers configured: add one under 'notifiers:' to send reports")
 
 
 # ------------------------------------------------------------------------------------------ running the CLI
@@ -450,10 +467,6 @@ async def until(check: Any, timeout: float = 30.0) -> Any:
     raise AssertionError(f"condition not met in {timeout} s; last: {last}")
 
 
-def glob_any(value: str, patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatchcase(value, p) for p in patterns)
-
-
 def cell_width(line: str) -> int:
     from rich.cells import cell_len
 
@@ -461,10 +474,6 @@ def cell_width(line: str) -> int:
 
 
 def as_dict(obj: Any) -> Any:
-    import json
-
-    from gpufleet.collector.fleet.query import jsonable
-
     return json.loads(json.dumps(obj, default=jsonable))
 
 

@@ -8,8 +8,7 @@ import pwd
 
 import pytest
 from gpufleet.collector.errors import QueryError
-from gpufleet.collector.faces.api import AccessDenied, Peer
-from gpufleet.collector.faces.api.access import Access, policy_for
+from gpufleet.collector.faces.api.access import Access, AccessDenied, Peer, policy_for
 
 try:
     NOBODY = pwd.getpwnam("nobody")

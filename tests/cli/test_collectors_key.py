@@ -9,9 +9,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from cli_testkit import StandinCollector, cli_env, run_cli
 from gpufleet.collector.config import ConfigErrors, parse_config
-from gpufleet.collector.faces.api import QueryServer
+from gpufleet.collector.faces.api.server import QueryServer
+
+from tests.cli.cli_testkit import StandinCollector, cli_env, run_cli
 
 
 @pytest.fixture

@@ -9,9 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_testkit import cli_env, collector_running, run_cli, until, write_config
 from gpufleet.cli.client import ApiClient
 from gpufleet.collector.simfleet import SimFleet
+
+from tests.cli.cli_testkit import cli_env, collector_running, run_cli, until, write_config
 
 pytestmark = pytest.mark.slow
 

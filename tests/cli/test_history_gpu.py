@@ -6,11 +6,12 @@ import json
 import time
 from pathlib import Path
 
-from cli_testkit import cli_env, run_cli
 from gpufleet.agent import wire
 from gpufleet.collector.model import sample
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store.store import Store
+
+from tests.cli.cli_testkit import cli_env, run_cli
 
 GIB = 1 << 30
 

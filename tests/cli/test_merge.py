@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 
 from gpufleet.cli.merge import merge
-from gpufleet.collector.faces.api import plain
-from gpufleet.collector.fleet.query import FleetView, GpuView, HostView, fleet_totals
+from gpufleet.collector.model.codec import plain
+from gpufleet.collector.model.summary import fleet_totals
+from gpufleet.collector.model.views import FleetView, GpuView, HostView
 
 
 def _gpu(i: int) -> GpuView:

@@ -14,10 +14,10 @@ from typing import Any
 
 import asyncssh
 import pytest
-from cli_testkit import cli_env, run_cli, start_collector, stop_collector
 from gpufleet.collector.shards import shard_of
 from gpufleet.collector.simfleet import SimFleet
-from test_e2e import until
+
+from tests.cli.cli_testkit import cli_env, run_cli, start_collector, stop_collector, until
 
 pytestmark = pytest.mark.slow
 HOSTS = 8  # x 4 collectors: 32 SSH sessions, each with a real agent process

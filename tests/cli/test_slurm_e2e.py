@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_testkit import Result, cli_env, collector_running, run_cli, until, write_config
-from slurm.slurm_standin import install
+
+from tests.cli.cli_testkit import Result, cli_env, collector_running, run_cli, until, write_config
+from tests.slurm.slurm_standin import install
 
 pytest.importorskip("gpufleet.collector.service.daemon")
-from gpufleet.collector.simfleet import SimFleet  # noqa: E402
+from gpufleet.collector.simfleet import SimFleet
 
 pytestmark = pytest.mark.slow
 

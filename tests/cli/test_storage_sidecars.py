@@ -20,8 +20,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from cli_testkit import cli_env, start_collector, until, write_config
 from gpufleet.collector.simfleet import SimFleet
+
+from tests.cli.cli_testkit import cli_env, start_collector, until, write_config
 
 pytestmark = pytest.mark.slow
 

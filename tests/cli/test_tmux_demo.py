@@ -12,9 +12,10 @@ import uuid
 from pathlib import Path
 
 import pytest
-from cli_testkit import gpufleet_argv, pane_until, tmux, tmux_env, tmux_start
 from gpufleet.cli.demo import DEMO_HOSTS
-from gpufleet.cli.render_status import FLAG_STYLES
+from gpufleet.collector.rules.catalog import FLAGS
+
+from tests.cli.cli_testkit import gpufleet_argv, pane_until, tmux, tmux_env, tmux_start
 
 pytestmark = [pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed"), pytest.mark.slow]
 
@@ -41,7 +42,7 @@ async def test_demo_screen_fits_the_terminal(home: Path, width: int, height: int
         banner = lines[0].rstrip()  # folded by now: one line that says what to run next, not cut
         assert "gpufleet top" in banner and not banner.endswith("…"), banner
         ends = [line.split()[-1].rstrip("…") for line in lines if line.strip()]
-        flags = set(FLAG_STYLES)
+        flags = set(FLAGS)
         clipped = [w for w in ends if w not in flags and len(w) >= 3 and any(f.startswith(w) for f in flags)]
         assert not clipped, f"flags cut at the edge: {clipped}\n{text}"
         if height >= 50:

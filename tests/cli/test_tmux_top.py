@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_testkit import cli_env, gpufleet_argv, pane_until, run_cli, tmux, tmux_env, tmux_start
 from gpufleet.cli.demo import DEMO_HOSTS
+
+from tests.cli.cli_testkit import cli_env, gpufleet_argv, pane_until, run_cli, tmux, tmux_env, tmux_start
 
 pytestmark = [pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed"), pytest.mark.slow]
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 from gpufleet.collector.config import load_config
+from gpufleet.collector.config.split import select
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.settings import Config, HostConfig
-from gpufleet.collector.shards import Shard, parse_shard, select, shard_of
+from gpufleet.collector.shards import Shard, parse_shard, shard_of
 
 NAMES = [f"gpu{i:04d}" for i in range(3000)]
 

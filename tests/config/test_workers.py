@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 from gpufleet.collector.config import load_config
+from gpufleet.collector.config.split import worker_addresses, worker_config
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.settings import ApiConfig, Config, HostConfig, MetricsConfig, StorageConfig
-from gpufleet.collector.shards import Shard, shard_of, worker_addresses, worker_config
+from gpufleet.collector.shards import Shard, shard_of
 
 NAMES = [f"gpu{i:04d}" for i in range(60)]
 

@@ -11,9 +11,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import fakelib
 import pytest
 from gpufleet.agent import wire
+
+from tests.fakenvml import fakelib
 
 GIB = 1 << 30
 

@@ -8,8 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import fakelib
 import pytest
+
+from tests.fakenvml import fakelib
 
 SCRIPT = Path(__file__).resolve().parent.parent / "gpu_check.sh"
 FAKE_SMI = """#!/bin/sh

@@ -10,8 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import fakelib
 import pytest
+
+from tests.fakenvml import fakelib
 
 PROBE = Path(__file__).with_name("probe.py")
 GIB = 1 << 30

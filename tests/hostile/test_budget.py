@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from gpufleet.collector import settings
 from gpufleet.collector.transport import stream as stream_module
-from hostile_testkit import Fleet, collector_over, line, snapshot
+
+from tests.hostile.hostile_testkit import Fleet, collector_over, line, snapshot
 
 FLOOD_S = 4.0
 EVENT = line({"type": "event", "proto": "1.0", "ts": 0.0, "kind": "driver_error", "message": "x" * 1000}

@@ -4,14 +4,10 @@ suite runs with --import-mode=importlib (the module name is unique to avoid clas
 from __future__ import annotations
 
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from metrics_testkit import StandIn  # noqa: E402
+from tests.metrics.metrics_testkit import StandIn
 
 
 @pytest.fixture

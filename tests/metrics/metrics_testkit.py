@@ -1,17 +1,21 @@
-"""Helpers shared by the metrics tests: a stand-in MetricsSource over hand-built wire snapshots, and
-running promtool. (A plain module, not conftest: tests import it by name.)"""
+"""Helpers shared by the metrics tests: a stand-in running collector over hand-built snapshots, and
+running promtool."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from pathlib import Path
 
 from gpufleet.agent import wire
-from gpufleet.collector.faces.metrics.exporter import FleetCollector, MetricsSource
+from gpufleet.collector.faces.metrics.exporter import FleetCollector
 from gpufleet.collector.fleet.live import HostState, LiveView
 from gpufleet.collector.model import sample
+from gpufleet.collector.model.firing import Firing
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+from tests.builders import alert
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -43,7 +47,7 @@ def snapshot() -> sample.Snapshot:
 
 
 class StandIn:
-    """Implements MetricsSource over a real LiveView."""
+    """What /metrics reads of a running collector (faces/source.py ``Running``), over a real LiveView."""
 
     def __init__(self) -> None:
         self.live = LiveView()
@@ -58,7 +62,7 @@ class StandIn:
                                                           ("gpu02", 0): {"overheating"}}
         self.counts = {("wasted", "warning", "firing"): 1, ("host_down", "critical", "firing"): 1,
                        ("overheating", "critical", "pending"): 2}
-        self.fail_flags: set[tuple[str, int]] = set()
+        self.fail_flags = False  # the alert engine's answer raises: the gpus section is dropped
         self.stat_values: dict[str, float] = {
             "uptime_seconds": 42.0, "hosts_total": 3.0, "hosts_up": 1.0, "frames_total": 150.0,
             "bad_frames_total": 1.0, "reconnects_total": 1.0, "lag_max_seconds": 0.25,
@@ -71,22 +75,26 @@ class StandIn:
     def alert_counts(self) -> dict[tuple[str, str, str], int]:
         return dict(self.counts)
 
-    def flags(self, host: str, gpu: int) -> set[str]:
-        if (host, gpu) in self.fail_flags:
-            raise RuntimeError(f"rule engine exploded on {host}/{gpu}")
-        return set(self.flag_map.get((host, gpu), set()))
+    def firing(self) -> Firing:
+        if self.fail_flags:
+            raise RuntimeError("rule engine exploded")
+        return Firing([alert(rule, host, gpu) for (host, gpu), rules in self.flag_map.items()
+                       for rule in rules])
+
+    def identity(self) -> tuple[str, str]:
+        return socket.gethostname(), ""
 
     def stats(self) -> dict[str, float]:
         return dict(self.stat_values)
 
 
-def exposition(source: MetricsSource, *, openmetrics: bool = False, dcgm_names: bool = False) -> str:
+def exposition(source: StandIn, *, openmetrics: bool = False, dcgm_names: bool = False) -> str:
     """What a scrape of ``source`` returns (text format 0.0.4, or OpenMetrics), as the server writes it."""
     coll = FleetCollector(source, dcgm_names=dcgm_names)
     return coll.build(coll.freeze()).render(openmetrics=openmetrics).decode()
 
 
-def reference_exposition(source: MetricsSource, *, openmetrics: bool = False,
+def reference_exposition(source: StandIn, *, openmetrics: bool = False,
                          dcgm_names: bool = False) -> str:
     """The same scrape by prometheus_client's own encoders from a registry (the format's reference)."""
     registry = CollectorRegistry()

@@ -12,8 +12,9 @@ from gpufleet.collector.config import parse_listen
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.faces.metrics.exporter import MetricsServer
 from gpufleet.collector.fleet.live import LiveView
-from metrics_testkit import StandIn
 from prometheus_client import REGISTRY, generate_latest
+
+from tests.metrics.metrics_testkit import StandIn
 
 Response = tuple[int, dict[str, str], bytes]
 

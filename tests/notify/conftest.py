@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -16,14 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import free_port
 from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.notify.base import Notification
 from gpufleet.collector.settings import NotifierConfig
 
-sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: notify_servers for tests and the bench
-
-from notify_servers import AM_BIN, Received, Receiver  # noqa: E402
+from tests.builders import free_port
+from tests.notify.notify_servers import AM_BIN, Received, Receiver
 
 T0 = 1_700_000_000.0
 

@@ -10,13 +10,14 @@ import urllib.request
 from typing import Any
 
 import pytest
-from builders import FakeClock
 from gpufleet.agent import wire
 from gpufleet.collector.alerts.engine import AlertEngine
 from gpufleet.collector.model import sample
 from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.notify.dispatcher import NotificationDispatcher
 from gpufleet.collector.settings import AlertingConfig, Config, HostConfig, default_rules
+
+from tests.builders import FakeClock
 
 
 def am_alerts(base: str, **query: str) -> list[dict[str, Any]]:

@@ -13,7 +13,8 @@ from gpufleet.collector.model.records import JobRecord
 from gpufleet.collector.notify.jobnotes import job_note
 from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import AlertingConfig, ApiConfig, Config, HostConfig, StorageConfig
-from notify_servers import Receiver
+
+from tests.notify.notify_servers import Receiver
 
 GIB = 1 << 30
 NOTES = AlertingConfig(notify_users=True, user_email_domain="example.org", user_notifier="json://x",

@@ -14,7 +14,8 @@ from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.notify.dispatcher import NotificationDispatcher
 from gpufleet.collector.settings import AlertingConfig, StorageConfig
 from gpufleet.collector.store.store import Store
-from notify_servers import answering, trickling
+
+from tests.notify.notify_servers import answering, trickling
 
 WAIT = 30.0  # a failure bound, not a timing assert
 

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import free_port
 from gpufleet.collector.simfleet import SimFleet
-from notify_servers import AM_BIN, Receiver
+
+from tests.builders import free_port
+from tests.notify.notify_servers import AM_BIN, Receiver
 
 pytestmark = pytest.mark.slow
 

@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 from gpufleet.agent import wire
-from gpufleet.collector.fleet.report import build_report, render_report, send_report
+from gpufleet.collector.fleet.report import build_report, render_report
 from gpufleet.collector.model import sample
 from gpufleet.collector.model.records import AlertRecord, CapacityRow, EventRow, SlurmUsageRow, UsageRow
 from gpufleet.collector.notify.build import build_notifiers
+from gpufleet.collector.notify.reports import send_report
 from gpufleet.collector.settings import AlertingConfig, StorageConfig
 
 SINCE, UNTIL = 1_700_000_000.0 - 7 * 86400, 1_700_000_000.0
@@ -150,7 +151,7 @@ async def test_report_failure_is_reported(w, receiver):
 
 async def test_report_from_the_real_store(tmp_path: Path):
     try:
-        from gpufleet.collector.store import Store
+        from gpufleet.collector.store.store import Store
     except ImportError as exc:
         pytest.skip(f"gpufleet.collector.store.Store is not importable yet: {exc}")
     store = await Store.open(StorageConfig(path=str(tmp_path / "g.db")))
@@ -194,7 +195,7 @@ async def test_cli_report_since_7d_end_to_end(tmp_path: Path):
     import sys
     import time
 
-    from gpufleet.collector.store import Store
+    from gpufleet.collector.store.store import Store
 
     db = tmp_path / "g.db"
     gib = 1 << 30
@@ -258,7 +259,7 @@ async def test_cli_report_since_7d_end_to_end(tmp_path: Path):
 
 async def test_report_has_idle_capacity_alerts_and_faults(tmp_path: Path):
     """From a real store: free GPU time is idle capacity, a fired alert and an Xid are summarised."""
-    from gpufleet.collector.store import Store
+    from gpufleet.collector.store.store import Store
 
     store = await Store.open(StorageConfig(path=str(tmp_path / "g.db")))
     t0 = 1_700_000_000.0 - 3600

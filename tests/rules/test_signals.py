@@ -4,7 +4,8 @@ them, memory bandwidth, GPM SM activity and power confirm or deny it."""
 from __future__ import annotations
 
 import pytest
-from gpufleet.collector.model.classify import Thresholds, activity
+from gpufleet.collector.model.classify import activity
+from gpufleet.collector.model.thresholds import Thresholds
 from gpufleet.collector.rules.base import DURATION
 
 POWER_ON = Thresholds(stuck_power_ratio=0.2)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpufleet.collector.model.records import AlertRecord, SilenceRecord
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import Store
+from gpufleet.collector.store.store import Store
 
 
 def _alert(fp: str, state: str = "firing", **kw: object) -> AlertRecord:

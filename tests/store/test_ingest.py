@@ -6,17 +6,17 @@ import dataclasses
 import sqlite3
 
 import pytest
-from builders import GIB, MIB, hello, snap
-from builders import store_gpu as gpu
-from builders import store_proc as proc
 from gpufleet.agent import wire
 from gpufleet.collector.fleet.live import HostState
-from gpufleet.collector.model import sample
-from gpufleet.collector.model.classify import Thresholds
-from gpufleet.collector.model.views import HostRecord
+from gpufleet.collector.model import sample, thresholds
+from gpufleet.collector.model.thresholds import Thresholds
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import Store, Tuning
+from gpufleet.collector.store.store import Store, Tuning
 from gpufleet.collector.store.usage import GAP_FACTOR
+
+from tests.builders import GIB, MIB, hello, snap
+from tests.builders import store_gpu as gpu
+from tests.builders import store_proc as proc
 
 
 def _count(config: StorageConfig, sql: str) -> int:
@@ -49,7 +49,7 @@ async def test_a_host_record_goes_in_and_comes_back_whole(store: Store) -> None:
     store.submit_host_state(state)
     await store.flush()
     (back,) = [h for h in await store.hosts() if h.name == "h9"]
-    assert back == HostRecord.of(state)
+    assert back == state.record()
 
 
 async def test_latest_is_newest_sample_with_its_processes(store: Store) -> None:
@@ -209,14 +209,13 @@ async def test_usage_reads_the_loops_classification_when_it_is_the_stores(
         config: StorageConfig, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the daemon's shared facts the writer credits waste from them (no second classification) and the
     figures are the same; facts under other thresholds are not read (the store judges by its own)."""
-    from gpufleet.collector.model import classify
     from gpufleet.collector.model.facts import FleetFacts
     from gpufleet.collector.store import usage
 
     calls: list[int] = []
     real = usage.waste_users
 
-    def counting(g: sample.GpuSample, t: Thresholds = classify.DEFAULT_THRESHOLDS) -> list[str]:
+    def counting(g: sample.GpuSample, t: Thresholds = thresholds.DEFAULT_THRESHOLDS) -> list[str]:
         calls.append(g.index)
         return real(g, t)
 
@@ -225,7 +224,7 @@ async def test_usage_reads_the_loops_classification_when_it_is_the_stores(
                    ts=100.0 + i) for i in range(11)]
     strict = Thresholds(min_memory_bytes=4 * GIB)  # alice's 2 GiB is not holding under these
     results = []
-    for shared in (None, FleetFacts(classify.DEFAULT_THRESHOLDS), FleetFacts(strict)):
+    for shared in (None, FleetFacts(thresholds.DEFAULT_THRESHOLDS), FleetFacts(strict)):
         fresh = dataclasses.replace(config, path=config.path.replace("gpufleet.db", f"run{len(results)}.db"))
         s = await Store.open(fresh)  # the default thresholds
         s.facts = shared

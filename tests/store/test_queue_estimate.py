@@ -6,11 +6,11 @@ from __future__ import annotations
 import gc
 import tracemalloc
 
-from gpufleet.collector.model.classify import DEFAULT_THRESHOLDS
 from gpufleet.collector.model.facts import FleetFacts
+from gpufleet.collector.model.thresholds import DEFAULT_THRESHOLDS
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.simfleet import FrameGenerator
-from gpufleet.collector.store import Store, Tuning
+from gpufleet.collector.store.store import Store, Tuning
 from gpufleet.collector.transport import wirefast
 
 

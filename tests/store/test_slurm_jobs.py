@@ -8,10 +8,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from builders import gpu, proc, snap
 from gpufleet.collector.model import sample
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import Store, schema
+from gpufleet.collector.store import schema
+from gpufleet.collector.store.store import Store
+
+from tests.builders import gpu, proc, snap
 
 
 def _v4_file(path: Path) -> None:

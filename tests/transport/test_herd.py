@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 
 from gpufleet.collector.simfleet import SimFleet
-from sshtestlib import CollectingSink, MakeTransport
+
+from tests.transport.sshtestlib import CollectingSink, MakeTransport
 
 N = 200
 

@@ -15,7 +15,8 @@ from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import AlertingConfig, ApiConfig, Config, NotifierConfig, StorageConfig
 from gpufleet.collector.simfleet import SimFleet
-from sshtestlib import CollectingSink
+
+from tests.transport.sshtestlib import CollectingSink
 
 
 class Hook:

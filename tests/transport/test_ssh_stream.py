@@ -11,7 +11,8 @@ from gpufleet.collector.fleet.live import LiveView
 from gpufleet.collector.model import sample
 from gpufleet.collector.simfleet import SimFleet
 from gpufleet.collector.transport.manager import FleetTransport
-from sshtestlib import CollectingSink, MakeTransport
+
+from tests.transport.sshtestlib import CollectingSink, MakeTransport
 
 
 async def test_three_hosts_stream_to_the_sink(fleet: SimFleet, sink: CollectingSink,

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from gpufleet.collector.faces.web import WebServer
+from gpufleet.collector.faces.web.server import WebServer
 from gpufleet.collector.settings import WebConfig
-from web_testkit import TOKEN, LoopThread, Site, Source
+
+from tests.web.web_testkit import TOKEN, LoopThread, Site, Source
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 from gpufleet.collector.faces.api.ops import Args, LiveOps, encode
-from web_testkit import Site
+
+from tests.web.web_testkit import Site
 
 pytestmark = pytest.mark.slow
 

@@ -9,44 +9,15 @@ A Unix socket (not TCP) because it is local-only by construction: its file mode 
 every op (:mod:`.access`). A refused op answers ``{"ok": false, "error": "permission denied: ...", "code":
 "permission_denied"}``.
 
-Modules: :mod:`.ops` (arguments, dispatch, the op handlers; the CLI's read-only fallback uses its
-:class:`StoreOps`), :mod:`.access` (who may do what), :mod:`.server` (the socket, framing, status cache).
-
 ``status`` takes ``form``: ``"objects"`` (the default, the public shape ``gpufleet status --json`` prints) or
 ``"rows"`` (compact: arrays under a column list, what the CLI's screen asks for; see
-:func:`gpufleet.collector.fleet.query.fleet_view_rows`). A collector that predates ``form`` ignores it and
+:func:`gpufleet.collector.model.codec.fleet_view_rows`). A collector that predates ``form`` ignores it and
 answers objects, which the CLI reads too. The server keeps the encoded answer to an *unfiltered* status
 request for ``status_cache_ttl`` seconds (0.5 by default, half the agents' sampling interval), so an answer
 may be that much older than its request (its ``generated_at`` says when it was built); filtered requests are
 always built fresh.
+
+- :mod:`.ops`: arguments, dispatch, the op handlers (the CLI's read-only fallback uses its StoreOps);
+- :mod:`.access`: who may do what;
+- :mod:`.server`: the socket, framing, the status cache.
 """
-
-from __future__ import annotations
-
-from gpufleet.collector.faces.api.access import Access, AccessDenied, Peer
-from gpufleet.collector.faces.api.ops import (
-    API_VERSION,
-    STATUS_CACHE_TTL,
-    Args,
-    LiveOps,
-    StoreOps,
-    dispatch,
-    encode,
-)
-from gpufleet.collector.faces.api.server import QueryServer
-from gpufleet.collector.fleet.query import plain
-
-__all__ = [
-    "API_VERSION",
-    "STATUS_CACHE_TTL",
-    "Access",
-    "AccessDenied",
-    "Args",
-    "LiveOps",
-    "Peer",
-    "QueryServer",
-    "StoreOps",
-    "dispatch",
-    "encode",
-    "plain",
-]

@@ -15,31 +15,28 @@ import math
 import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import Any, cast
 
 from gpufleet.collector.errors import QueryError
 from gpufleet.collector.faces.api.access import Access, AccessDenied, Peer, this_process
+from gpufleet.collector.faces.source import Running, StoredFleet
 from gpufleet.collector.fleet import query
-from gpufleet.collector.fleet.live import LiveView
-from gpufleet.collector.model.classify import DEFAULT_THRESHOLDS, Thresholds, thresholds_of
+from gpufleet.collector.fleet.report import FORMATS, ReportFormat, WasteReport, build_report, render_report
+from gpufleet.collector.model import codec
+from gpufleet.collector.model.names import check_hosts, is_glob
 from gpufleet.collector.model.records import (
     AlertRecord,
-    CapacityRow,
     EventRow,
-    GpuSeries,
     JobRecord,
     ProcessSpan,
     SilenceRecord,
-    SlurmUsageRow,
     UsageRow,
 )
-from gpufleet.collector.model.views import HostRecord
-from gpufleet.collector.settings import DEFAULT_RULES, Config
+from gpufleet.collector.model.summary import by_user
+from gpufleet.collector.model.thresholds import DEFAULT_THRESHOLDS, Thresholds, thresholds_of
+from gpufleet.collector.model.views import FleetView, HostInfo
+from gpufleet.collector.rules import catalog
 from gpufleet.collector.units import MAX_DURATION, MAX_DURATION_TEXT
-
-if TYPE_CHECKING:
-    from gpufleet.collector.fleet.report import ReportFormat
-    from gpufleet.collector.model import sample
 
 log = logging.getLogger(__name__)
 
@@ -50,72 +47,10 @@ WRITE_TIMEOUT = 30.0
 DEFAULT_SINCE = 24 * 3600.0
 MAX_POINTS_LIMIT = 10_000
 STATUS_CACHE_TTL = 0.5  # seconds an unfiltered status answer is reused; 0 turns the cache off
-STATUS_FORMS = ("objects", query.ROWS_FORM, query.USERS_FORM)
+STATUS_FORMS = ("objects", codec.ROWS_FORM, codec.USERS_FORM)
 STATUS_FILTERS = ("host", "tag", "user")
 
 Handler = Callable[["Args"], Awaitable[Any]]
-
-
-# ------------------------------------------------------------------------ what the server needs to see
-
-
-class StoreLike(Protocol):
-    @property
-    def shed_by_host(self) -> dict[str, int]: ...
-    async def hosts(self) -> list[HostRecord]: ...
-    async def latest(self, host: str | None = None) -> dict[str, sample.Snapshot]: ...
-    async def gpu_history(
-        self, host: str, *, gpu: int | None = None, since: float, until: float, max_points: int = 500
-    ) -> list[GpuSeries]: ...
-    async def process_history(
-        self,
-        host: str | None = None,
-        *,
-        gpu: int | None = None,
-        user: str | None = None,
-        since: float,
-        until: float,
-    ) -> list[ProcessSpan]: ...
-    async def usage_by_user(
-        self, *, since: float, until: float, host: str | None = None, by_host: bool = False,
-        gpu: int | None = None,
-    ) -> list[UsageRow]: ...
-    async def capacity(self, *, since: float, until: float, host: str | None = None) -> list[CapacityRow]: ...
-    async def slurm_usage(self, group: str, *, since: float, until: float,
-                          host: str | None = None) -> list[SlurmUsageRow]: ...
-    async def events(self, *, host: str | None = None, since: float, until: float) -> list[EventRow]: ...
-    async def load_alerts(
-        self, *, active_only: bool = True, since: float | None = None
-    ) -> list[AlertRecord]: ...
-    async def list_silences(self, *, include_expired: bool = False) -> list[SilenceRecord]: ...
-    async def jobs(self, *, since: float, until: float, user: str | None = None,
-                   limit: int = 1000) -> list[JobRecord]: ...
-
-
-class AlertsLike(Protocol):
-    def active(self) -> list[AlertRecord]: ...
-    def flags(self, host: str, gpu: int | None = None) -> set[str]: ...
-    async def add_silence(
-        self, matchers: dict[str, str], duration: float, comment: str = "", created_by: str = ""
-    ) -> SilenceRecord: ...
-    async def list_silences(self, include_expired: bool = False) -> list[SilenceRecord]: ...
-    async def expire_silence(self, id: int) -> bool: ...
-
-
-class CollectorLike(Protocol):
-    """The parts of :class:`gpufleet.collector.service.daemon.Collector` the query API reads."""
-
-    @property
-    def config(self) -> Config: ...
-    @property
-    def live(self) -> LiveView: ...
-    @property
-    def store(self) -> Any: ...  # StoreLike; Any so the real Store's richer signatures always fit
-    @property
-    def alerts(self) -> Any: ...  # AlertsLike
-    @property
-    def started_at(self) -> float: ...
-    def stats(self) -> dict[str, float]: ...
 
 
 # ---------------------------------------------------------------------------------------- arguments
@@ -186,8 +121,8 @@ class Args:
 
 
 def encode(obj: Any) -> bytes:
-    """One answer as one compact JSON line (:func:`gpufleet.collector.fleet.query.to_json`)."""
-    return query.to_json(obj) + b"\n"
+    """One answer as one compact JSON line (:func:`gpufleet.collector.model.codec.to_json`)."""
+    return codec.to_json(obj) + b"\n"
 
 
 def error_response(exc: QueryError) -> dict[str, Any]:
@@ -226,16 +161,13 @@ async def dispatch(table: Mapping[str, Handler], request: Any, peer: Peer | None
 
 # -------------------------------------------------------------------------------------------- op sets
 
-_RULE_ALIASES = {flag: rule for rule, flag in query.FLAG_NAMES.items()}
-
-
 class StoreOps:
     """Ops answered from the store alone: history, processes, usage, events, report. The fallback also uses
     the ``stored_*`` ops, which answer status/hosts/alerts from the last stored state."""
 
     def __init__(
         self,
-        store: StoreLike,
+        store: StoredFleet,
         *,
         known_hosts: Callable[[], Iterable[str]] | None = None,
         clock: Callable[[], float] = time.time,
@@ -255,7 +187,7 @@ class StoreOps:
         if host in known:
             return
         known |= {h.name for h in await self.store.hosts()}  # a host with history but no longer configured
-        query.check_hosts([host], known)
+        check_hosts([host], known)
 
     async def opt_host(self, a: Args) -> str | None:
         """The optional ``host`` argument, checked like a required one when given."""
@@ -343,8 +275,6 @@ class StoreOps:
         return rows
 
     async def report(self, a: Args) -> dict[str, Any]:
-        from gpufleet.collector.fleet.report import FORMATS, build_report, render_report
-
         host = await self.opt_host(a)
         fmt = a.opt_str("format", "text") or "text"
         if fmt not in FORMATS:
@@ -367,7 +297,7 @@ class StoreOps:
         """This collector's shard ``I/N``; None: it watches the whole fleet (or answers from a file)."""
         return None
 
-    async def send_report(self, rep: Any, fmt: str, a: Args) -> dict[str, str | None]:
+    async def send_report(self, rep: WasteReport, fmt: str, a: Args) -> dict[str, str | None]:
         raise QueryError(
             "sending a report needs the running collector (start it with `gpufleet collector run`)"
         )
@@ -389,7 +319,7 @@ class StoreOps:
         )
         return self.shaped(view, form)
 
-    async def stored_hosts(self, a: Args) -> list[query.HostInfo]:
+    async def stored_hosts(self, a: Args) -> list[HostInfo]:
         return query.host_infos_from_store(await self.store.hosts(), await self.store.latest())
 
     async def stored_alerts(self, a: Args) -> dict[str, Any]:
@@ -412,13 +342,13 @@ class StoreOps:
         return form
 
     @staticmethod
-    def shaped(view: query.FleetView, form: str) -> Any:
+    def shaped(view: FleetView, form: str) -> Any:
         """The view in the asked-for form: the model itself (encoded as objects), its rows form, or its
         header with the per-user lines (``users``)."""
-        if form == query.USERS_FORM:
-            return {"form": query.USERS_FORM, "view": dataclasses.replace(view, hosts=[]),
-                    "users": query.by_user(view)}
-        return query.fleet_view_rows(view) if form == query.ROWS_FORM else view
+        if form == codec.USERS_FORM:
+            return {"form": codec.USERS_FORM, "view": dataclasses.replace(view, hosts=[]),
+                    "users": by_user(view)}
+        return codec.fleet_view_rows(view) if form == codec.ROWS_FORM else view
 
     def table(self) -> dict[str, Handler]:
         """The op table of the read-only fallback."""
@@ -448,7 +378,7 @@ class LiveOps(StoreOps):
 
     def __init__(
         self,
-        collector: CollectorLike,
+        collector: Running,
         *,
         access: Access | None = None,
         clock: Callable[[], float] = time.time,
@@ -481,11 +411,9 @@ class LiveOps(StoreOps):
 
     async def status(self, a: Args) -> Any:
         form = self.status_form(a)
-        # one pass over the active alerts, not flags(host, gpu) per GPU: flags(host) mixes GPU alerts in
-        flags = query.flags_from_alerts(self.collector.alerts.active())
         view = query.build_fleet_view(
             self.collector.live.hosts.values(),
-            flags,
+            self.collector.firing(),
             now=self.clock(),
             host=a.str_list("host"),
             tag=a.str_list("tag"),
@@ -494,17 +422,15 @@ class LiveOps(StoreOps):
         )
         return self.shaped(view, form)
 
-    async def hosts(self, a: Args) -> list[query.HostInfo]:
+    async def hosts(self, a: Args) -> list[HostInfo]:
         return query.host_infos(self.collector.live.hosts.values(), self.collector.store.shed_by_host)
 
     async def alerts(self, a: Args) -> dict[str, Any]:
         engine = self.collector.alerts
         recent = await self.recent_resolved(a)
         active = engine.active()
-        is_muted = getattr(engine, "is_muted", None)
-        muted = [x.fingerprint for x in active if is_muted is not None and is_muted(x)]
-        undelivered = getattr(engine, "undelivered", None)
-        stuck = {x.fingerprint: u for x in active if undelivered is not None and (u := undelivered(x))}
+        muted = [x.fingerprint for x in active if engine.is_muted(x)]
+        stuck = {x.fingerprint: u for x in active if (u := engine.undelivered(x))}
         return {"active": active, "recent": recent, "silences": await engine.list_silences(), "muted": muted,
                 "undelivered": stuck}
 
@@ -512,18 +438,10 @@ class LiveOps(StoreOps):
         shard = self.collector.config.shard
         return str(shard) if shard is not None else None
 
-    async def send_report(self, rep: Any, fmt: str, a: Args) -> dict[str, str | None]:
+    async def send_report(self, rep: WasteReport, fmt: str, a: Args) -> dict[str, str | None]:
         """Deliver through the configured notifiers now; notifier name -> None (sent) or the error."""
-        from gpufleet.collector.fleet.report import send_report
-        from gpufleet.collector.notify import build_notifiers
-
         self.access.check_admin(a.peer, "sending a report")
-        cfg = self.collector.config
-        notifiers = build_notifiers(cfg.notifiers, cfg.alerting)
-        if not notifiers:
-            raise QueryError("no notifiers configured: add one under 'notifiers:' to send reports")
-        result: dict[str, str | None] = await send_report(rep, notifiers, fmt=cast("ReportFormat", fmt))
-        return result
+        return await self.collector.send_report(rep, cast("ReportFormat", fmt))
 
     async def silence_add(self, a: Args) -> SilenceRecord:
         raw = a.raw.get("matchers")
@@ -535,12 +453,12 @@ class LiveOps(StoreOps):
             raise QueryError("bad argument 'matchers': expected a non-empty object of label -> string")
         matchers = dict(raw)
         if "rule" in matchers:
-            rule = _RULE_ALIASES.get(matchers["rule"], matchers["rule"])
-            if not query._is_glob(rule) and rule not in DEFAULT_RULES:
-                raise QueryError(f"unknown rule {matchers['rule']!r} (rules: {', '.join(DEFAULT_RULES)})")
+            rule = catalog.rule_of(matchers["rule"])
+            if not is_glob(rule) and rule not in catalog.BY_NAME:
+                raise QueryError(f"unknown rule {matchers['rule']!r} (rules: {', '.join(catalog.BY_NAME)})")
             matchers["rule"] = rule
         if "host" in matchers:
-            query.check_hosts([matchers["host"]], self._live_names())
+            check_hosts([matchers["host"]], self._live_names())
         duration = a.opt_float("duration")
         if duration is None or duration <= 0:
             raise QueryError("bad argument 'duration': expected a positive number of seconds")

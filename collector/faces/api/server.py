@@ -31,13 +31,13 @@ from gpufleet.collector.faces.api.ops import (
     STATUS_FILTERS,
     STATUS_FORMS,
     WRITE_TIMEOUT,
-    CollectorLike,
     Handler,
     LiveOps,
     dispatch,
     encode,
     error_response,
 )
+from gpufleet.collector.faces.source import Running
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class QueryServer:
 
     def __init__(
         self,
-        collector: CollectorLike,
+        collector: Running,
         path: Path,
         mode: int = 0o600,
         *,

@@ -24,16 +24,16 @@ import gzip
 import logging
 import math
 import re
-import socket
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from gpufleet.collector.faces.aioserver import HttpServer, Request, respond
 from gpufleet.collector.faces.metrics import dcgm as metrics_dcgm
 from gpufleet.collector.faces.metrics.exposition import LabelStrings, Scrape, Spec
-from gpufleet.collector.fleet.live import HostState, LiveView
+from gpufleet.collector.faces.source import Running
+from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.model import sample
+from gpufleet.collector.model.views import HOST_STATUSES
 from gpufleet.collector.service.gcpause import no_cycle_collection
 from gpufleet.collector.transport.wirestate import budget_counts, wire_counts
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -43,33 +43,6 @@ from prometheus_client.metrics_core import Metric
 log = logging.getLogger(__name__)
 
 UNATTRIBUTED_USER = "(unattributed)"  # label for processes /proc could not attribute
-HOST_STATUSES = ("connecting", "up", "down")
-
-
-class MetricsSource(Protocol):
-    """What the exposition reads; the collector daemon implements it, tests use a stand-in."""
-
-    @property
-    def live(self) -> LiveView: ...
-
-    def alert_counts(self) -> dict[tuple[str, str, str], int]:
-        """(rule, severity, state) -> number of active alerts; state is pending or firing."""
-        ...
-
-    def flags(self, host: str, gpu: int) -> set[str]:
-        """Names of the rules firing for that GPU ("wasted", "overheating", ...)."""
-        ...
-
-    def stats(self) -> dict[str, float]:
-        """Collector health: frames_total, store_queue_depth, notify_queue_depth, uptime_seconds, ..."""
-        ...
-
-
-#: Optional, on a source: ``gpu_flags() -> {(host, gpu index): {rule, ...}}`` for every GPU with a firing
-#: rule, in one pass. Without it the exposition calls ``flags(host, gpu)`` once per GPU.
-GPU_FLAGS_METHOD = "gpu_flags"
-#: Optional, on a source: ``identity() -> (collector name, shard "I/N" or "")``; default: this host, "".
-IDENTITY_METHOD = "identity"
 
 
 # ------------------------------------------------------------------------------------------ families
@@ -183,8 +156,6 @@ METRIC_NAMES: frozenset[str] = frozenset(s.name for s in _SPECS)
 
 #: stats() keys already exposed another way (live view); not repeated.
 _STATS_SKIPPED = frozenset({"hosts_total", "hosts_up", "lag_max_seconds"})
-#: Collector counters derived from the live view when stats() does not give them.
-_LIVE_TOTALS = {"frames_total": "frames", "bad_frames_total": "bad_frames", "reconnects_total": "reconnects"}
 _STAT_KEY = re.compile(r"[a-z_][a-z0-9_]*\Z")
 
 
@@ -228,9 +199,9 @@ class ScrapeView:
 
 
 class FleetCollector:
-    """prometheus_client collector over a :class:`MetricsSource`; a failing section never blanks the rest."""
+    """prometheus_client collector over a running collector; a failing section never blanks the rest."""
 
-    def __init__(self, source: MetricsSource, *, dcgm_names: bool = False) -> None:
+    def __init__(self, source: Running, *, dcgm_names: bool = False) -> None:
         self.source = source
         self.dcgm_names = dcgm_names  # also dcgm-exporter's series (collector/faces/metrics/dcgm.py)
         self.section_errors: dict[str, int] = {}
@@ -255,7 +226,7 @@ class FleetCollector:
             hosts.append(c)
         view = ScrapeView(hosts)
         try:
-            view.flags = self._flags(hosts)
+            view.flags = self.source.firing().gpus()
         except Exception as exc:  # noqa: BLE001 - reported when the gpus section is built
             view.errors["gpus"] = exc
         try:
@@ -264,25 +235,10 @@ class FleetCollector:
             view.errors["alerts"] = exc
         try:
             view.stats = dict(self.source.stats())
-            identity: Callable[[], tuple[str, str]] | None = getattr(self.source, IDENTITY_METHOD, None)
-            view.identity = identity() if identity is not None else (socket.gethostname(), "")
+            view.identity = self.source.identity()
         except Exception as exc:  # noqa: BLE001
             view.errors["collector"] = exc
         return view
-
-    def _flags(self, hosts: list[HostState]) -> dict[tuple[str, int], set[str]]:
-        bulk: Callable[[], dict[tuple[str, int], set[str]]] | None = getattr(
-            self.source, GPU_FLAGS_METHOD, None)
-        if bulk is not None:
-            return {k: set(v) for k, v in bulk().items()}
-        out: dict[tuple[str, int], set[str]] = {}
-        for h in hosts:
-            if h.status == "up" and h.snapshot is not None:
-                for g in h.snapshot.gpus:
-                    flags = self.source.flags(h.name, g.index)
-                    if flags:
-                        out[(h.name, g.index)] = set(flags)
-        return out
 
     def build(self, view: ScrapeView, *, samples: bool = False) -> Scrape:
         """The samples of one scrape from a :meth:`freeze` copy; touches nothing else (thread-safe).
@@ -428,9 +384,10 @@ class FleetCollector:
         if lags:
             b.add("gpufleet_collector_lag_seconds", (), max(lags))
         stats = dict(view.stats)
-        for key, attr in _LIVE_TOTALS.items():
-            if key not in stats:
-                stats[key] = float(sum(getattr(h, attr) for h in hosts))
+        # counters derived from the live view when stats() does not give them
+        stats.setdefault("frames_total", float(sum(h.frames for h in hosts)))
+        stats.setdefault("bad_frames_total", float(sum(h.bad_frames for h in hosts)))
+        stats.setdefault("reconnects_total", float(sum(h.reconnects for h in hosts)))
         for key, value in sorted(stats.items()):
             name = stat_metric_name(key)
             if name is None or value is None or not math.isfinite(value):
@@ -465,7 +422,7 @@ class MetricsServer(HttpServer):
 
     what = "metrics"
 
-    def __init__(self, source: MetricsSource, listen: str, *, read_timeout: float = 5.0,
+    def __init__(self, source: Running, listen: str, *, read_timeout: float = 5.0,
                  write_timeout: float = 10.0, max_header_bytes: int = 16384,
                  max_connections: int = 32, dcgm_names: bool = False) -> None:
         super().__init__(listen, "metrics.listen", read_timeout=read_timeout, write_timeout=write_timeout,

@@ -13,6 +13,7 @@ Shape (every value plain JSON; a GPU is an array so 8,000 of them stay small)::
     alerts: {fingerprint: [flag, severity, state, host, gpu, user, summary, since]}
     users:  [[user, gpus held, gpus wasted now, GiB held, wasted GPU-hours over 24 h], ...]
     totals: the status view's Totals
+    catalog: the rule catalog's flags in order with their colours, and the severities (rules/catalog.py)
 
 A delta (:func:`diff`) carries only what changed: whole GPU arrays whose state, flags or processes
 changed (always sent), ``[util, mem, temp]`` triples for readings that changed visibly (sent most-changed
@@ -30,12 +31,16 @@ from typing import Any
 
 from gpufleet.collector.fleet import query
 from gpufleet.collector.fleet.live import HostState
-from gpufleet.collector.model.classify import Thresholds
+from gpufleet.collector.model.codec import jsonable
+from gpufleet.collector.model.firing import Firing
 from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.model.summary import by_user
+from gpufleet.collector.model.thresholds import Thresholds
+from gpufleet.collector.model.views import UserUsage
+from gpufleet.collector.rules import catalog
 from gpufleet.collector.service.gcpause import no_cycle_collection
+from gpufleet.collector.units import GIB, MIB
 
-MIB = 1 << 20
-GIB = 1 << 30
 MAX_USERS = 200  # rows of the waste-by-user table
 # positions in a GPU array
 U, M, MT, T, S, F, P, N = range(8)
@@ -74,8 +79,7 @@ def build_state(inp: Inputs, thresholds: Thresholds, *, show_commands: bool) -> 
 
 
 def _build_state(inp: Inputs, thresholds: Thresholds, show_commands: bool) -> State:
-    view = query.build_fleet_view(inp.hosts, query.flags_from_alerts(inp.alerts), now=inp.now,
-                                  thresholds=thresholds)
+    view = query.build_fleet_view(inp.hosts, Firing(inp.alerts), now=inp.now, thresholds=thresholds)
     hosts: list[list[Any]] = []
     gpus: dict[str, list[Any]] = {}
     for h in view.hosts:
@@ -90,9 +94,10 @@ def _build_state(inp: Inputs, thresholds: Thresholds, show_commands: bool) -> St
         "hosts": hosts,
         "gpus": gpus,
         "alerts": _alerts(inp.alerts, show_commands),
-        "users": _users(query.by_user(view), inp.wasted_hours),
-        "totals": query.jsonable(view.totals),
+        "users": _users(by_user(view), inp.wasted_hours),
+        "totals": jsonable(view.totals),
         "show_commands": show_commands,
+        "catalog": catalog.for_the_page(),
     }
 
 
@@ -105,13 +110,13 @@ def _alerts(alerts: Iterable[AlertRecord], show_commands: bool) -> dict[str, lis
         # summaries name the process ("alice's python ipykernel_launcher (pid 1) holds ..."): without
         # show_commands the page says what and where, never how the process was started
         summary = a.annotations.get("summary", "") if show_commands else ""
-        out[a.fingerprint] = [query.flag_name(a.rule), a.severity, a.state, lab.get("host", ""),
+        out[a.fingerprint] = [catalog.flag_name(a.rule), a.severity, a.state, lab.get("host", ""),
                               lab.get("gpu", ""), lab.get("user", ""), summary,
                               a.fired_at if a.fired_at is not None else a.started_at]
     return out
 
 
-def _users(rows: list[query.UserUsage], wasted_hours: Mapping[str, float]) -> list[list[Any]]:
+def _users(rows: list[UserUsage], wasted_hours: Mapping[str, float]) -> list[list[Any]]:
     out: dict[str, list[Any]] = {}
     for r in rows:
         out[r.user] = [r.user, r.gpus, r.wasted, round(r.memory / GIB, 1), 0.0]

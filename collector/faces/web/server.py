@@ -34,15 +34,18 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any
 
 from gpufleet.collector.faces.aioserver import HttpServer, InThread
+from gpufleet.collector.faces.source import Running
 from gpufleet.collector.faces.web import model
 from gpufleet.collector.faces.web.http import HttpError, Request, respond, response_head
 from gpufleet.collector.fleet import query
-from gpufleet.collector.fleet.live import LiveView
-from gpufleet.collector.model.classify import thresholds_of
-from gpufleet.collector.settings import Config, WebConfig
+from gpufleet.collector.model.codec import to_json
+from gpufleet.collector.model.firing import Firing
+from gpufleet.collector.model.thresholds import thresholds_of
+from gpufleet.collector.settings import WebConfig
+from gpufleet.collector.units import MIB
 
 log = logging.getLogger(__name__)
 
@@ -53,19 +56,6 @@ LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 USAGE_REFRESH = 60.0  # seconds between reads of the 24 h waste per user from the store
 STATIC = {"app.js": "text/javascript; charset=utf-8", "app.css": "text/css; charset=utf-8",
           "index.html": "text/html; charset=utf-8"}
-
-
-class WebSource(Protocol):
-    """What the page reads of the collector (:class:`gpufleet.collector.service.daemon.Collector`)."""
-
-    @property
-    def config(self) -> Config: ...
-    @property
-    def live(self) -> LiveView: ...
-    @property
-    def alerts(self) -> Any: ...  # AlertEngine: active()
-    @property
-    def store(self) -> Any: ...  # Store: gpu_history(), usage_by_user()
 
 
 def _asset(name: str) -> bytes:
@@ -104,7 +94,7 @@ def sse(kind: str, seq: int, data: bytes) -> bytes:
 class Broadcaster:
     """Builds the page model for every open stream at once and sends each the same deltas."""
 
-    def __init__(self, source: WebSource, web: WebConfig, *, in_thread: InThread, interval: float = 1.0,
+    def __init__(self, source: Running, web: WebConfig, *, in_thread: InThread, interval: float = 1.0,
                  soft_budget: int = 30_000, queue_size: int = 16,
                  clock: Callable[[], float] = time.time) -> None:
         self.source = source
@@ -224,7 +214,7 @@ class WebServer(HttpServer):
 
     what = "web page"
 
-    def __init__(self, source: WebSource, web: WebConfig, *, read_timeout: float = 5.0,
+    def __init__(self, source: Running, web: WebConfig, *, read_timeout: float = 5.0,
                  write_timeout: float = 10.0, max_header_bytes: int = 16384, heartbeat: float = 15.0,
                  interval: float = 1.0, soft_budget: int = 30_000) -> None:
         # streams, plus room for page loads and API calls
@@ -334,14 +324,13 @@ class WebServer(HttpServer):
         thresholds = self.broadcaster.thresholds
 
         def build() -> bytes:
-            view = query.build_fleet_view(inp.hosts, query.flags_from_alerts(inp.alerts), now=inp.now,
-                                          thresholds=thresholds)
+            view = query.build_fleet_view(inp.hosts, Firing(inp.alerts), now=inp.now, thresholds=thresholds)
             if not show:
                 for h in view.hosts:
                     for g in h.gpus:
                         for p in g.processes:
                             p.command = None
-            return query.to_json(view)
+            return to_json(view)
 
         return await self.in_thread(build)
 
@@ -360,12 +349,12 @@ class WebServer(HttpServer):
                                "until": now, "series": None}
         if series:
             s = series[0]
-            mib = float(model.MIB)
+            mib = float(MIB)
             points = [[p.ts, p.util_mean, None if p.mem_used_mean is None else round(p.mem_used_mean / mib)]
                       for p in s.points]
             out["series"] = {
                 "resolution": s.resolution, "step": s.step, "name": s.name,
-                "memory_total": None if s.memory_total is None else s.memory_total // model.MIB,
+                "memory_total": None if s.memory_total is None else s.memory_total // MIB,
                 "points": points,
             }
         return json.dumps(out, separators=(",", ":")).encode()

@@ -3,7 +3,9 @@
 "use strict";
 (function () {
   const U = 0, M = 1, MT = 2, T = 3, S = 4, F = 5, P = 6, N = 7;
-  const FLAG_ORDER = ["lost", "hot", "wasted", "stale", "orphaned", "throttled"];
+  // from the rule catalog the server sends (collector/rules/catalog.py): which flags colour a GPU, in what
+  // order (the worst first), and the severities' order
+  let flagOrder = [], sevRank = {};
   let st = null;           // the model as the server last described it
   let cells = new Map();   // "host/idx" -> cell element
   let hostRows = new Map();
@@ -27,7 +29,7 @@
 
   function cellClass(g, hostUp) {
     if (!hostUp || g[S] === "unknown") return "unknown";
-    for (const f of FLAG_ORDER) if (g[F].includes(f)) return f;
+    for (const f of flagOrder) if (g[F].includes(f)) return f;
     if (g[S] === "lost") return "lost";
     return g[S] === "idle" ? "idle" : "busy";
   }
@@ -125,16 +127,32 @@
   }
   function renderAlerts() {
     const list = Object.entries(st.alerts);
-    const rank = { critical: 0, warning: 1, info: 2 };
-    list.sort((a, b) => (rank[a[1][1]] ?? 3) - (rank[b[1][1]] ?? 3) || String(a[1][3]).localeCompare(String(b[1][3])));
+    const worst = (s) => sevRank[s] ?? 1;  // an unknown severity counts as a warning, as on the server
+    list.sort((a, b) => worst(b[1][1]) - worst(a[1][1]) || String(a[1][3]).localeCompare(String(b[1][3])));
     const rows = list.map(([fp, a]) => '<tr data-fp="' + esc(fp) + '"><td>' + esc(a[0]) + '</td><td><span class="badge ' +
       esc(a[1]) + '">' + esc(a[1]) + "</span></td><td>" + esc(a[2]) + "</td><td>" + esc(a[3]) + "</td><td>" + esc(a[4]) +
       "</td><td>" + esc(a[5]) + "</td><td>" + esc(ago(a[7])) + "</td><td>" + esc(a[6]) + "</td></tr>");
     $("alerts").tBodies[0].innerHTML = rows.join("") || '<tr><td colspan="8">no active alerts</td></tr>';
   }
 
+  function applyCatalog(c) {
+    const coloured = c.flags.filter((f) => f[1]);
+    flagOrder = coloured.map((f) => f[0]);
+    sevRank = {};
+    c.severities.forEach((s, i) => { sevRank[s] = i; });
+    const rules = coloured.map(([f, colour]) => {
+      const cls = CSS.escape(f), col = colour.replace(/[^#\w(),.% -]/g, "");
+      return ".g." + cls + " { border-color: " + col + "; background: color-mix(in srgb, " + col + " 14%, #fff); }\n" +
+        ".g .w." + cls + ", i.c." + cls + " { background: " + col + "; }";
+    });
+    let style = $("flag-colours");
+    if (!style) { style = document.createElement("style"); style.id = "flag-colours"; document.head.appendChild(style); }
+    style.textContent = rules.join("\n");
+    $("legend-flags").innerHTML = flagOrder.map((f) => '<i class="c ' + esc(f) + '"></i>' + esc(f) + " ").join("");
+  }
   function applyFull(data) {
     st = data;
+    applyCatalog(st.catalog);
     renderTotals(); renderFleet(); renderUsers(); renderAlerts();
     if (window.gpufleetRenderMs === undefined) {
       window.gpufleetRenderMs = performance.now();

@@ -93,13 +93,20 @@ class AlertEngine:
         if self._task is None and run_tick:
             self._task = asyncio.create_task(self._run(), name="alert-engine")
 
-    async def stop(self, timeout: float = 5.0) -> None:
-        """Stop the tick, save every active alert, drain the dispatcher for up to ``timeout`` seconds."""
+    async def halt(self) -> None:
+        """Stop judging the hosts: the tick ends (no more time-based conditions, no more transitions).
+        The daemon calls this first when it stops, before it stops listening and hangs up: the silence
+        that follows is the collector's own, not an observation of the hosts (a host silent for 3 intervals
+        while the transport closes is not down). Notifications already queued are still delivered."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Stop the tick, save every active alert, drain the dispatcher for up to ``timeout`` seconds."""
+        await self.halt()
         for a in self.lifecycle.alerts.values():
             self.lifecycle.mark(a)
         await self._persist()

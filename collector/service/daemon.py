@@ -159,9 +159,12 @@ class Collector:
                 await self._maintenance
             self._maintenance = None
         share = max(timeout / 4, 1.0)
-        if self._alerts in self.live.listeners:
-            # our own hang-ups are not hosts going down: the engine stops listening first
-            self.live.listeners.remove(self._alerts)
+        if self._alerts is not None:
+            # our own hang-ups are not hosts going down: the engine stops judging and listening first (its
+            # tick, left running while the transport closes, would read the quiet as every host down)
+            await self._guard("alert engine", self._alerts.halt(), share)
+            if self._alerts in self.live.listeners:
+                self.live.listeners.remove(self._alerts)
         if self._web is not None:  # before the transport: open pages never see our hang-ups as hosts down
             await self._guard("web", self._web.stop(), share)
             self._web = None

@@ -3,9 +3,9 @@ with its hosts, GPUs, held GPU-hours, mean and peak util, peak memory, waste sha
 
 A :class:`JobTracker` is a FleetSink (collector/fleet/live.py) next to the store and the alert engine. Per
 snapshot, per GPU, each job holding memory on it (:func:`gpufleet.collector.model.jobkey.job_key`: Slurm job,
-else container, else pid + start time) is credited the seconds since the GPU's previous sample (capped like
-the GPU-hours accounting, :func:`gpufleet.collector.store.usage.credit`), weighted by util, and as waste
-when :func:`gpufleet.collector.model.classify.waste_users` names its user (the one classification). The
+else container, else pid + start time) is charged what the GPU-hours accounting charges it
+(collector/fleet/accounting.py, the one owner: the seconds by the sample's own time, held, wasted), so a
+Slurm job has the same hours in its record as in the report; util is averaged over those seconds. The
 diagnoses are the rules firing on the job's GPUs while it holds them (the alert engine's flags per GPU,
 read at most once a second for the whole fleet).
 
@@ -26,6 +26,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from gpufleet.collector.fleet.accounting import GpuClock, charge
 from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.model import sample
 from gpufleet.collector.model.classify import holds_memory, user_of
@@ -34,7 +35,6 @@ from gpufleet.collector.model.firing import Firing
 from gpufleet.collector.model.procname import short_command
 from gpufleet.collector.model.records import JobRecord
 from gpufleet.collector.model.thresholds import DEFAULT_THRESHOLDS
-from gpufleet.collector.store.usage import credit
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,8 @@ class JobTracker:
         self.jobs: dict[str, _Job] = {}
         self._on_host: dict[str, set[str]] = {}  # host -> keys of the jobs it still shows (present)
         self.finished: list[JobRecord] = []  # every record handed to save (tests, metrics)
-        self._last_sample: dict[tuple[str, str], tuple[float, float | None]] = {}  # (host, uuid) -> ts, typ.
+        #: (host, uuid) -> the GPU's accounting clock (by the samples' time), and when it last sampled (ours)
+        self._clocks: dict[tuple[str, str], tuple[GpuClock, float]] = {}
         self._swept = 0.0
         self._fired = Firing()
         self._fired_at = float("-inf")
@@ -120,13 +121,15 @@ class JobTracker:
             self._fired, self._fired_at = self.firing(), now
         shown: set[str] = set()
         on_host = self._on_host.setdefault(host, set())
-        for gf in self.facts.of(host, snap).gpus:
+        facts = self.facts.of(host, snap)
+        for gf in facts.gpus:
             g = gf.gpu
             if g.error is not None:
                 continue
-            last = self._last_sample.get((host, g.uuid))
-            seconds, typical = credit(now - last[0], last[1]) if last is not None else (0.0, None)
-            self._last_sample[(host, g.uuid)] = (now, typical)
+            known = self._clocks.get((host, g.uuid))
+            clock = known[0] if known is not None else GpuClock()
+            self._clocks[(host, g.uuid)] = (clock, now)
+            seconds = clock.tick(snap.ts) or 0.0  # None: a replayed or late sample charges nothing
             # job -> the memory its processes hold here (and its first process): one pass, no list per job
             memory: dict[str, int] = {}
             first: dict[str, sample.ProcessSample] = {}
@@ -140,7 +143,7 @@ class JobTracker:
                     memory[key] = (held or 0) + (p.gpu_memory or 0)
             if not memory:
                 continue
-            wasting = gf.waste
+            charged = charge(host, g, seconds, gf.waste, jobs=jobs, thresholds=facts.thresholds).jobs
             fired = self._fired.on(host, g.index)
             util = g.util_gpu
             where = (host, g.index)
@@ -159,13 +162,13 @@ class JobTracker:
                     job.peak_util = float(util)
                 if fired:
                     job.diagnoses |= fired
-                if seconds > 0:
-                    job.held += seconds
+                hours = charged.get(key)
+                if hours is not None:
+                    job.held += hours[0]
+                    job.wasted += hours[2]
                     if util is not None:
-                        job.util_seconds += seconds * util
-                        job.util_held += seconds
-                    if job.user in wasting:
-                        job.wasted += seconds
+                        job.util_seconds += hours[0] * util
+                        job.util_held += hours[0]
         gone_after = GONE_INTERVALS * self.intervals.get(host, 1.0)
         ended = []
         for key in [k for k in on_host if k not in shown]:
@@ -195,8 +198,8 @@ class JobTracker:
                 job.present.discard(host)
                 self._on_host.get(host, set()).discard(job.key)
         self._end([job for job in self.jobs.values() if not job.present])
-        for key in [k for k, (ts, _) in self._last_sample.items() if now - ts > QUIET_AFTER]:
-            del self._last_sample[key]
+        for key in [k for k, (_, seen) in self._clocks.items() if now - seen > QUIET_AFTER]:
+            del self._clocks[key]
 
     def _end(self, jobs: list[_Job]) -> None:
         if not jobs:

@@ -17,6 +17,8 @@ from functools import lru_cache
 from typing import Any
 
 _DIGITS = re.compile(r"\d+")
+#: the prefix of a Slurm job's key (``slurm:90210``): one job across hosts
+SLURM = "slurm:"
 #: Parents that are not a launcher: init (the session is gone) or unknown.
 _NO_LAUNCHER = (None, 0, 1)
 
@@ -25,7 +27,7 @@ def job_key(host: str, p: Any) -> str:
     """``slurm:90210``, ``container:<12 hex>@host`` or ``pid:4242.1701590000@host``; :func:`group_key` adds
     ``launcher:<ppid>@host:<8 hex>``."""
     if getattr(p, "job", None):
-        return f"slurm:{p.job}"
+        return f"{SLURM}{p.job}"
     if getattr(p, "container", None):
         return f"container:{str(p.container)[:12]}@{host}"
     start = getattr(p, "start_time", None)

@@ -33,8 +33,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
 from gpufleet.agent import wire
+from gpufleet.collector.fleet.accounting import GpuClock, charge
 from gpufleet.collector.model import sample
+from gpufleet.collector.model.classify import is_free, waste_users
 from gpufleet.collector.model.facts import SnapshotFacts
+from gpufleet.collector.model.jobkey import SLURM
 from gpufleet.collector.model.thresholds import Thresholds
 from gpufleet.collector.model.views import HostRecord
 from gpufleet.collector.store import slurm, usage
@@ -70,8 +73,7 @@ class GpuState:
     name: str | None
     memory_total: int | None
     power_limit: float | None
-    last_ts: float | None  # newest sample (committed or in this batch)
-    typical: float | None = None  # typical sampling interval (seconds)
+    clock: GpuClock  # newest sample (committed or in this batch), typical interval: what a sample charges
     nostart: dict[int, list[float]] = field(default_factory=dict)  # pid -> [span start, last seen]
     holders: frozenset[str] = frozenset()  # who held it at the last sample (orphaned memory stays theirs)
 
@@ -242,11 +244,12 @@ class IngestState:
             gid = int(cur.lastrowid or 0)
             conn.execute(PLACEMENT_INSERT,
                          (gid, ts, host_id, info.index))
-            gs = GpuState(gid, host_id, info.index, info.name, _i(info.memory_total), info.power_limit, None)
+            gs = GpuState(gid, host_id, info.index, info.name, _i(info.memory_total), info.power_limit,
+                          GpuClock())
         else:
             last = conn.execute("SELECT max(ts) FROM samples WHERE gpu_id = ?", (row[0],)).fetchone()[0]
             gs = GpuState(int(row[0]), int(row[1]), int(row[2]), row[3], row[4], row[5],
-                          None if last is None else float(last))
+                          GpuClock(None if last is None else float(last)))
         self.gpus[(host_id, info.uuid)] = gs
         return gs
 
@@ -305,7 +308,7 @@ class IngestState:
         late = ts < self._rolled
         append = rows.samples.append
         # first every statement the snapshot needs (a failure part-way must not have added anything) ...
-        fresh: list[tuple[int, sample.GpuSample, GpuState, float | None, list[float]]] = []
+        fresh: list[tuple[int, sample.GpuSample, GpuState, float, list[float]]] = []
         for i, g in enumerate(snap.gpus):
             gs = self.gpu(conn, hid, g, ts)
             reasons = g.throttle_reasons
@@ -314,30 +317,37 @@ class IngestState:
                     ",".join(reasons) if reasons else None, g.error))
             if late:
                 rows.dirty.add((gs.id, int(ts // 60) * 60))
-            last = gs.last_ts
-            if last is not None and ts <= last:
+            seconds = gs.clock.tick(ts)
+            if seconds is None:
                 continue  # replayed or late: the sample row only (ignored if already there)
-            gs.last_ts = ts
             rows.gpu_last[gs.id] = ts
             # each process's span start (one without a start time: looked up, hence now)
             starts = [p.start_time if p.start_time is not None else self._nostart_start(conn, gs, p.pid, ts)
                       for p in g.processes]
-            fresh.append((i, g, gs, last, starts))
+            fresh.append((i, g, gs, seconds, starts))
         # ... then the running totals, once per frame (a retried frame adds to a throwaway)
         totals = self.totals if not item.accrued else Totals()
         item.accrued = True
         facts = item.facts
         # the loop's classification when it is this snapshot's under these thresholds; else worked out here
-        waste = ([gf.waste for gf in facts.gpus] if facts is not None and facts.agrees(snap, self.params)
-                 else None)
-        for i, g, gs, last, starts in fresh:
+        shared = facts.gpus if facts is not None and facts.agrees(snap, self.params) else None
+        hour = usage.hour_of(ts)
+        for i, g, gs, seconds, starts in fresh:
             if g.processes:
                 self._spans(gs, g.processes, starts, ts, rows, totals)
-            if last is not None:
-                seconds, gs.typical = usage.credit(ts - last, gs.typical)
-                gs.holders = usage.account(totals.usage, totals.capacity, self.params, hid, gs.id, g, ts,
-                                           seconds, gs.holders, totals.slurm_usage,
-                                           waste=None if waste is None else waste[i])
+            if seconds <= 0 or g.error is not None:
+                continue
+            gf = shared[i] if shared is not None else None
+            waste = gf.waste if gf is not None else waste_users(g, self.params)
+            c = charge(item.host, g, seconds, waste, jobs=gf.jobs if gf is not None else None,
+                       last_holders=gs.holders, thresholds=self.params)
+            gs.holders = c.holders
+            usage.add_capacity(totals.capacity, (hour, hid, gs.id), seconds, is_free(g, self.params))
+            for user, hours in c.users.items():
+                usage.add(totals.usage, (hour, hid, gs.id, user), hours)
+            for key, hours in c.jobs.items():
+                if key.startswith(SLURM):
+                    usage.add(totals.slurm_usage, (hour, hid, gs.id, key[len(SLURM):]), hours)
 
     def _spans(self, gs: GpuState, procs: Sequence[sample.ProcessSample], starts: Sequence[float], ts: float,
                rows: Rows, totals: Totals) -> None:

@@ -7,12 +7,14 @@ import sqlite3
 
 import pytest
 from gpufleet.agent import wire
+from gpufleet.collector.fleet.accounting import GAP_FACTOR
 from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.model import sample, thresholds
+from gpufleet.collector.model.facts import FleetFacts
 from gpufleet.collector.model.thresholds import Thresholds
 from gpufleet.collector.settings import StorageConfig
+from gpufleet.collector.store import ingest
 from gpufleet.collector.store.store import Store, Tuning
-from gpufleet.collector.store.usage import GAP_FACTOR
 
 from tests.builders import GIB, MIB, hello, snap
 from tests.builders import store_gpu as gpu
@@ -209,17 +211,14 @@ async def test_usage_reads_the_loops_classification_when_it_is_the_stores(
         config: StorageConfig, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the daemon's shared facts the writer credits waste from them (no second classification) and the
     figures are the same; facts under other thresholds are not read (the store judges by its own)."""
-    from gpufleet.collector.model.facts import FleetFacts
-    from gpufleet.collector.store import usage
-
     calls: list[int] = []
-    real = usage.waste_users
+    real = ingest.waste_users
 
     def counting(g: sample.GpuSample, t: Thresholds = thresholds.DEFAULT_THRESHOLDS) -> list[str]:
         calls.append(g.index)
         return real(g, t)
 
-    monkeypatch.setattr(usage, "waste_users", counting)
+    monkeypatch.setattr(ingest, "waste_users", counting)
     frames = [snap(gpu(0, util=1, procs=[proc(1, mem=2 * GIB)]), gpu(1, util=90, procs=[proc(2, user="bob")]),
                    ts=100.0 + i) for i in range(11)]
     strict = Thresholds(min_memory_bytes=4 * GIB)  # alice's 2 GiB is not holding under these

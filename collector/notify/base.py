@@ -10,17 +10,13 @@ from typing import Any, ClassVar, Literal
 
 from gpufleet.collector.errors import NotifyError
 from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.rules.catalog import severity_rank
 from gpufleet.collector.settings import NotifierConfig
 
 NotificationKind = Literal["alert", "refresh", "user", "report"]
 Status = Literal["firing", "resolved"]
-SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 _ids = itertools.count(1)
-
-
-def severity_rank(severity: str) -> int:
-    return SEVERITY_RANK.get(severity, 1)
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ import json
 from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.settings import AlertingConfig, NotifierConfig
 
-from tests.notify.notify_servers import answering
+from tests.webhook import webhook
 
 NO_KEEP = {"keep_firing_for": 0.0}
 
@@ -81,7 +81,7 @@ async def test_clear_past_group_interval_sends_resolved_then_firing(harness, clo
 
 async def test_flapping_host_pages_a_real_receiver_once(harness, clock, w):
     """The engine, the dispatcher and the webhook notifier as the collector builds them, a real receiver."""
-    with answering() as server:
+    with webhook() as server:
         cfg = NotifierConfig(name="hook", kind="webhook", urls=[server.url], retries=0)
         h = harness(notifiers=build_notifiers([cfg], AlertingConfig()))
         await h.engine.start(run_tick=False)

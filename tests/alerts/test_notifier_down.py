@@ -16,7 +16,7 @@ from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.settings import AlertingConfig, NotifierConfig
 from rich.console import Console
 
-from tests.notify.notify_servers import answering
+from tests.webhook import webhook
 
 
 def rules_got(server) -> list[tuple[str, list[str], list[str]]]:
@@ -37,7 +37,7 @@ async def until(check, what: str, wait: float = 20.0) -> None:
 
 
 async def test_failing_destination_raises_notifier_down_through_the_others(harness, clock, w):
-    with answering() as bad, answering() as good:
+    with webhook() as bad, webhook() as good:
         bad.down_until = time.time() + 3600
         notifiers = build_notifiers(
             [NotifierConfig(name="bad", kind="webhook", urls=[bad.url], retries=0),

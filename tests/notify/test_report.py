@@ -114,7 +114,7 @@ async def test_empty_period():
 
 async def test_sent_through_webhook_not_alertmanager(receiver, w):
     report = await build_report(Usage(ROWS), since=SINCE, until=UNTIL, now=UNTIL)
-    notifiers = build_notifiers([w.config("hook", urls=[receiver.url + "/r"]),
+    notifiers = build_notifiers([w.config("hook", urls=[receiver.base + "/r"]),
                                  w.config("am", "alertmanager", urls=["http://127.0.0.1:9/"])],
                                 AlertingConfig())
     result = await send_report(report, notifiers, fmt="markdown")
@@ -144,7 +144,7 @@ async def test_report_through_a_command_has_no_alert_status(tmp_path: Path, w):
 async def test_report_failure_is_reported(w, receiver):
     receiver.statuses = [400]
     report = await build_report(Usage(ROWS), since=SINCE, until=UNTIL)
-    notifiers = build_notifiers([w.config("hook", urls=[receiver.url + "/r"])], AlertingConfig())
+    notifiers = build_notifiers([w.config("hook", urls=[receiver.base + "/r"])], AlertingConfig())
     result = await send_report(report, notifiers)
     assert result["hook"] is not None and "HTTP 400" in result["hook"]
 

@@ -64,6 +64,13 @@ def gpu(index: int = 0, *, util: int | None = 2, procs: list[Any] | None = None,
                           memory_total=memory_total, processes=procs, **kw)
 
 
+def lost_gpu(index: int = 0, *, uuid: str | None = None, host: str | None = None,
+             error: str = "GPU is lost", model: Model = sample) -> Any:
+    """A GPU that could not be read: its error and nothing else (the agent sends no reading for it)."""
+    ident = uuid or (f"GPU-{host}-{index}" if host else f"GPU-{index:04d}")
+    return model.GpuSample(index=index, uuid=ident, error=error)
+
+
 def snap(*gpus: Any, ts: float = 0.0, seq: int | None = None, model: Model = sample) -> Any:
     return model.Snapshot(ts=ts, seq=int(ts) if seq is None else seq, gpus=list(gpus),
                           proto=wire.PROTO_VERSION)

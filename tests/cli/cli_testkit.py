@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpufleet.agent import wire
 from gpufleet.collector.errors import QueryError
 from gpufleet.collector.fleet.live import HostState, LiveView
 from gpufleet.collector.fleet.report import ReportFormat, WasteReport
@@ -40,6 +39,8 @@ from gpufleet.collector.model.records import (
 from gpufleet.collector.model.views import HostRecord
 from gpufleet.collector.settings import Config, HostConfig
 
+from tests import builders
+
 GIB = 1 << 30
 
 # --------------------------------------------------------------------------------------- synthetic fleet
@@ -49,27 +50,11 @@ def synthetic_snapshot(name: str, scenario: str, gpus: int, now: float, seq: int
     """A snapshot of one host; scenario busy | wasting | hot | lost | idle | zombie."""
     out = []
     for i in range(gpus):
-        g = sample.GpuSample(
-            index=i,
-            uuid=f"GPU-{name}-{i}",
-            name="NVIDIA A100-SXM4-80GB",
-            util_gpu=85,
-            memory_total=80 * GIB,
-            memory_used=40 * GIB,
-            temperature=62,
-            power_draw=310.0,
-            power_limit=400.0,
-        )
+        g = builders.gpu(i, host=name, name="NVIDIA A100-SXM4-80GB", util=85, mem=40 * GIB, temp=62,
+                         power=310.0, power_limit=400.0)
         user = ("alice", "bob", "carol")[i % 3]
-        proc = sample.ProcessSample(
-            pid=1000 + i,
-            user=user,
-            command=f"/usr/bin/python3 -u /home/{user}/train.py",
-            gpu_memory=40 * GIB,
-            sm_util=80,
-            start_time=now - 3600 * (i + 1),
-            state="R",
-        )
+        proc = builders.proc(1000 + i, user, mem=40 * GIB, sm=80, start=now - 3600 * (i + 1), state="R",
+                             command=f"/usr/bin/python3 -u /home/{user}/train.py")
         if scenario == "wasting" and i < 2:
             g.util_gpu = 0
             proc.user, proc.command, proc.sm_util = "dave", "jupyter-lab --no-browser", 0
@@ -82,9 +67,9 @@ def synthetic_snapshot(name: str, scenario: str, gpus: int, now: float, seq: int
         else:
             g.processes = [proc]
         if scenario == "lost" and i == 1:
-            g = sample.GpuSample(index=i, uuid=f"GPU-{name}-{i}", error="GPU is lost (fell off the bus)")
+            g = builders.lost_gpu(i, host=name, error="GPU is lost (fell off the bus)")
         out.append(g)
-    return sample.Snapshot(proto=wire.PROTO_VERSION, ts=now, seq=seq, gpus=out)
+    return builders.snap(*out, ts=now, seq=seq)
 
 
 def synthetic_live(

@@ -7,7 +7,6 @@ import socket
 import subprocess
 from pathlib import Path
 
-from gpufleet.agent import wire
 from gpufleet.collector.faces.metrics.exporter import FleetCollector
 from gpufleet.collector.fleet.live import HostState, LiveView
 from gpufleet.collector.model import sample
@@ -15,7 +14,7 @@ from gpufleet.collector.model.firing import Firing
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from tests.builders import alert
+from tests.builders import alert, gpu, proc, snap
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -25,25 +24,17 @@ GIB = 1 << 30
 
 def snapshot() -> sample.Snapshot:
     """Two GPUs: gpu0 fully read and busy, gpu1 with most readings missing and held idle by bob."""
-    return sample.Snapshot(proto=wire.PROTO_VERSION, ts=1_700_000_000.0, seq=7, gpus=[
-        sample.GpuSample(
-            index=0, uuid="GPU-aaaa", name="NVIDIA A100-SXM4-80GB", serial="1320",
-            pci_bus_id="00000000:07:00.0",
-            util_gpu=87, util_mem=40, sm_active=42, memory_total=80 * GIB, memory_used=30 * GIB,
-            memory_reserved=512 << 20,
-            temperature=71, temp_slowdown=87, temp_shutdown=92, power_draw=312.5, power_limit=400.0,
-            clock_sm=1410, clock_mem=1593, throttle_reasons=["sw_power_cap"], fan_speed=None,
-            ecc_corrected=3, ecc_uncorrected=0, mig_mode=False,
-            processes=[
-                sample.ProcessSample(pid=100, user="alice", gpu_memory=20 * GIB, command="python train.py"),
-                sample.ProcessSample(pid=101, user="alice", gpu_memory=8 * GIB),
-                sample.ProcessSample(pid=102, user=None, gpu_memory=2 * GIB, attributed=False),
-            ]),
-        sample.GpuSample(
-            index=1, uuid="GPU-bbbb", name="NVIDIA A100-SXM4-80GB", util_gpu=0, memory_total=80 * GIB,
-            memory_used=10 * GIB, temperature=None, power_draw=None,
-            processes=[sample.ProcessSample(pid=200, user="bob", gpu_memory=None)]),
-    ])
+    busy = gpu(0, uuid="GPU-aaaa", name="NVIDIA A100-SXM4-80GB", serial="1320", pci_bus_id="00000000:07:00.0",
+               util=87, util_mem=40, sm_active=42, mem=30 * GIB, memory_reserved=512 << 20, temp=71,
+               temp_slowdown=87, temp_shutdown=92, power=312.5, power_limit=400.0, clock_sm=1410,
+               clock_mem=1593, throttle_reasons=["sw_power_cap"], fan_speed=None, ecc_corrected=3,
+               ecc_uncorrected=0, mig_mode=False,
+               procs=[proc(100, mem=20 * GIB, command="python train.py"),
+                      proc(101, mem=8 * GIB, command=None),
+                      proc(102, None, mem=2 * GIB, command=None, attributed=False)])
+    held = gpu(1, uuid="GPU-bbbb", name="NVIDIA A100-SXM4-80GB", util=0, mem=10 * GIB,
+               procs=[proc(200, "bob", mem_gib=None, command=None)])
+    return snap(busy, held, ts=1_700_000_000.0, seq=7)
 
 
 class StandIn:

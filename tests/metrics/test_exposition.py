@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-from gpufleet.agent import wire
 from gpufleet.collector.faces.metrics.exporter import (
     METRIC_NAMES,
     UNATTRIBUTED_USER,
@@ -16,6 +15,8 @@ from gpufleet.collector.model import sample
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests import builders
+from tests.builders import gpu, lost_gpu, proc
 from tests.metrics.metrics_testkit import (
     GIB,
     StandIn,
@@ -114,7 +115,7 @@ def test_host_info_and_tags(source: StandIn) -> None:
 
 def test_flags_wasted_and_lost(source: StandIn) -> None:
     source.live.hosts["gpu01"].snapshot = snap = snapshot()
-    snap.gpus.append(sample.GpuSample(index=2, uuid="GPU-cccc", error="GPU is lost"))
+    snap.gpus.append(lost_gpu(2, uuid="GPU-cccc"))
     source.flag_map[("gpu01", 0)] = {"gpu_lost"}
     s = samples(source)
     assert get(s, "gpufleet_gpu_wasted", **GPU1) == 1
@@ -128,10 +129,8 @@ def test_flags_wasted_and_lost(source: StandIn) -> None:
 
 
 def test_users_are_aggregated_never_per_pid(source: StandIn) -> None:
-    second = HostState(name="gpu04", status="up", snapshot=sample.Snapshot(
-        proto=wire.PROTO_VERSION, ts=1.0, seq=1, gpus=[
-        sample.GpuSample(index=3, uuid="GPU-dddd", processes=[sample.ProcessSample(pid=9, user="alice",
-                                                                               gpu_memory=GIB)])]))
+    held = gpu(3, uuid="GPU-dddd", procs=[proc(9, mem=GIB)])
+    second = HostState(name="gpu04", status="up", snapshot=builders.snap(held, ts=1.0, seq=1))
     source.live.hosts["gpu04"] = second
     text = exposition(source)
     label_names = {k for f in text_string_to_metric_families(text) for smp in f.samples for k in smp.labels}
@@ -213,7 +212,7 @@ def full_source() -> StandIn:
     source = StandIn()
     snap = snapshot()
     snap.gpus[0].fan_speed = 40
-    snap.gpus.append(sample.GpuSample(index=2, uuid="GPU-cccc", mig_mode=True, mig_instances=[
+    snap.gpus.append(gpu(2, uuid="GPU-cccc", mig_mode=True, mig_instances=[
         sample.MigInstance(gi_id=1, ci_id=0, profile="1g.10gb", memory_total=10 * GIB, memory_used=GIB)]))
     source.live.hosts["gpu01"].snapshot = snap
     source.live.hosts["gpu09"] = HostState(name="gpu09", status="up", clock_skew=600.0)  # a skewed clock

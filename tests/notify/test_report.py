@@ -14,6 +14,8 @@ from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.notify.reports import send_report
 from gpufleet.collector.settings import AlertingConfig, StorageConfig
 
+from tests.builders import gpu, proc, snap
+
 SINCE, UNTIL = 1_700_000_000.0 - 7 * 86400, 1_700_000_000.0
 
 
@@ -160,12 +162,9 @@ async def test_report_from_the_real_store(tmp_path: Path):
         gib = 1 << 30
         for i in range(61):  # 60 intervals of 5 s = 300 s
             ts = t0 + 5 * i
-            gpus = [sample.GpuSample(index=0, uuid="GPU-0", util_gpu=0, memory_used=20 * gib, processes=[
-                        sample.ProcessSample(pid=1, user="alice", gpu_memory=20 * gib)]),
-                    sample.GpuSample(index=1, uuid="GPU-1", util_gpu=100, memory_used=20 * gib, processes=[
-                        sample.ProcessSample(pid=2, user="bob", gpu_memory=20 * gib)])]
-            store.submit_snapshot("n3", sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=i, gpus=gpus),
-                                  ts)
+            idle = gpu(0, util=0, mem=20 * gib, procs=[proc(1, mem=20 * gib)])
+            busy = gpu(1, util=100, mem=20 * gib, procs=[proc(2, "bob", mem=20 * gib)])
+            store.submit_snapshot("n3", snap(idle, busy, ts=ts, seq=i), ts)
         await store.flush()
         report = await build_report(store, since=t0 - 3600, until=t0 + 7200)
     finally:
@@ -201,25 +200,21 @@ async def test_cli_report_since_7d_end_to_end(tmp_path: Path):
     gib = 1 << 30
 
     def p(pid: int, user: str, mem: float) -> sample.ProcessSample:
-        return sample.ProcessSample(pid=pid, user=user, gpu_memory=int(mem * gib), command="python train.py")
+        return proc(pid, user, mem_gib=mem, command="python train.py")
 
     store = await Store.open(StorageConfig(path=str(db)))
     try:
         t0 = math.floor((time.time() - 3 * 86400) / 3600) * 3600  # three days ago, on an hour boundary
         for i in range(721):
             ts = t0 + 10 * i
-            n3 = [sample.GpuSample(index=0, uuid="n3-0", util_gpu=0, memory_used=20 * gib,
-                                 processes=[p(1, "alice", 20)]),
-                  sample.GpuSample(index=1, uuid="n3-1", util_gpu=50, memory_used=10 * gib,
-                                 processes=[p(2, "bob", 10)]),
-                  sample.GpuSample(index=2, uuid="n3-2", util_gpu=2, memory_used=31 * gib,
-                                 processes=[p(3, "alice", 1), p(4, "carol", 30)])]
-            store.submit_snapshot("n3", sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=i, gpus=n3), ts)
+            n3 = snap(gpu(0, util=0, mem=20 * gib, procs=[p(1, "alice", 20)], host="n3"),
+                      gpu(1, util=50, mem=10 * gib, procs=[p(2, "bob", 10)], host="n3"),
+                      gpu(2, util=2, mem=31 * gib, procs=[p(3, "alice", 1), p(4, "carol", 30)], host="n3"),
+                      ts=ts, seq=i)
+            store.submit_snapshot("n3", n3, ts)
             if i <= 360:
-                n4 = [sample.GpuSample(index=0, uuid="n4-0", util_gpu=100, memory_used=5 * gib,
-                                     processes=[p(9, "bob", 5)])]
-                store.submit_snapshot("n4", sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=i, gpus=n4),
-                                      ts)
+                n4 = snap(gpu(0, util=100, mem=5 * gib, procs=[p(9, "bob", 5)], host="n4"), ts=ts, seq=i)
+                store.submit_snapshot("n4", n4, ts)
         await store.flush()
     finally:
         await store.close()
@@ -230,12 +225,12 @@ async def test_cli_report_since_7d_end_to_end(tmp_path: Path):
     env.update(HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "data"),
                XDG_RUNTIME_DIR=str(tmp_path / "run"), XDG_CONFIG_HOME=str(tmp_path / "config"),
                COLUMNS="120", TERM="dumb")
-    proc = await asyncio.create_subprocess_exec(
+    child = await asyncio.create_subprocess_exec(
         *argv, "--db", str(db), "report", "--since", "7d", env=env, cwd=str(tmp_path),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out_b, err_b = await asyncio.wait_for(proc.communicate(), 60)
+    out_b, err_b = await asyncio.wait_for(child.communicate(), 60)
     out, err = out_b.decode(), err_b.decode()
-    assert proc.returncode == 0, err
+    assert child.returncode == 0, err
     assert f"showing stored data from {db}" in err, "says the collector is down and where numbers come from"
     lines = out.splitlines()
     assert lines[0].startswith("gpufleet waste report, all hosts: ") and lines[0].endswith(" (7d00h)")
@@ -266,11 +261,8 @@ async def test_report_has_idle_capacity_alerts_and_faults(tmp_path: Path):
     try:
         for i in range(61):
             ts = t0 + 5 * i
-            gpus = [sample.GpuSample(index=0, uuid="GPU-0", util_gpu=0, memory_used=0),
-                    sample.GpuSample(index=1, uuid="GPU-1", util_gpu=0, memory_used=20 << 30, processes=[
-                        sample.ProcessSample(pid=2, user="bob", gpu_memory=20 << 30)])]
-            store.submit_snapshot("n3", sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=i, gpus=gpus),
-                                  ts)
+            held = gpu(1, util=0, mem=20 << 30, procs=[proc(2, "bob", mem=20 << 30)])
+            store.submit_snapshot("n3", snap(gpu(0, util=0, mem=0), held, ts=ts, seq=i), ts)
         store.submit_event("n3", wire.Event(ts=t0 + 60, kind="xid", message="Xid 79", gpu_index=1, xid=79),
                            t0 + 60)
         await store.flush()

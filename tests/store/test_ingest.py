@@ -16,7 +16,7 @@ from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import ingest
 from gpufleet.collector.store.store import Store, Tuning
 
-from tests.builders import GIB, MIB, hello, snap
+from tests.builders import GIB, MIB, hello, lost_gpu, snap
 from tests.builders import store_gpu as gpu
 from tests.builders import store_proc as proc
 
@@ -315,7 +315,7 @@ async def test_same_uuid_on_two_hosts_is_two_gpus(store: Store, config: StorageC
 
 
 async def test_unreadable_gpu_still_gets_a_sample(store: Store) -> None:
-    bad = sample.GpuSample(index=1, uuid="GPU-0001", error="GPU is lost")
+    bad = lost_gpu(1)
     store.submit_snapshot("h1", snap(gpu(0), bad, ts=8000.0), 0.0)
     await store.flush()
     latest = {g.index: g for g in (await store.latest("h1"))["h1"].gpus}

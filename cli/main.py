@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import click
 from gpufleet.cli.client import EXIT_RUNTIME, CliError
-from gpufleet.cli.options import stderr_line, where_options
+from gpufleet.cli.options import State, stderr_line, where_options
 from gpufleet.collector.errors import CollectorError
 
 #: command -> "module:attribute" of its click command, loaded when the command runs
@@ -64,11 +64,13 @@ def cli() -> None:
     """
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """Console entry point: run the group, turn every user-facing error into one line and an exit code."""
+def main(argv: Sequence[str] | None = None, state: State | None = None) -> None:
+    """Console entry point: run the group, turn every user-facing error into one line and an exit code.
+    ``state``: the invocation's settings made beforehand (tests inject a resolver this way)."""
     code = 0
     try:
-        cli.main(args=list(argv) if argv is not None else None, prog_name="gpufleet", standalone_mode=False)
+        cli.main(args=list(argv) if argv is not None else None, prog_name="gpufleet", standalone_mode=False,
+                 obj=state)
     except click.exceptions.Exit as exc:
         code = exc.exit_code
     except click.ClickException as exc:

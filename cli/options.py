@@ -14,6 +14,7 @@ import click
 from gpufleet.cli.client import EXIT_USAGE, ApiError, Backend, CliError
 from gpufleet.cli.connect import Endpoints, connect
 from gpufleet.cli.timeparse import parse_range
+from gpufleet.collector.addresses import Resolver
 from gpufleet.collector.model.codec import ROWS_FORM, USERS_FORM, fleet_view_from_dict, user_usage_from_dict
 from gpufleet.collector.model.summary import by_user
 from gpufleet.collector.model.views import FleetView, UserUsage
@@ -25,9 +26,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class State:
-    """Per-invocation settings shared by the group and its commands."""
+    """Per-invocation settings shared by the group and its commands. ``resolver`` looks host names up for
+    ``config check`` (None: the system's, collector/config/hosts.py; tests give their own)."""
 
-    def __init__(self) -> None:
+    def __init__(self, resolver: Resolver | None = None) -> None:
+        self.resolver = resolver
         self.ends = Endpoints(
             socket=os.environ.get("GPUFLEET_SOCKET") or None, db=os.environ.get("GPUFLEET_DB") or None,
             collectors=[c for c in os.environ.get("GPUFLEET_COLLECTORS", "").split(",") if c.strip()],

@@ -17,6 +17,7 @@ from gpufleet.cli.client import EXIT_USAGE, CliError
 from gpufleet.cli.options import State, pass_state, where_options
 from gpufleet.cli.render_status import plural
 from gpufleet.collector.config import default_config, load_config
+from gpufleet.collector.config.hosts import system_resolver
 from gpufleet.collector.config.split import select, worker_config
 from gpufleet.collector.errors import CollectorError, ConfigError
 from gpufleet.collector.service.workers import Supervisor
@@ -147,7 +148,7 @@ def config_check(state: State, shard: str | None) -> None:
         )
         return
     try:
-        cfg = load_config(path, resolve_addresses=True)
+        cfg = load_config(path, resolver=state.resolver or system_resolver)
     except ConfigError as exc:
         lines = str(exc).splitlines()
         for line in lines:

@@ -8,6 +8,8 @@ The bench (tests/bench/cli_bench.py) builds its 1,000-host fleet with the same f
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import os
 import signal
@@ -19,6 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpufleet.cli.main import main as cli_main
+from gpufleet.cli.options import State
+from gpufleet.collector.addresses import Endpoint, Resolver
 from gpufleet.collector.errors import QueryError
 from gpufleet.collector.fleet.live import HostState, LiveView
 from gpufleet.collector.fleet.report import ReportFormat, WasteReport
@@ -437,6 +442,24 @@ async def run_cli(
     out, err = await asyncio.wait_for(proc.communicate(stdin), timeout)
     assert proc.returncode is not None
     return Result(proc.returncode, out.decode(), err.decode())
+
+
+def no_lookups(targets: set[Endpoint]) -> dict[Endpoint, set[Endpoint]]:
+    """A resolver for which no name resolves, at once (the system's waits out its deadline offline)."""
+    return {}
+
+
+def run_cli_here(*args: str, resolver: Resolver = no_lookups) -> Result:
+    """The real CLI's entry point in this process, with its settings made here (an injected resolver), its
+    output and exit code captured."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            cli_main(list(args), state=State(resolver=resolver))
+            rc = 0
+        except SystemExit as exc:
+            rc = int(exc.code or 0)
+    return Result(rc, out.getvalue(), err.getvalue())
 
 
 async def until(check: Any, timeout: float = 30.0) -> Any:

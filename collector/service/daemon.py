@@ -47,9 +47,12 @@ NOTIFY_COUNTERS = ("submitted", "sent", "failed", "dropped", "retries")
 class Collector:
     """One collector process. Attributes are what the query API and metrics read."""
 
-    def __init__(self, config: Config, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: Config, *, clock: Callable[[], float] = time.time,
+                 store_tuning: Tuning | None = None) -> None:
         self.config = config
         self.clock = clock
+        #: the store's knobs (not configuration): Tuning.for_fleet unless a test or bench gives its own
+        self.store_tuning = store_tuning
         self.live = LiveView()
         for host in config.hosts:
             self.live.add_host(host.name, host.tags, since=clock())
@@ -104,7 +107,7 @@ class Collector:
         cfg = self.config
         thresholds = thresholds_of(cfg.rules)  # the one classification's, for the store, rules and jobs
         self._store = await Store.open(cfg.storage, thresholds=thresholds,
-                                       tuning=Tuning.for_fleet(len(cfg.hosts)))
+                                       tuning=self.store_tuning or Tuning.for_fleet(len(cfg.hosts)))
         try:
             seeded = self.live.carry_over(await self._store.hosts(), await self._store.latest())
             if seeded:

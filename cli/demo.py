@@ -3,7 +3,7 @@
 Six virtual hosts run the real agent on fake NVML scenarios behind real SSH servers on 127.0.0.1; the real
 collector (started in-process on the bundled demo.yaml, with short rule durations) reaches them, stores
 history in a temp directory and serves its query socket there. A pointer file in this user's runtime folder
-(:func:`gpufleet.cli.client.write_pointer`) names that socket while the demo runs, so plain `gpufleet status`,
+(:func:`gpufleet.cli.connect.write_pointer`) names that socket while the demo runs, so plain `gpufleet status`,
 `gpufleet alerts`, ... work from another terminal as typed when no collector serves the default socket.
 Ctrl-C, ``q`` or Esc on the live screen (or ``--seconds``) stops everything cleanly.
 """

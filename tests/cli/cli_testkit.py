@@ -485,6 +485,34 @@ def as_dict(obj: Any) -> Any:
     return json.loads(json.dumps(obj, default=jsonable))
 
 
+# ------------------------------------------------------------------------------------------ processes
+
+
+def children(pid: int) -> dict[int, str]:
+    """pid -> command line of ``pid``'s direct children (from /proc, no psutil)."""
+    out: dict[int, str] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+            if ppid == pid:
+                out[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def alive(pid: int, cmd: str) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        same = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode() == cmd
+    except OSError:
+        return False
+    return same and stat[stat.rindex(")") + 2] != "Z"
+
+
 # ------------------------------------------------------------------------------------------ tmux screens
 
 

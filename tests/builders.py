@@ -1,7 +1,7 @@
-"""The one test kit: wire builders (GPU, process, snapshot, hello), the hand-moved clock, free_port and an
-event loop in a thread. Every test directory builds its frames here, so a default (how much memory a GPU
-with no process uses, which model it is) has one owner. The root conftest puts this directory on sys.path
-(the suite runs with --import-mode=importlib); benches import it the same way.
+"""The one test kit's builders: GPU, lost GPU, process, snapshot, hello and alert records, the hand-moved
+clock, free_port and an event loop in a thread. Every test directory and bench builds its samples here
+(``from tests.builders import gpu, proc, snap``), so a default (how much memory a GPU with no process uses,
+which model it is) has one owner.
 
 Directory presets are declared as data (``STORE_GPU``, ``STORE_PROC``) over the same builders, not as
 builders of their own.

@@ -1,4 +1,4 @@
-"""Cost of one /metrics scrape for a large fleet (run by hand: python tests/bench/bench_metrics.py [hosts]).
+"""Cost of one /metrics scrape for a large fleet (run by hand: python -m tests.bench.bench_metrics [hosts]).
 
 Prints the part that runs on the event loop (freeze: copying the live view, rule flags, alert counts and
 stats) and the part that runs in a thread (building the samples and writing the text), for the text format

@@ -1,6 +1,6 @@
 """`gpufleet status` at 1,000 hosts and `gpufleet history` over 30 days, timed as a user sees them.
 
-Run by hand: ``.venv/bin/python tests/bench/cli_bench.py [--hosts 1000] [--gpus 8] [--runs 10]``.
+Run by hand: ``.venv/bin/python -m tests.bench.cli_bench [--hosts 1000] [--gpus 8] [--runs 10]``.
 Targets: status under 300 ms wall, history of 30 days under 500 ms wall, each measured as a subprocess of the
 installed `gpufleet` script (Python start-up and imports included) against a QueryServer on a Unix socket.
 The status fleet is synthetic (the CLI tests' stand-in collector); the history comes from a real SQLite

@@ -3,7 +3,7 @@ simulated fleet over real SSH, with realistic frames (8 GPUs, 8 processes per GP
 
 Run by hand (not in CI: timing on shared runners is noise):
 
-    python tests/bench/daemon_bench.py --hosts 100,1000 --seconds 30 [--workers 1,2,4]
+    python -m tests.bench.daemon_bench --hosts 100,1000 --seconds 30 [--workers 1,2,4]
 
 For each fleet size it starts the simulator (``python -m gpufleet.collector.simfleet --mode inproc``, its
 SSH servers in their own process so their CPU is not counted) and a fresh collector, waits until every host

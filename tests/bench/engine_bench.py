@@ -1,6 +1,6 @@
 """The alert engine's cost per snapshot, rule by rule (run by hand): where the daemon's largest share goes.
 
-    .venv/bin/python tests/bench/engine_bench.py [--hosts 150] [--gpus 8] [--procs 8] [--samples 20]
+    .venv/bin/python -m tests.bench.engine_bench [--hosts 150] [--gpus 8] [--procs 8] [--samples 20]
 
 The engine of the default config (every default rule) gets the simulator's frames of ``--hosts`` hosts,
 decoded by the collector's decoder, as the live view hands them over. The daemon's cycle-collector settings

@@ -1,6 +1,6 @@
 """The floor under the collector's cost per host-sample, and what the store's writer spends (run by hand).
 
-    .venv/bin/python tests/bench/ingest_floor.py [--hosts 300] [--seconds 20]
+    .venv/bin/python -m tests.bench.ingest_floor [--hosts 300] [--seconds 20]
 
 1. Floor: ``json.loads`` of one realistic frame (8 GPUs x 8 processes), then the same plus a plain
    ``executemany`` of its rows on the store's schema and pragmas, in transactions of 150 frames (300 hosts,

@@ -1,7 +1,7 @@
 """Notification delivery, measured (issue 11), with the real dispatcher, webhook notifiers and HTTP receivers
 on 127.0.0.1 (tests/webhook.py). Run by hand:
 
-    .venv/bin/python tests/bench/notify_bench.py [--outage 25] [--scale 20]
+    .venv/bin/python -m tests.bench.notify_bench [--outage 25] [--scale 20]
 
 1. Outage: the receiver answers 503 for ``--outage`` seconds, then 200. Delay from its recovery to the
    delivery, with the default backoff (1 s doubling to a 5 min cap). A long outage (10 min) is run with the

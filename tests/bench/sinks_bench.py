@@ -1,7 +1,7 @@
 """What the event loop spends on one snapshot after decode: the live view, the alert engine's rules and the
 job tracker, the daemon's own sinks (run by hand).
 
-    .venv/bin/python tests/bench/sinks_bench.py [--hosts 300] [--samples 30] [--profile]
+    .venv/bin/python -m tests.bench.sinks_bench [--hosts 300] [--samples 30] [--profile]
 
 Frames are the simulator's (8 GPUs x 8 processes, collector/simfleet/fleet.py), decoded once beforehand with
 the collector's decoder, then fed host by host, sample by sample, through ``LiveView.frame`` into the

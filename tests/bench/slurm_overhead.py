@@ -6,7 +6,7 @@ already knows the job. The difference is the sampling path's whole cost (a locke
 five attribute copies); scontrol itself runs on the resolver's thread.
 The encoded frame's growth is printed too.
 
-    .venv/bin/python tests/bench/slurm_overhead.py [--samples 20000]
+    .venv/bin/python -m tests.bench.slurm_overhead [--samples 20000]
 """
 
 from __future__ import annotations

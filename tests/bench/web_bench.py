@@ -1,7 +1,7 @@
 """The web page at 1,000 hosts x 8 GPUs: page render time in a real headless Chromium and the live stream's
 bandwidth under worst-case churn. Exits 1 when a target is missed.
 
-Run by hand: ``.venv/bin/python tests/bench/web_bench.py [--hosts 1000] [--gpus 8] [--seconds 20]``.
+Run by hand: ``.venv/bin/python -m tests.bench.web_bench [--hosts 1000] [--gpus 8] [--seconds 20]``.
 Targets: the page renders (navigation start to the first full state drawn) in under 1 s; the stream stays
 under 50 KB/s. The fleet is synthetic (a live view filled in-process, 4 processes per GPU, every GPU's
 utilization re-drawn at random every second: far more churn than a real fleet, whose readings mostly hold

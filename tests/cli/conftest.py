@@ -1,5 +1,4 @@
-"""Fixtures for the CLI / query API tests. Helpers live in cli_testkit.py (a unique module name, put on
-sys.path because the suite runs with --import-mode=importlib)."""
+"""Fixtures for the CLI / query API tests (their helpers: tests/cli/cli_testkit.py)."""
 
 from __future__ import annotations
 

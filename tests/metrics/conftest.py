@@ -1,5 +1,4 @@
-"""Fixtures for the metrics tests. Helpers live in metrics_testkit.py, put on sys.path here because the
-suite runs with --import-mode=importlib (the module name is unique to avoid clashing with other dirs)."""
+"""Fixtures for the metrics tests (their helpers: tests/metrics/metrics_testkit.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Helpers shared by the transport tests (``sshtestlib``: conftest puts this directory on sys.path)."""
+"""Helpers shared by the transport tests."""
 
 from __future__ import annotations
 

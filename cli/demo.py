@@ -3,9 +3,9 @@
 Six virtual hosts run the real agent on fake NVML scenarios behind real SSH servers on 127.0.0.1; the real
 collector (started in-process on the bundled demo.yaml, with short rule durations) reaches them, stores
 history in a temp directory and serves its query socket there. A pointer file in this user's runtime folder
-(:func:`gpufleet.cli.connect.write_pointer`) names that socket while the demo runs, so plain `gpufleet status`,
-`gpufleet alerts`, ... work from another terminal as typed when no collector serves the default socket.
-Ctrl-C, ``q`` or Esc on the live screen (or ``--seconds``) stops everything cleanly.
+(:func:`gpufleet.cli.connect.write_pointer`) names that socket while the demo runs, so plain
+`gpufleet status`, `gpufleet alerts`, ... work from another terminal as typed when no collector serves the
+default socket. Ctrl-C, ``q`` or Esc on the live screen (or ``--seconds``) stops everything cleanly.
 """
 
 from __future__ import annotations
@@ -317,26 +317,14 @@ def run_demo(
 
 
 @click.command()
-@click.option(
-    "--seconds", type=click.FloatRange(min=1), default=None, help="Stop after this long (for tests)."
-)
-@click.option(
-    "--interval",
-    type=click.FloatRange(min=0.1),
-    default=1.0,
-    show_default=True,
-    help="Agent sampling interval.",
-)
-@click.option(
-    "--refresh",
-    type=click.FloatRange(min=0.1),
-    default=1.0,
-    show_default=True,
-    help="Screen refresh interval.",
-)
-@click.option(
-    "--no-screen", is_flag=True, help="Print a status snapshot now and then instead of a live screen."
-)
+@click.option("--seconds", type=click.FloatRange(min=1), default=None,
+              help="Stop after this long (for tests).")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
+              help="Agent sampling interval.")
+@click.option("--refresh", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
+              help="Screen refresh interval.")
+@click.option("--no-screen", is_flag=True,
+              help="Print a status snapshot now and then instead of a live screen.")
 @pass_state
 def demo(state: State, seconds: float | None, interval: float, refresh: float, no_screen: bool) -> None:
     """Run a simulated fleet (fake GPUs behind real SSH on loopback) and show it live. Ctrl-C quits."""

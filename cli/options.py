@@ -69,44 +69,26 @@ def _add_collectors(ctx: click.Context, _param: click.Parameter, value: tuple[st
     return value
 
 
+#: the options that say where the answers come from: (flags, metavar, the Endpoints field, help)
+_WHERE: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
+    (("-c", "--config"), "FILE", "config_path",
+     "gpufleet.yaml (default: $GPUFLEET_CONFIG, ./gpufleet.yaml, ~/.config/gpufleet/, /etc/gpufleet/)."),
+    (("--socket",), "PATH", "socket", "The collector's query socket [env GPUFLEET_SOCKET]."),
+    (("--db",), "PATH", "db", "SQLite history to read when the collector is down [env GPUFLEET_DB]."),
+)
+
+
 def where_options(f: F) -> F:
     """``-c/--config``, ``--socket``, ``--db``, ``--collector`` on the group *and* every command."""
     f = click.option(
-        "--collector",
-        metavar="WHERE",
-        multiple=True,
-        expose_value=False,
-        callback=_add_collectors,
+        "--collector", metavar="WHERE", multiple=True, expose_value=False, callback=_add_collectors,
         is_eager=True,
         help="Ask this collector too (repeatable: shards, replicas), merged: a socket path or "
         "[user@]host[:port][/socket] over SSH [env GPUFLEET_COLLECTORS, comma-separated].",
     )(f)
-    f = click.option(
-        "--db",
-        metavar="PATH",
-        expose_value=False,
-        callback=_set_endpoint("db"),
-        is_eager=True,
-        help="SQLite history to read when the collector is down [env GPUFLEET_DB].",
-    )(f)
-    f = click.option(
-        "--socket",
-        metavar="PATH",
-        expose_value=False,
-        callback=_set_endpoint("socket"),
-        is_eager=True,
-        help="The collector's query socket [env GPUFLEET_SOCKET].",
-    )(f)
-    f = click.option(
-        "-c",
-        "--config",
-        metavar="FILE",
-        expose_value=False,
-        callback=_set_endpoint("config_path"),
-        is_eager=True,
-        help="gpufleet.yaml (default: $GPUFLEET_CONFIG, ./gpufleet.yaml, ~/.config/gpufleet/, "
-        "/etc/gpufleet/).",
-    )(f)
+    for flags, metavar, attr, text in reversed(_WHERE):  # click lists options in decoration order, reversed
+        f = click.option(*flags, metavar=metavar, expose_value=False, callback=_set_endpoint(attr),
+                         is_eager=True, help=text)(f)
     return f
 
 

@@ -17,14 +17,9 @@ from dataclasses import dataclass
 from gpufleet.collector.alerts.fingerprint import fingerprint
 from gpufleet.collector.alerts.notes import ENGINE_ANNOTATIONS, keep_annotations
 from gpufleet.collector.model.records import AlertRecord
-from gpufleet.collector.rules.base import (
-    DURATION,
-    Condition,
-    HostContext,
-    Rule,
-    selector_matches,
-)
+from gpufleet.collector.rules.base import Condition, HostContext, Rule, selector_matches
 from gpufleet.collector.rules.hosts import COLLECTOR
+from gpufleet.collector.rules.wording import DURATION
 from gpufleet.collector.units import fmt_duration
 
 log = logging.getLogger(__name__)

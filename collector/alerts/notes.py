@@ -16,8 +16,8 @@ from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.notify.base import Notification
 from gpufleet.collector.notify.build import USER_NOTIFIER
 from gpufleet.collector.notify.message import KEEP
-from gpufleet.collector.rules.base import keep_command
 from gpufleet.collector.rules.catalog import BY_NAME, USER_RULES
+from gpufleet.collector.rules.wording import keep_command
 from gpufleet.collector.settings import AlertingConfig
 
 NAGGED_AT = "user_notified_at"  # annotation: when the user was last told about this alert

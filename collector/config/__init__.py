@@ -20,12 +20,7 @@ from pathlib import Path
 import yaml
 from gpufleet.collector.addresses import Resolver
 from gpufleet.collector.config.hostlist import expand_hostlist
-from gpufleet.collector.config.hosts import (
-    check_addresses,
-    check_hosts,
-    parse_defaults,
-    parse_hosts,
-)
+from gpufleet.collector.config.hosts import check_addresses, check_hosts, parse_defaults, parse_hosts
 from gpufleet.collector.config.nodes import Bad, ConfigErrors, Parser, parse_duration, section, values_of
 from gpufleet.collector.config.sections import (
     ALERTING_SPEC,

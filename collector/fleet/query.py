@@ -8,6 +8,7 @@ No I/O here.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 
 from gpufleet.collector.errors import QueryError
@@ -207,49 +208,24 @@ def _gpu_count(s: HostState) -> int:
     return len(s.hello.gpus) if s.hello else 0
 
 
+def _info(r: HostRecord, since: float | None, gpus: int) -> HostInfo:
+    """A ``hosts`` line's identity part, live or stored alike."""
+    return HostInfo(r.name, r.status, r.reason, since, r.last_seen, list(r.tags), gpus, r.agent_version,
+                    r.driver_version)
+
+
 def host_infos(states: Iterable[HostState], shed: Mapping[str, int] | None = None) -> list[HostInfo]:
     shed = shed or {}
-    out = [
-        HostInfo(
-            name=s.name,
-            status=s.status,
-            reason=s.reason,
-            since=s.since,
-            last_seen=s.last_seen,
-            tags=list(s.tags),
-            gpus=_gpu_count(s),
-            agent_version=s.agent_version,
-            driver_version=s.driver_version,
-            backend=s.backend,
-            connects=s.connects,
-            reconnects=s.reconnects,
-            frames=s.frames,
-            bad_frames=s.bad_frames,
-            lag=s.lag,
-            shed=shed.get(s.name, 0),
-            **edge_facts(s),
-        )
-        for s in states
-    ]
+    out = [dataclasses.replace(_info(s.record(), s.since, _gpu_count(s)), backend=s.backend,
+                               connects=s.connects, reconnects=s.reconnects, frames=s.frames,
+                               bad_frames=s.bad_frames, lag=s.lag, shed=shed.get(s.name, 0), **edge_facts(s))
+           for s in states]
     out.sort(key=lambda h: natural_key(h.name))
     return out
 
 
 def host_infos_from_store(rows: Iterable[HostRecord], latest: Mapping[str, Snapshot]) -> list[HostInfo]:
     counts = {name: len(snap.gpus) for name, snap in latest.items()}
-    out = [
-        HostInfo(
-            name=r.name,
-            status=r.status,
-            reason=r.reason,
-            since=None,
-            last_seen=r.last_seen,
-            tags=list(r.tags),
-            gpus=counts.get(r.name, 0),
-            agent_version=r.agent_version,
-            driver_version=r.driver_version,
-        )
-        for r in rows
-    ]
+    out = [_info(r, None, counts.get(r.name, 0)) for r in rows]
     out.sort(key=lambda h: natural_key(h.name))
     return out

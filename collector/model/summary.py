@@ -6,6 +6,7 @@ collectors' answers (the CLI) is counted the same way.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,30 +17,16 @@ from gpufleet.collector.rules.catalog import WASTE_FLAGS
 
 def fleet_totals(hosts: Sequence[HostView]) -> Totals:
     """The counts over ``hosts`` (also what a merged view of several collectors is counted by)."""
-    t = Totals(hosts=len(hosts))
-    for h in hosts:
-        if h.status == "up":
-            t.hosts_up += 1
-        elif h.status == "down":
-            t.hosts_down += 1
-        else:
-            t.hosts_connecting += 1
-        for g in h.gpus:
-            t.gpus += 1
-            if g.state == "busy":
-                t.busy += 1
-            elif g.state == "idle":
-                t.idle += 1
-            elif g.state == "lost":
-                t.lost += 1
-            else:
-                t.unknown += 1
-            t.wasted += "wasted" in g.flags
-            t.hot += "hot" in g.flags
-            t.stale += "stale" in g.flags
-            t.orphaned += "orphaned" in g.flags
-    return t
-
+    status = Counter(h.status for h in hosts)
+    gpus = [g for h in hosts for g in h.gpus]
+    state = Counter(g.state for g in gpus)
+    flags = Counter(f for g in gpus for f in set(g.flags))  # a GPU counts once per flag
+    return Totals(
+        hosts=len(hosts), hosts_up=status["up"], hosts_down=status["down"],
+        hosts_connecting=len(hosts) - status["up"] - status["down"],  # connecting, or not known
+        gpus=len(gpus), busy=state["busy"], idle=state["idle"], lost=state["lost"],
+        unknown=len(gpus) - state["busy"] - state["idle"] - state["lost"],
+        wasted=flags["wasted"], hot=flags["hot"], stale=flags["stale"], orphaned=flags["orphaned"])
 
 
 def by_user(view: FleetView) -> list[UserUsage]:

@@ -1,7 +1,8 @@
 """Rules: what gpufleet flags, as rules that turn observations into conditions.
 
 - :mod:`.catalog`: every fact about every rule (parameters and defaults, severity, flag, wording, waste);
-- :mod:`.base`: what every rule shares (conditions, host context, selectors, wording helpers);
+- :mod:`.base`: what every rule shares (conditions, the host context, selectors);
+- :mod:`.wording`: how a condition reads (GPU and process names, Slurm jobs, the "keep" command);
 - :mod:`.registry`: rule name -> implementation, and the enabled rules of a config;
 - :mod:`.usage`: wasted, idle, stale, orphaned memory;
 - :mod:`.patterns`: underused, input-bound, near out-of-memory;

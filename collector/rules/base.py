@@ -7,13 +7,13 @@ two apart lets each rule be tested from hand-built snapshots, and the lifecycle 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
 from gpufleet.agent import wire
 from gpufleet.collector.fleet.live import HostState
-from gpufleet.collector.model import procname, sample
+from gpufleet.collector.model import sample
 from gpufleet.collector.model.facts import SnapshotFacts
 from gpufleet.collector.model.names import matches, matches_any
 from gpufleet.collector.model.records import AlertRecord
@@ -21,11 +21,6 @@ from gpufleet.collector.model.thresholds import Thresholds
 from gpufleet.collector.rules import catalog
 from gpufleet.collector.settings import RuleConfig, Selector
 from gpufleet.collector.units import fmt_duration
-
-#: Placeholder a rule may put in a summary/description; the engine replaces it with how long the condition
-#: has been true (from the alert's persisted start, so it survives a collector restart).
-DURATION = "{duration}"
-
 
 
 @dataclass(slots=True)
@@ -113,6 +108,14 @@ class Rule:
             facts = ctx.facts = SnapshotFacts.build(ctx.name, snapshot, self.thresholds)
         return facts
 
+    def each_gpu(self, ctx: HostContext,
+                 judge: Callable[[sample.GpuSample], Condition | None]) -> list[Condition] | None:
+        """The conditions of a rule that judges each GPU of the latest snapshot on its own (None before the
+        first snapshot: the engine keeps what it knew)."""
+        if ctx.snapshot is None:
+            return None
+        return [c for g in ctx.snapshot.gpus if (c := judge(g)) is not None]
+
     def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
         """Update internal state from a new snapshot (``ctx.snapshot`` is already this one)."""
 
@@ -139,6 +142,13 @@ class Rule:
     def forget_host(self, host: str) -> None:
         """Drop per-host state (host removed)."""
 
+
+
+class TickRule(Rule):
+    """A rule judged on the engine's tick (timeouts, hold times, the host's state), not per snapshot."""
+
+    time_based = True
+    on_snapshot = False
 
 # ------------------------------------------------------------------------------------------ selectors
 
@@ -174,52 +184,6 @@ def matchers_match(matchers: dict[str, str], labels: dict[str, str]) -> bool:
     return all(matches(labels.get(k, ""), v) for k, v in matchers.items())
 
 
-# ------------------------------------------------------------------------------------------ formatting
-
-
-def safe(text: str | None, limit: int = 120) -> str:
-    """User-controlled text (commands) in a summary: bounded, one line, cannot inject the placeholder."""
-    if not text:
-        return "?"
-    one_line = " ".join(text.split())
-    one_line = one_line.replace(DURATION, "{ duration }")
-    return one_line if len(one_line) <= limit else one_line[: limit - 1] + "…"
-
-
-#: Annotation key -> the ProcessSample field (wire 1.1) it shows.
-_SLURM_FIELDS: Final = (("slurm_job_name", "job_name"), ("slurm_user", "job_user"),
-                        ("slurm_account", "job_account"), ("slurm_partition", "job_partition"),
-                        ("slurm_state", "job_state"))
-
-
-def slurm_annotations(procs: Iterable[sample.ProcessSample]) -> dict[str, str]:
-    """What Slurm says of the processes' jobs, for an alert's annotations.
-
-    Annotations, never labels: the agent names a job some seconds after it first reports it (its scontrol
-    runs in the background), and a label that appears late would change the alert's fingerprint and its
-    notification group, i.e. resolve one alert and fire a "new" one. Annotations follow the latest sample."""
-    procs = list(procs)
-    out: dict[str, str] = {}
-    for key, attr in _SLURM_FIELDS:
-        values = sorted({v for p in procs if (v := getattr(p, attr))})
-        if values:
-            out[key] = safe(",".join(values), 200)
-    return out
-
-
-def slurm_note(procs: Iterable[sample.ProcessSample]) -> str:
-    """`` in Slurm job 90210 train-llm`` for a summary, where Slurm named the (one) job; else empty."""
-    named = {(p.job, p.job_name) for p in procs if p.job and p.job_name}
-    if len(named) != 1:
-        return ""
-    [(job, name)] = named
-    return f" in Slurm job {job} {safe(name, 60)}"
-
-
-def gpu_labels(host: str, gpu: sample.GpuSample) -> dict[str, str]:
-    return {"host": host, "gpu": str(gpu.index), "uuid": gpu.uuid}
-
-
 def find_gpu(ctx: HostContext | None, labels: dict[str, str]) -> sample.GpuSample | None:
     """The GPU an alert's labels name in the host's latest snapshot (by uuid, else by index)."""
     if ctx is None or ctx.snapshot is None:
@@ -229,20 +193,3 @@ def find_gpu(ctx: HostContext | None, labels: dict[str, str]) -> sample.GpuSampl
         if (uuid and g.uuid == uuid) or (not uuid and str(g.index) == index):
             return g
     return None
-
-
-def keep_command(labels: dict[str, str], rule: str, duration: str = "2h") -> str:
-    """The exact CLI line that keeps (snoozes) one user's alert on one GPU: scoped to host, GPU, user and
-    rule, so keeping your own notebook never mutes someone else's waste on a shared GPU."""
-    parts = ["gpufleet silence add", f"--host {labels.get('host', '')}"]
-    if labels.get("gpu"):
-        parts.append(f"--gpu {labels['gpu']}")
-    if labels.get("user"):
-        parts.append(f"--user {labels['user']}")
-    parts += [f"--rule {rule}", f"--for {duration}", "--comment keep"]
-    return " ".join(parts)
-
-
-def short_command(command: str | None) -> str:
-    """The program name of a command line, as the status view shows it (see :mod:`procname`)."""
-    return safe(procname.short_command(command, 60), 60)

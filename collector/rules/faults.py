@@ -18,7 +18,8 @@ from gpufleet.agent import wire
 from gpufleet.collector.model import sample
 from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.rules import catalog
-from gpufleet.collector.rules.base import Condition, HostContext, Rule, gpu_labels, safe
+from gpufleet.collector.rules.base import Condition, HostContext, Rule, TickRule
+from gpufleet.collector.rules.wording import gpu_labels, safe
 from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.units import fmt_duration
 
@@ -162,11 +163,9 @@ class _Xid:
     uuid: str | None
 
 
-class XidRule(Rule):
+class XidRule(TickRule):
     name = "xid"
     p: catalog.Xid
-    time_based = True
-    on_snapshot = False
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
@@ -243,22 +242,20 @@ class EccRule(Rule):
     name = "ecc"
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
-        if ctx.snapshot is None:
-            return None
-        out: list[Condition] = []
-        for g in ctx.snapshot.gpus:
-            if g.error or not g.ecc_uncorrected:
-                continue
-            out.append(Condition(
+        def judge(g: sample.GpuSample) -> Condition | None:
+            errors = g.ecc_uncorrected
+            if g.error or not errors:
+                return None
+            return Condition(
                 self.name, gpu_labels(ctx.name, g),
-                f"{ctx.name} GPU {g.index} has {g.ecc_uncorrected} uncorrectable ECC error"
-                f"{'s' if g.ecc_uncorrected != 1 else ''} since the driver loaded",
+                f"{ctx.name} GPU {g.index} has {errors} uncorrectable ECC error{'s' if errors != 1 else ''} "
+                "since the driver loaded",
                 "Uncorrectable memory errors corrupt results; drain the GPU and reset it (pages are "
                 "retired or rows remapped on reset). Repeated errors mean an RMA.",
-                value=float(g.ecc_uncorrected),
-                annotations={"ecc_corrected": "" if g.ecc_corrected is None else str(g.ecc_corrected)},
-            ))
-        return out
+                value=float(errors),
+                annotations={"ecc_corrected": "" if g.ecc_corrected is None else str(g.ecc_corrected)})
+
+        return self.each_gpu(ctx, judge)
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         return (f"{alert.labels.get('host')} GPU {alert.labels.get('gpu')} ECC counters clear "

@@ -18,7 +18,8 @@ from typing import ClassVar
 from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.rules import catalog
-from gpufleet.collector.rules.base import Condition, HostContext, Rule, safe
+from gpufleet.collector.rules.base import Condition, HostContext, Rule, TickRule
+from gpufleet.collector.rules.wording import safe
 from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.units import fmt_duration
 
@@ -37,11 +38,9 @@ HOST_KEY = "host_key"
 HOST_KEY_SUMMARY = "{host}: {reason} (collector refuses to connect)"
 
 
-class HostDownRule(Rule):
+class HostDownRule(TickRule):
     name = "host_down"
     p: catalog.HostDown
-    time_based = True
-    on_snapshot = False
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
@@ -155,12 +154,9 @@ class StorageRule(CollectorFaultRule):
         return f"storage is healthy again after {fmt_duration(now - alert.started_at)}"
 
 
-class HostFlagRule(Rule):
+class HostFlagRule(TickRule):
     """A condition the agent stream flags on the host's state (one owner of each bound: the stream);
     true only while the host is up. Unknown until the engine has the host's state."""
-
-    time_based = True
-    on_snapshot = False
 
     def condition(self, ctx: HostContext, state: HostState) -> Condition | None:
         raise NotImplementedError

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from gpufleet.collector.model import sample
 from gpufleet.collector.rules import catalog
-from gpufleet.collector.rules.base import Condition, HostContext, Rule, gpu_labels, safe
+from gpufleet.collector.rules.base import Condition, HostContext, Rule
+from gpufleet.collector.rules.wording import gpu_labels, safe
 from gpufleet.collector.settings import RuleConfig
 
 

@@ -23,17 +23,9 @@ from dataclasses import dataclass, field
 from gpufleet.collector.model import sample
 from gpufleet.collector.model.classify import holders, is_zombie, user_of
 from gpufleet.collector.rules import catalog
-from gpufleet.collector.rules.base import (
-    DURATION,
-    Condition,
-    HostContext,
-    Rule,
-    gpu_labels,
-    safe,
-    short_command,
-    slurm_annotations,
-)
+from gpufleet.collector.rules.base import Condition, HostContext, Rule
 from gpufleet.collector.rules.series import Window, WindowMean
+from gpufleet.collector.rules.wording import DURATION, gpu_labels, safe, short_command, slurm_annotations
 from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.units import fmt_bytes, fmt_duration
 

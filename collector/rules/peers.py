@@ -20,17 +20,9 @@ from gpufleet.collector.model.classify import user_of
 from gpufleet.collector.model.jobkey import job_label
 from gpufleet.collector.model.sample import GpuSample, ProcessSample, Snapshot
 from gpufleet.collector.rules import catalog
-from gpufleet.collector.rules.base import (
-    DURATION,
-    Condition,
-    HostContext,
-    Rule,
-    gpu_labels,
-    safe,
-    short_command,
-    slurm_annotations,
-)
+from gpufleet.collector.rules.base import Condition, HostContext, Rule
 from gpufleet.collector.rules.series import Window
+from gpufleet.collector.rules.wording import DURATION, gpu_labels, safe, short_command, slurm_annotations
 from gpufleet.collector.settings import RuleConfig
 
 

@@ -6,7 +6,8 @@ from gpufleet.agent import wire
 from gpufleet.collector.model import sample
 from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.rules import catalog
-from gpufleet.collector.rules.base import DURATION, Condition, HostContext, Rule, find_gpu, gpu_labels
+from gpufleet.collector.rules.base import Condition, HostContext, Rule, find_gpu
+from gpufleet.collector.rules.wording import DURATION, gpu_labels
 from gpufleet.collector.settings import RuleConfig
 
 

@@ -51,12 +51,9 @@ from gpufleet.collector.model.classify import (
 )
 from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.rules import catalog
-from gpufleet.collector.rules.base import (
+from gpufleet.collector.rules.base import Condition, HostContext, Rule, find_gpu
+from gpufleet.collector.rules.wording import (
     DURATION,
-    Condition,
-    HostContext,
-    Rule,
-    find_gpu,
     gpu_labels,
     keep_command,
     safe,
@@ -215,21 +212,15 @@ class IdleRule(Rule):
     name = "idle"
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
-        if ctx.snapshot is None:
-            return None
-        t = self.thresholds
-        out: list[Condition] = []
-        for g in ctx.snapshot.gpus:
-            if not is_free(g, t):
-                continue
+        def judge(g: sample.GpuSample) -> Condition | None:
+            if not is_free(g, self.thresholds):
+                return None
             name = f" ({g.name})" if g.name else ""
-            out.append(Condition(
-                self.name, gpu_labels(ctx.name, g),
-                f"{ctx.name} GPU {g.index}{name} idle for {DURATION}: no processes, 0 % util",
-                "Nothing has been allocated on this GPU; it is free capacity.",
-                value=0.0,
-            ))
-        return out
+            return Condition(self.name, gpu_labels(ctx.name, g),
+                             f"{ctx.name} GPU {g.index}{name} idle for {DURATION}: no processes, 0 % util",
+                             "Nothing has been allocated on this GPU; it is free capacity.", value=0.0)
+
+        return self.each_gpu(ctx, judge)
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         g = find_gpu(ctx, alert.labels)
@@ -343,23 +334,19 @@ class OrphanedMemoryRule(Rule):
     name = "orphaned_memory"
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
-        if ctx.snapshot is None:
-            return None
-        t = self.thresholds
-        out: list[Condition] = []
-        for g in ctx.snapshot.gpus:
-            orphan = orphaned_bytes(g, t)  # no process is listed, so none of it is accounted for
+        def judge(g: sample.GpuSample) -> Condition | None:
+            orphan = orphaned_bytes(g, self.thresholds)  # no process is listed: none of it is accounted for
             if orphan is None:
-                continue
-            out.append(Condition(
+                return None
+            return Condition(
                 self.name, gpu_labels(ctx.name, g),
                 f"{ctx.name} GPU {g.index} has {fmt_bytes(orphan)} in use with no process visible "
                 f"for {DURATION}",
                 "Memory is held by a process the agent cannot see (another PID namespace: run the agent "
                 "with the host PID namespace) or by a context leaked after a crash (a GPU reset frees it).",
-                value=float(orphan), annotations={"memory_bytes": str(orphan)},
-            ))
-        return out
+                value=float(orphan), annotations={"memory_bytes": str(orphan)})
+
+        return self.each_gpu(ctx, judge)
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         g = find_gpu(ctx, alert.labels)

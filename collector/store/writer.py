@@ -37,14 +37,7 @@ from gpufleet.collector.errors import StorageError
 from gpufleet.collector.model import sample
 from gpufleet.collector.model.views import HostRecord
 from gpufleet.collector.store._db import call, in_tx, is_transient, rollback, storage_error
-from gpufleet.collector.store.ingest import (
-    FrameItem,
-    IngestItem,
-    IngestState,
-    Rows,
-    write_rows,
-    write_totals,
-)
+from gpufleet.collector.store.ingest import FrameItem, IngestItem, IngestState, Rows, write_rows, write_totals
 from gpufleet.collector.store.shedding import Shedder
 
 log = logging.getLogger(__name__)

@@ -20,23 +20,20 @@ from tests.slurm.slurm_standin import install
 
 pytestmark = pytest.mark.slow
 
+#: one A100 of a scenario, its processes to follow
+A100 = """
+  - name: NVIDIA A100-SXM4-80GB
+    memory_total_mib: 81920
+    power_limit_w: 400
+    idle_power_w: 58
+    processes:"""
 #: alice's idle notebook in job 700 (wasted), bob's training in job 701 (busy)
 SCENARIO = """
 description: two Slurm jobs, one idle, one busy
 hostname: slurm-node-01
-gpus:
-  - name: NVIDIA A100-SXM4-80GB
-    memory_total_mib: 81920
-    power_limit_w: 400
-    idle_power_w: 58
-    processes:
+gpus:""" + A100 + """
       - {pid: 31337, user: alice, command: "python -m ipykernel_launcher", ppid: 31290, memory_mib: 40960,
-         sm_util: 2, start_offset_s: -10800, job: "700"}
-  - name: NVIDIA A100-SXM4-80GB
-    memory_total_mib: 81920
-    power_limit_w: 400
-    idle_power_w: 58
-    processes:
+         sm_util: 2, start_offset_s: -10800, job: "700"}""" + A100 + """
       - {pid: 28841, user: bob, command: "python train.py", ppid: 28830, memory_mib: 63488, sm_util: 95,
          start_offset_s: -5400, job: "701"}
 """
@@ -108,12 +105,7 @@ async def test_slurm_names_through_agent_collector_and_cli(home: Path) -> None:
 ONE_JOB = """
 description: one Slurm job that idles and ends
 hostname: slurm-node-02
-gpus:
-  - name: NVIDIA A100-SXM4-80GB
-    memory_total_mib: 81920
-    power_limit_w: 400
-    idle_power_w: 58
-    processes:
+gpus:""" + A100 + """
       - {pid: 4100, user: alice, command: "python -m ipykernel_launcher", ppid: 4000, memory_mib: 20480,
          sm_util: 1, start_offset_s: -600, job: "800"}
 timeline:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from gpufleet.collector.model.classify import activity
 from gpufleet.collector.model.thresholds import Thresholds
-from gpufleet.collector.rules.base import DURATION
+from gpufleet.collector.rules.wording import DURATION
 
 POWER_ON = Thresholds(stuck_power_ratio=0.2)
 

@@ -307,16 +307,7 @@ class StoreOps:
         form = self.status_form(a)
         hosts, latest = await self.store.hosts(), await self.store.latest()
         alerts = await self.store.load_alerts(active_only=True)
-        view = query.build_fleet_view_from_store(
-            hosts,
-            latest,
-            alerts,
-            now=self.clock(),
-            host=a.str_list("host"),
-            tag=a.str_list("tag"),
-            user=a.str_list("user"),
-            thresholds=self.thresholds,
-        )
+        view = query.build_fleet_view_from_store(hosts, latest, alerts, now=self.clock(), **self.view_args(a))
         return self.shaped(view, form)
 
     async def stored_hosts(self, a: Args) -> list[HostInfo]:
@@ -333,6 +324,11 @@ class StoreOps:
 
     async def ping(self, a: Args) -> dict[str, Any]:
         return {"pong": True, "api": API_VERSION, "source": "store"}
+
+    def view_args(self, a: Args) -> dict[str, Any]:
+        """The status view's filters as asked, and this collector's classification."""
+        return {"host": a.str_list("host"), "tag": a.str_list("tag"), "user": a.str_list("user"),
+                "thresholds": self.thresholds}
 
     @staticmethod
     def status_form(a: Args) -> str:
@@ -411,15 +407,8 @@ class LiveOps(StoreOps):
 
     async def status(self, a: Args) -> Any:
         form = self.status_form(a)
-        view = query.build_fleet_view(
-            self.collector.live.hosts.values(),
-            self.collector.firing(),
-            now=self.clock(),
-            host=a.str_list("host"),
-            tag=a.str_list("tag"),
-            user=a.str_list("user"),
-            thresholds=self.thresholds,
-        )
+        view = query.build_fleet_view(self.collector.live.hosts.values(), self.collector.firing(),
+                                      now=self.clock(), **self.view_args(a))
         return self.shaped(view, form)
 
     async def hosts(self, a: Args) -> list[HostInfo]:
@@ -492,19 +481,8 @@ class LiveOps(StoreOps):
         return {"id": sid, "expired": True}
 
     def table(self) -> dict[str, Handler]:
-        return {
-            "ping": self.ping,
-            "status": self.status,
-            "hosts": self.hosts,
-            "history": self.history,
-            "processes": self.processes,
-            "usage": self.usage,
-            "events": self.events,
-            "jobs": self.jobs,
-            "report": self.report,
-            "alerts": self.alerts,
-            "silence_add": self.silence_add,
-            "silence_list": self.silence_list,
-            "silence_expire": self.silence_expire,
-        }
+        """The fallback's table with the ops that read live state or change silences."""
+        return {**super().table(), "status": self.status, "hosts": self.hosts, "alerts": self.alerts,
+                "silence_add": self.silence_add, "silence_list": self.silence_list,
+                "silence_expire": self.silence_expire}
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable
 
-from gpufleet.collector.model.classify import UNATTRIBUTED
 from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.notify.base import Notification
-from gpufleet.collector.notify.build import USER_NOTIFIER
+from gpufleet.collector.notify.build import USER_NOTIFIER, user_email
 from gpufleet.collector.notify.message import KEEP
 from gpufleet.collector.rules.catalog import BY_NAME, USER_RULES
 from gpufleet.collector.rules.wording import keep_command
@@ -34,16 +33,6 @@ def keep_annotations(a: AlertRecord) -> dict[str, str]:
     if a.rule in USER_RULES and a.labels.get("user"):
         return {KEEP: keep_command(a.labels, a.rule)}
     return {}
-
-
-def user_email(alerting: AlertingConfig, user: str) -> str | None:
-    """The address of a user: ``user_emails``, else ``user@user_email_domain`` for a real user name."""
-    if user in alerting.user_emails:
-        return alerting.user_emails[user]
-    if alerting.user_email_domain and user not in ("unknown", "root", UNATTRIBUTED) \
-            and not user.startswith("uid"):
-        return f"{user}@{alerting.user_email_domain}"
-    return None
 
 
 class UserNotes:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from gpufleet.collector.errors import ConfigError
+from gpufleet.collector.model.classify import UNATTRIBUTED
 from gpufleet.collector.notify.alertmanager import AlertmanagerNotifier
 from gpufleet.collector.notify.apprise_notifier import AppriseNotifier, UserNotifier
 from gpufleet.collector.notify.base import Notifier
@@ -18,6 +19,16 @@ from gpufleet.collector.secrets import resolve_secret
 from gpufleet.collector.settings import AlertingConfig, NotifierConfig
 
 USER_NOTIFIER = "users"
+
+
+def user_email(alerting: AlertingConfig, user: str) -> str | None:
+    """The address of a user: ``user_emails``, else ``user@user_email_domain`` for a real user name."""
+    if user in alerting.user_emails:
+        return alerting.user_emails[user]
+    if alerting.user_email_domain and user not in ("unknown", "root", UNATTRIBUTED) \
+            and not user.startswith("uid"):
+        return f"{user}@{alerting.user_email_domain}"
+    return None
 
 
 def _named(cfg: NotifierConfig, index: int, count: int) -> NotifierConfig:

@@ -3,7 +3,7 @@ user gets the job's efficiency record (collector/fleet/jobs.py) in a few lines t
 (``alerting.user_notifier``, the path the wasted/underused notes take), as a batch system mails a job report.
 
 Jobs holding fewer than ``alerting.job_notes_min_gpu_hours`` GPU-hours get none (a quick test run is not
-worth a mail), nor users without an address (collector/alerts/notes.py :func:`user_email`). The note's group
+worth a mail), nor users without an address (collector/notify/build.py :func:`user_email`). The note's group
 is the user (the dispatcher's log keeps one entry per group, so it stays bounded by the users): while the
 user notifier is down, a user's newer job note supersedes an older one still waiting.
 """
@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from gpufleet.collector.alerts.notes import user_email
 from gpufleet.collector.model.jobkey import job_label
 from gpufleet.collector.model.records import JobRecord
 from gpufleet.collector.notify.base import Notification
-from gpufleet.collector.notify.build import USER_NOTIFIER
+from gpufleet.collector.notify.build import USER_NOTIFIER, user_email
 from gpufleet.collector.rules.catalog import BY_NAME
 from gpufleet.collector.settings import AlertingConfig
 from gpufleet.collector.units import fmt_bytes, fmt_duration, fmt_pct, fmt_utc

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import fields
 from typing import Any, TypeVar
 
-from gpufleet.collector.store.records import GpuSeries, SeriesPoint
+from gpufleet.collector.model.records import GpuSeries, SeriesPoint
 
 T = TypeVar("T")
 

@@ -3,9 +3,9 @@
 Six virtual hosts run the real agent on fake NVML scenarios behind real SSH servers on 127.0.0.1; the real
 collector (started in-process on the bundled demo.yaml, with short rule durations) reaches them, stores
 history in a temp directory and serves its query socket there. A pointer file in this user's runtime folder
-(:func:`gpufleet.cli.client.write_pointer`) names that socket while the demo runs, so plain `gpufleet status`,
-`gpufleet alerts`, ... work from another terminal as typed when no collector serves the default socket.
-Ctrl-C, ``q`` or Esc on the live screen (or ``--seconds``) stops everything cleanly.
+(:func:`gpufleet.cli.connect.write_pointer`) names that socket while the demo runs, so plain
+`gpufleet status`, `gpufleet alerts`, ... work from another terminal as typed when no collector serves the
+default socket. Ctrl-C, ``q`` or Esc on the live screen (or ``--seconds``) stops everything cleanly.
 """
 
 from __future__ import annotations
@@ -20,15 +20,27 @@ import time
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gpufleet.cli.client import CliError, clear_pointer, write_pointer
+import click
+import yaml
+from gpufleet.agent import scenarios
+from gpufleet.cli.client import CliError
+from gpufleet.cli.connect import clear_pointer, write_pointer
+from gpufleet.cli.keys import KeyReader
+from gpufleet.cli.options import State, pass_state
+from gpufleet.cli.render_status import fitted_lines, head_height, host_height, status_lines
+from gpufleet.collector.config import parse_config
+from gpufleet.collector.errors import ConfigError
+from gpufleet.collector.fleet.query import build_fleet_view
+from gpufleet.collector.model.names import natural_key
+from gpufleet.collector.model.thresholds import thresholds_of
+from gpufleet.collector.rules.catalog import SEVERITY_STYLES, flag_name, severity_rank
+from gpufleet.collector.service.daemon import Collector
+from gpufleet.collector.settings import Config
+from gpufleet.collector.simfleet import SimFleet
 from rich.console import Console, Group, RenderableType
 from rich.text import Text
-
-if TYPE_CHECKING:
-    from gpufleet.collector.daemon import Collector
-    from gpufleet.collector.settings import Config
 
 #: host name -> agent scenario (the names match the scenarios' own hostnames)
 DEMO_HOSTS: dict[str, str] = {
@@ -51,9 +63,6 @@ PIPE_WIDTH = 200
 
 def demo_config(workdir: Path) -> Config:
     """The bundled demo.yaml, with storage and the socket in ``workdir`` (hosts are added by the caller)."""
-    from gpufleet.collector.config import parse_config
-    from gpufleet.collector.errors import ConfigError
-
     text = resources.files("gpufleet.cli").joinpath("demo.yaml").read_text(encoding="utf-8")
     try:
         cfg = parse_config(text, "demo.yaml (bundled)", base_dir=workdir)
@@ -68,9 +77,6 @@ def demo_config(workdir: Path) -> Config:
 def _descriptions() -> dict[str, str]:
     """Each scenario's one-line description, from the scenario files themselves (so the banner never
     drifts from what the fake agents do)."""
-    import yaml
-    from gpufleet.agent import scenarios
-
     out = {}
     for host, name in DEMO_HOSTS.items():
         try:
@@ -126,20 +132,14 @@ def folded_banner(width: int) -> Text:
 def firing(collector: Collector) -> list[Any]:
     """Firing alerts, the worst first (critical, warning, info), then by host and GPU: when the screen has
     rows for only some, those are the ones it keeps."""
-    from gpufleet.collector.query import natural_key
-
-    rank = {"critical": 0, "warning": 1, "info": 2}
     active = [a for a in collector.alerts.active() if a.state == "firing"]
-    active.sort(key=lambda a: (rank.get(a.severity, 3), natural_key(a.labels.get("host", "")),
+    active.sort(key=lambda a: (-severity_rank(a.severity), natural_key(a.labels.get("host", "")),
                                a.labels.get("gpu", ""), a.rule))
     return active
 
 
 def alert_lines(active: list[Any], width: int, rows: int | None = None) -> list[Text]:
     """The firing alerts, one a line, in at most ``rows`` lines (the last says how many more)."""
-    from gpufleet.cli.render_alerts import SEVERITY_STYLES
-    from gpufleet.collector.query import flag_name
-
     head = Text.assemble(("Firing alerts: ", "bold"), (str(len(active)), "bold red" if active else "green"))
     lines = [head]
     room = len(active) if rows is None else max(rows - 1, 0)
@@ -173,12 +173,8 @@ def frame(
     """One screen: the banner (``head``; folded to one line when ``fold`` or when it leaves no room), the
     status and the firing alerts, in at most ``height`` lines. Room goes first to one line per host and
     to the alerts, then to a line per GPU (hosts with a problem first), then to the full banner."""
-    from gpufleet.cli.render_status import fitted_lines, head_height, host_height, status_lines
-    from gpufleet.collector.classify import thresholds_of
-    from gpufleet.collector.query import build_fleet_view, flags_from_alerts
-
     view = build_fleet_view(
-        collector.live.hosts.values(), flags_from_alerts(collector.alerts.active()), now=time.time(),
+        collector.live.hosts.values(), collector.firing(), now=time.time(),
         thresholds=thresholds_of(collector.config.rules),
     )
     active = firing(collector)
@@ -204,8 +200,6 @@ def frame(
 async def _run(
     console: Console, *, seconds: float | None, interval: float, refresh: float, screen: bool
 ) -> None:
-    from gpufleet.collector.daemon import Collector
-    from gpufleet.collector.simfleet import SimFleet
 
     workdir = Path(tempfile.mkdtemp(prefix="gpufleet-demo-"))
     log_path = workdir / "collector.log"
@@ -279,8 +273,6 @@ async def _run(
 @contextlib.contextmanager
 def _quit_keys(loop: asyncio.AbstractEventLoop, stop: asyncio.Event, screen: bool) -> Iterator[None]:
     """On the live screen, ``q`` or Esc stops the demo like Ctrl-C (as they quit top and status --watch)."""
-    from gpufleet.cli.keys import KeyReader
-
     if not screen:
         yield
         return
@@ -322,3 +314,18 @@ def run_demo(
         asyncio.run(_run(console, seconds=seconds, interval=interval, refresh=refresh, screen=screen))
     except KeyboardInterrupt:  # Ctrl-C before the handlers were installed
         pass
+
+
+@click.command()
+@click.option("--seconds", type=click.FloatRange(min=1), default=None,
+              help="Stop after this long (for tests).")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
+              help="Agent sampling interval.")
+@click.option("--refresh", type=click.FloatRange(min=0.1), default=1.0, show_default=True,
+              help="Screen refresh interval.")
+@click.option("--no-screen", is_flag=True,
+              help="Print a status snapshot now and then instead of a live screen.")
+@pass_state
+def demo(state: State, seconds: float | None, interval: float, refresh: float, no_screen: bool) -> None:
+    """Run a simulated fleet (fake GPUs behind real SSH on loopback) and show it live. Ctrl-C quits."""
+    run_demo(state.console, seconds=seconds, interval=interval, refresh=refresh, screen=not no_screen)

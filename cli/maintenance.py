@@ -21,7 +21,7 @@ def _window(text: str | None) -> float:
     """``--for`` in seconds (the collector's default when absent), checked before anything is sent."""
     from gpufleet.cli.timeparse import parse_duration
     from gpufleet.collector.errors import QueryError
-    from gpufleet.collector.maintenance import DEFAULT_WINDOW, MAX_WINDOW_TEXT, check_window
+    from gpufleet.collector.fleet.maintenance import DEFAULT_WINDOW, MAX_WINDOW_TEXT, check_window
     from gpufleet.collector.units import DurationError
 
     if text is None:
@@ -49,7 +49,7 @@ def _hosts(hosts: Sequence[str]) -> list[str]:
 def _left_out(names: Sequence[str], rows: Sequence[dict[str, Any]], why: str) -> None:
     """Names no collector changed (shards each change their own hosts and pass over the others'): one line
     and exit 1, after the hosts that were changed are shown."""
-    from gpufleet.collector.query import _is_glob
+    from gpufleet.collector.model.names import is_glob as _is_glob
 
     done = {r.get("host") for r in rows}
     missing = [n for n in names if not _is_glob(n) and n not in done]
@@ -70,7 +70,7 @@ def maintenance_start(state: State, hosts: tuple[str, ...], duration: str | None
                       as_json: bool) -> None:
     """End the hosts' agent sessions and do not reconnect until the window ends; mute their alerts."""
     from gpufleet.collector.errors import QueryError
-    from gpufleet.collector.maintenance import check_comment
+    from gpufleet.collector.fleet.maintenance import check_comment
 
     seconds = _window(duration)
     try:
@@ -132,7 +132,7 @@ def render_windows(rows: Sequence[dict[str, Any]], width: int, now: float) -> An
     """The windows as a table (ending soonest first), or one dim line when there are none."""
     from gpufleet.cli.grid import Cell, Col, grid
     from gpufleet.cli.timeparse import fmt_ts
-    from gpufleet.collector.query import natural_key
+    from gpufleet.collector.model.names import natural_key
     from gpufleet.collector.units import fmt_duration
     from rich.text import Text
 

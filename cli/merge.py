@@ -9,23 +9,22 @@ counted again from the merged hosts, by the same function the collector counts t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from gpufleet.cli.client import EXIT_USAGE, CliError
-from gpufleet.collector.query import (
-    ROWS_FORM,
-    FleetView,
-    HostView,
-    fleet_totals,
-    fleet_view_from_dict,
-    fleet_view_rows,
-    natural_key,
-    plain,
+from gpufleet.collector.fleet.report import (
+    FORMATS,
+    ReportFormat,
+    merge_reports,
+    render_report,
+    report_from_dict,
 )
-
-if TYPE_CHECKING:
-    from gpufleet.collector.report import ReportFormat
+from gpufleet.collector.model.codec import ROWS_FORM, fleet_view_from_dict, fleet_view_rows, plain
+from gpufleet.collector.model.names import natural_key
+from gpufleet.collector.model.summary import fleet_totals
+from gpufleet.collector.model.views import FleetView, HostView
 
 #: Ops answered per host: the collector that knows the host answers, the others say "unknown host".
 HOST_OPS = frozenset({"history"})
@@ -135,10 +134,6 @@ def replica_groups(covers: Sequence[tuple[str | None, set[str]]]) -> list[list[i
 def merge_report(answers: Sequence[dict[str, Any]], fmt: str | None) -> dict[str, Any]:
     """The shards' reports as one: one answer per shard (of replicas, the one that observed the most
     GPU-hours, i.e. watched longest), then GPU-hours summed per user and host, rendered as asked."""
-    import json
-
-    from gpufleet.collector.report import FORMATS, merge_reports, render_report, report_from_dict
-
     reports = []
     for a in answers:
         try:

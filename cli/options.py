@@ -11,19 +11,26 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from gpufleet.cli.client import EXIT_USAGE, Backend, CliError, Endpoints, connect
+from gpufleet.cli.client import EXIT_USAGE, ApiError, Backend, CliError
+from gpufleet.cli.connect import Endpoints, connect
+from gpufleet.cli.timeparse import parse_range
+from gpufleet.collector.addresses import Resolver
+from gpufleet.collector.model.codec import ROWS_FORM, USERS_FORM, fleet_view_from_dict, user_usage_from_dict
+from gpufleet.collector.model.summary import by_user
+from gpufleet.collector.model.views import FleetView, UserUsage
 
 if TYPE_CHECKING:
-    from gpufleet.collector.query import FleetView, UserUsage
     from rich.console import Console
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 class State:
-    """Per-invocation settings shared by the group and its commands."""
+    """Per-invocation settings shared by the group and its commands. ``resolver`` looks host names up for
+    ``config check`` (None: the system's, collector/config/hosts.py; tests give their own)."""
 
-    def __init__(self) -> None:
+    def __init__(self, resolver: Resolver | None = None) -> None:
+        self.resolver = resolver
         self.ends = Endpoints(
             socket=os.environ.get("GPUFLEET_SOCKET") or None, db=os.environ.get("GPUFLEET_DB") or None,
             collectors=[c for c in os.environ.get("GPUFLEET_COLLECTORS", "").split(",") if c.strip()],
@@ -62,44 +69,26 @@ def _add_collectors(ctx: click.Context, _param: click.Parameter, value: tuple[st
     return value
 
 
+#: the options that say where the answers come from: (flags, metavar, the Endpoints field, help)
+_WHERE: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
+    (("-c", "--config"), "FILE", "config_path",
+     "gpufleet.yaml (default: $GPUFLEET_CONFIG, ./gpufleet.yaml, ~/.config/gpufleet/, /etc/gpufleet/)."),
+    (("--socket",), "PATH", "socket", "The collector's query socket [env GPUFLEET_SOCKET]."),
+    (("--db",), "PATH", "db", "SQLite history to read when the collector is down [env GPUFLEET_DB]."),
+)
+
+
 def where_options(f: F) -> F:
     """``-c/--config``, ``--socket``, ``--db``, ``--collector`` on the group *and* every command."""
     f = click.option(
-        "--collector",
-        metavar="WHERE",
-        multiple=True,
-        expose_value=False,
-        callback=_add_collectors,
+        "--collector", metavar="WHERE", multiple=True, expose_value=False, callback=_add_collectors,
         is_eager=True,
         help="Ask this collector too (repeatable: shards, replicas), merged: a socket path or "
         "[user@]host[:port][/socket] over SSH [env GPUFLEET_COLLECTORS, comma-separated].",
     )(f)
-    f = click.option(
-        "--db",
-        metavar="PATH",
-        expose_value=False,
-        callback=_set_endpoint("db"),
-        is_eager=True,
-        help="SQLite history to read when the collector is down [env GPUFLEET_DB].",
-    )(f)
-    f = click.option(
-        "--socket",
-        metavar="PATH",
-        expose_value=False,
-        callback=_set_endpoint("socket"),
-        is_eager=True,
-        help="The collector's query socket [env GPUFLEET_SOCKET].",
-    )(f)
-    f = click.option(
-        "-c",
-        "--config",
-        metavar="FILE",
-        expose_value=False,
-        callback=_set_endpoint("config_path"),
-        is_eager=True,
-        help="gpufleet.yaml (default: $GPUFLEET_CONFIG, ./gpufleet.yaml, ~/.config/gpufleet/, "
-        "/etc/gpufleet/).",
-    )(f)
+    for flags, metavar, attr, text in reversed(_WHERE):  # click lists options in decoration order, reversed
+        f = click.option(*flags, metavar=metavar, expose_value=False, callback=_set_endpoint(attr),
+                         is_eager=True, help=text)(f)
     return f
 
 
@@ -112,16 +101,7 @@ def status_later(backend: Backend, args: dict[str, Any]) -> Callable[[], FleetVi
     """The status model, asked for now and rebuilt when the returned call is made (the renderer's imports
     run in between). Several collectors' models are merged straight (no JSON round trip in between: half
     the time of a merged `status` at 2,000 hosts); one answer is rebuilt from its JSON."""
-    later: Callable[..., Callable[[], FleetView]] | None = getattr(backend, "status_later", None)
-    if later is not None:
-        return later(**args)
-
-    def fetch() -> FleetView:
-        from gpufleet.collector.query import fleet_view_from_dict
-
-        return fleet_view_from_dict(backend.call("status", **args))
-
-    return fetch
+    return backend.status_later(**args)
 
 
 def status_view(backend: Backend, args: dict[str, Any]) -> FleetView:
@@ -132,16 +112,7 @@ def users_view(backend: Backend, args: dict[str, Any]) -> tuple[FleetView, list[
     """``status --by user``: the view's header and the per-user lines. One collector works them out itself
     (the ``users`` form: a few KB instead of the whole fleet); several collectors, or one too old for the
     form, send the fleet and the lines are made here from the merged view."""
-    from gpufleet.cli.client import ApiError
-    from gpufleet.collector.query import (
-        ROWS_FORM,
-        USERS_FORM,
-        by_user,
-        fleet_view_from_dict,
-        user_usage_from_dict,
-    )
-
-    if getattr(backend, "status_later", None) is None:
+    if not backend.merged:
         try:
             d = backend.call("status", **{**args, "form": USERS_FORM})
         except ApiError as exc:
@@ -163,8 +134,6 @@ def print_json(obj: Any) -> None:
 
 
 def time_range(since: str | None, until: str | None, default: str) -> tuple[float, float]:
-    from gpufleet.cli.timeparse import parse_range
-
     try:
         return parse_range(since, until, default_since=default)
     except ValueError as exc:  # TimeParseError, or since not before until

@@ -11,15 +11,16 @@ or the CLI config's ``collectors:`` list them (:mod:`gpufleet.collector.addresse
 
 from __future__ import annotations
 
+import asyncio
+import os
 import queue
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from gpufleet.cli.client import (
     DEFAULT_TIMEOUT,
-    EXIT_USAGE,
     ApiClient,
     ApiError,
     CliError,
@@ -27,34 +28,23 @@ from gpufleet.cli.client import (
     decode_answer,
     request_line,
 )
-from gpufleet.collector.addresses import CollectorAddress, parse_address
-
-if TYPE_CHECKING:
-    from gpufleet.collector.classify import Thresholds
-    from gpufleet.collector.query import FleetView
-
-
-def parse_collector(text: str) -> CollectorAddress:
-    """``--collector TEXT`` (or one item of $GPUFLEET_COLLECTORS) as an address; a usage error if not one."""
-    try:
-        return parse_address(text)
-    except ValueError as exc:
-        raise CliError(f"--collector: {exc}", EXIT_USAGE) from None
+from gpufleet.cli.merge import collector_args, host_scoped, merge, merge_status_views
+from gpufleet.collector.addresses import CollectorAddress
+from gpufleet.collector.errors import CollectorError
+from gpufleet.collector.model.codec import fleet_view_from_dict
+from gpufleet.collector.model.thresholds import Thresholds
+from gpufleet.collector.model.views import FleetView
 
 
 def _exchange(addr: CollectorAddress, op: str, request: bytes, timeout: float) -> bytes:
     """One answer line from one collector (blocking: each collector is asked in its own thread)."""
     if addr.host is None:
-        import os
-
         client = ApiClient(os.path.expanduser(addr.socket), timeout=timeout)
         try:
             client.connect()
             return client.exchange_line(request, op)
         finally:
             client.close()
-    import asyncio
-
     try:
         return asyncio.run(asyncio.wait_for(_ask_ssh(addr, request, timeout), timeout + 5))
     except (OSError, asyncio.TimeoutError, EOFError) as exc:
@@ -66,9 +56,7 @@ def _exchange(addr: CollectorAddress, op: str, request: bytes, timeout: float) -
 
 
 async def _ask_ssh(addr: CollectorAddress, request: bytes, timeout: float) -> bytes:
-    import asyncio
-
-    from gpufleet.collector.sshlib import asyncssh
+    from gpufleet.collector.transport.sshlib import asyncssh  # only for a collector over SSH: 0.15 s to load
 
     options: dict[str, Any] = {}
     if addr.key is not None:
@@ -102,6 +90,7 @@ class MultiBackend:
     """A :class:`~gpufleet.cli.client.Backend` over several collectors."""
 
     source = "live"
+    merged = True
 
     def __init__(self, addresses: Sequence[CollectorAddress], *, timeout: float = DEFAULT_TIMEOUT,
                  notice: Callable[[str], None] | None = None, thresholds: Thresholds | None = None) -> None:
@@ -112,8 +101,6 @@ class MultiBackend:
         self.notice = notice or (lambda m: print(f"gpufleet: {m}", file=sys.stderr))
 
     def call(self, op: str, **args: Any) -> Any:
-        from gpufleet.cli.merge import collector_args, merge
-
         answers = self._ask_all(op, collector_args(op, args))(lambda result: result)
         return merge(op, answers, args)
 
@@ -127,9 +114,6 @@ class MultiBackend:
         collect = self._ask_all("status", args)
 
         def finish() -> FleetView:
-            from gpufleet.cli.merge import merge_status_views
-            from gpufleet.collector.query import fleet_view_from_dict
-
             views = collect(fleet_view_from_dict)
             return views[0] if len(views) == 1 else merge_status_views(views)
 
@@ -159,11 +143,9 @@ class MultiBackend:
                 why: CollectorUnavailable) -> _Stored | BaseException:
         """A worker that does not answer: its database, read-only, as for the one collector (the notice
         says so); ``why`` when it has none."""
-        import os
-
         if addr.db is None or not os.path.isfile(addr.db):
             return why
-        from gpufleet.cli.client import StoreFallback
+        from gpufleet.cli.fallback import StoreFallback  # asyncio, aiosqlite, the store: only now
 
         try:
             fallback = StoreFallback(addr.db, thresholds=self.thresholds,
@@ -174,9 +156,6 @@ class MultiBackend:
 
     def _collect(self, op: str, args: dict[str, Any], done: queue.SimpleQueue[_Answer],
                  convert: Callable[[Any], _T]) -> list[_T]:
-        from gpufleet.cli.merge import host_scoped
-        from gpufleet.collector.errors import CollectorError
-
         results: dict[int, _T | BaseException] = {}
         for _ in self.addresses:
             i, got = done.get()

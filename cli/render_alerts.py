@@ -8,23 +8,26 @@ from typing import Any
 from gpufleet.cli import convert
 from gpufleet.cli.grid import Cell, Col, grid
 from gpufleet.cli.timeparse import fmt_ts
-from gpufleet.collector.query import flag_name, natural_key
-from gpufleet.collector.store.records import AlertRecord, SilenceRecord
+from gpufleet.collector.model.names import natural_key
+from gpufleet.collector.model.records import AlertRecord, SilenceRecord
+from gpufleet.collector.rules.catalog import SEVERITY_STYLES, flag_name, severity_rank
 from gpufleet.collector.units import fmt_duration
 from rich.console import Group, RenderableType
 from rich.text import Text
 
-SEVERITY_STYLES = {"critical": "bold red", "warning": "yellow", "info": "cyan"}
 STATE_STYLES = {"firing": "bold red", "pending": "yellow", "resolved": "green"}
 
 
-def _labels(a: AlertRecord) -> tuple[str, str, str]:
-    return a.labels.get("host", "-"), a.labels.get("gpu", "-"), a.labels.get("user", "")
+#: the columns both alert tables have: which rule, on which host, GPU and user
+WHAT_AND_WHERE = (Col("RULE"), Col("HOST", shrink=True), Col("GPU", right=True), Col("USER", shrink=True))
+
+
+def _what_and_where(a: AlertRecord) -> list[Cell]:
+    return [rule_label(a.rule), a.labels.get("host", "-"), a.labels.get("gpu", "-"), a.labels.get("user", "")]
 
 
 def _sort_key(a: AlertRecord) -> tuple[int, list[Any], str]:
-    sev = {"critical": 0, "warning": 1, "info": 2}.get(a.severity, 3)
-    return sev, natural_key(a.labels.get("host", "")), a.rule
+    return -severity_rank(a.severity), natural_key(a.labels.get("host", "")), a.rule
 
 
 def rule_label(rule: str) -> str:
@@ -38,62 +41,23 @@ def active_table(alerts: Sequence[AlertRecord], width: int, now: float, muted: C
     long it has been wasting), the same clock as the summary's own "for 2h"; not the process's age (status
     RUNNING) nor how long it held the GPU (history HELD FOR). A firing alert's firing time is in ``--json``
     (``fired_at``)."""
-    cols = [
-        Col("SEVERITY"),
-        Col("STATE"),
-        Col("RULE"),
-        Col("HOST", shrink=True),
-        Col("GPU", right=True),
-        Col("USER", shrink=True),
-        Col("ACTIVE FOR", right=True),
-    ]
+    cols = [Col("SEVERITY"), Col("STATE"), *WHAT_AND_WHERE, Col("ACTIVE FOR", right=True)]
     rows: list[list[Cell]] = []
     for a in sorted(alerts, key=_sort_key):
-        host, gpu, user = _labels(a)
-        state = (
-            (a.state + " (silenced)", "dim")
-            if a.fingerprint in muted
-            else (a.state, STATE_STYLES.get(a.state, ""))
-        )
-        rows.append(
-            [
-                (a.severity, SEVERITY_STYLES.get(a.severity, "")),
-                state,
-                rule_label(a.rule),
-                host,
-                gpu,
-                user,
-                fmt_duration(now - a.started_at),
-                a.annotations.get("summary", ""),
-            ]
-        )
+        muted_now = a.fingerprint in muted
+        state = (a.state + " (silenced)", "dim") if muted_now else (a.state, STATE_STYLES.get(a.state, ""))
+        rows.append([(a.severity, SEVERITY_STYLES.get(a.severity, "")), state, *_what_and_where(a),
+                     fmt_duration(now - a.started_at), a.annotations.get("summary", "")])
     return grid(cols, rows, width, tail="SUMMARY")
 
 
 def resolved_table(alerts: Sequence[AlertRecord], width: int) -> Text:
-    cols = [
-        Col("RESOLVED"),
-        Col("RULE"),
-        Col("HOST", shrink=True),
-        Col("GPU", right=True),
-        Col("USER", shrink=True),
-        Col("LASTED", right=True),
-    ]
+    cols = [Col("RESOLVED"), *WHAT_AND_WHERE, Col("LASTED", right=True)]
     rows: list[list[Cell]] = []
     for a in sorted(alerts, key=lambda a: -(a.resolved_at or 0)):
-        host, gpu, user = _labels(a)
         lasted = (a.resolved_at or a.updated_at) - a.started_at
-        rows.append(
-            [
-                fmt_ts(a.resolved_at)[5:16],
-                rule_label(a.rule),
-                host,
-                gpu,
-                user,
-                fmt_duration(lasted),
-                a.annotations.get("resolved") or a.annotations.get("summary", ""),
-            ]
-        )
+        rows.append([fmt_ts(a.resolved_at)[5:16], *_what_and_where(a), fmt_duration(lasted),
+                     a.annotations.get("resolved") or a.annotations.get("summary", "")])
     return grid(cols, rows, width, tail="SUMMARY")
 
 

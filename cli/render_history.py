@@ -16,8 +16,8 @@ from gpufleet.cli import convert
 from gpufleet.cli.grid import Cell, Col, grid
 from gpufleet.cli.render_status import plural
 from gpufleet.cli.timeparse import fmt_ts
-from gpufleet.collector.model import slurm_label
-from gpufleet.collector.store.records import EventRow, GpuSeries, ProcessSpan, SeriesPoint, UsageRow
+from gpufleet.collector.model.records import EventRow, GpuSeries, ProcessSpan, SeriesPoint, UsageRow
+from gpufleet.collector.model.views import slurm_label
 from gpufleet.collector.units import fmt_duration, fmt_pct, fmt_size
 from rich.console import Group, RenderableType
 from rich.text import Text

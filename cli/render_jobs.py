@@ -8,9 +8,9 @@ from typing import Any
 from gpufleet.cli import convert
 from gpufleet.cli.grid import Cell, Col, grid
 from gpufleet.cli.timeparse import fmt_ts
-from gpufleet.collector.jobkey import job_label
-from gpufleet.collector.model import slurm_label
-from gpufleet.collector.store.records import JobRecord
+from gpufleet.collector.model.jobkey import job_label
+from gpufleet.collector.model.records import JobRecord
+from gpufleet.collector.model.views import slurm_label
 from gpufleet.collector.units import fmt_duration_short, fmt_pct, fmt_size_short
 from rich.console import Group, RenderableType
 from rich.text import Text

@@ -9,12 +9,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Container, Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
-from gpufleet.cli.lines import Line, cells, cut, tagged, to_text
+from gpufleet.cli.grid import Cell, Col, grid
+from gpufleet.cli.lines import Line, cells, cut, tagged, term_width, to_text, use_color, write_lines
 from gpufleet.cli.timeparse import fmt_ago, fmt_until
-from gpufleet.collector.model import slurm_label
-from gpufleet.collector.query import FleetView, GpuView, HostInfo, HostView, ProcView, UserUsage
+from gpufleet.collector.model.views import (
+    UNKNOWN,
+    FleetView,
+    GpuView,
+    HostInfo,
+    HostView,
+    ProcView,
+    UserUsage,
+    slurm_label,
+)
+from gpufleet.collector.rules.catalog import flag_style, worst_first
 from gpufleet.collector.units import GIB, fmt_duration, fmt_duration_short, fmt_pct, fmt_size, fmt_size_short
 
 if TYPE_CHECKING:
@@ -24,28 +34,9 @@ if TYPE_CHECKING:
 MAX_PROCS_SHOWN = 3
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
-FLAG_STYLES = {
-    "wasted": "bold black on yellow",
-    "hot": "bold white on red",
-    "lost": "bold white on red",
-    "stale": "bold white on magenta",
-    "orphaned": "magenta",
-    "idle": "dim",
-    "throttled": "yellow",
-    "xid": "bold red",
-    "ecc": "bold red",
-    "down": "bold red",
-    "storage": "bold red",
-    "near_oom": "bold red",
-    "duplicate_gpu": "bold red",
-    "idle_peers": "bold black on yellow",
-    "underused": "yellow",
-    "input_bound": "yellow",
-}
 STATUS_STYLES = {"up": "green", "down": "bold red", "connecting": "yellow", "maintenance": "bold blue",
-                 "unknown": "dim"}
+                 UNKNOWN: "dim"}
 FLAG_CELLS = 9  # the narrow flags column: "orphaned", "throttled"; wider where a longer flag is on screen
-#: the order flags are listed in on a one-line host summary: the worst first (cut ones become "+N")
 FLAG_ORDER = (
     "down", "lost", "xid", "ecc", "storage", "duplicate_gpu", "hot", "near_oom", "stale", "wasted",
     "idle_peers", "orphaned", "underused", "input_bound", "throttled", "idle",
@@ -207,7 +198,7 @@ def _flags(line: Line, flags: Sequence[str], width: int) -> None:
             return
         if i:
             line.append(" ")
-        line.append(f, FLAG_STYLES.get(f, "bold"))
+        line.append(f, flag_style(f))
         used += need
 
 
@@ -602,12 +593,16 @@ def _summary_line(lay: Layout, gauges: _Gauges, h: HostView) -> Line:
     tail = _fit(fmt_size_short(mem), lay.pmem, "right") + " " + _fit(lay.duration(longest), lay.run, "right")
     sp.append((tail + " ", ""))
     names = set(h.flags).union(*(g.flags for g in h.gpus))
-    rank = {f: i for i, f in enumerate(FLAG_ORDER)}
-    flags = sorted(names, key=lambda f: (rank.get(f, len(rank)), f))
+    flags = worst_first(names)
     if flags:
         _flags(line, flags, lay.flags)
     line.rstrip()
     return line if lay.fits else line.truncate(lay.width)
+
+
+def print_status(view: FleetView, out: TextIO) -> None:
+    """The one-shot status screen as plain lines on ``out`` (colour when it is a terminal): no rich."""
+    write_lines(status_lines(view, term_width()), out, color=use_color(out))
 
 
 def render_status(
@@ -624,7 +619,6 @@ def render_status(
 
 
 def render_by_user(view: FleetView, rows: Sequence[UserUsage], width: int) -> RenderableType:
-    from gpufleet.cli.grid import Cell, Col, grid
     from rich.console import Group
     from rich.text import Text
 
@@ -662,7 +656,6 @@ def render_by_user(view: FleetView, rows: Sequence[UserUsage], width: int) -> Re
 
 
 def render_hosts(hosts: Sequence[HostInfo], width: int, now: float) -> RenderableType:
-    from gpufleet.cli.grid import Cell, Col, grid
     from rich.console import Group
     from rich.text import Text
 

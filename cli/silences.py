@@ -8,6 +8,9 @@ import time
 import click
 from gpufleet.cli.client import EXIT_USAGE, CliError
 from gpufleet.cli.options import State, pass_state, print_json, stderr_line, where_options
+from gpufleet.cli.render_alerts import render_silences
+from gpufleet.cli.timeparse import fmt_ts, parse_duration
+from gpufleet.collector.units import DurationError, fmt_duration
 
 
 @click.group()
@@ -40,9 +43,6 @@ def silence_add(
     as_json: bool,
 ) -> None:
     """Add a silence."""
-    from gpufleet.cli.timeparse import fmt_ts, parse_duration
-    from gpufleet.collector.units import DurationError, fmt_duration
-
     try:
         seconds = parse_duration(duration)
     except DurationError as exc:  # checked before anything is sent: an absurd --for creates nothing
@@ -81,7 +81,6 @@ def silence_list(state: State, include_expired: bool, as_json: bool) -> None:
     if as_json:
         print_json(rows)
         return
-    from gpufleet.cli.render_alerts import render_silences
 
     state.console.print(render_silences(rows, state.console.width, time.time()))
 

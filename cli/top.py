@@ -26,17 +26,24 @@ refresh (every ``--interval``) or key press.
 from __future__ import annotations
 
 import fnmatch
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import click
+from gpufleet.cli import convert
 from gpufleet.cli.client import EXIT_DENIED, Backend, CliError
+from gpufleet.cli.grid import Cell, Col, grid_lines
+from gpufleet.cli.keys import KeyReader
 from gpufleet.cli.lines import Line, cells, to_text
-from gpufleet.cli.options import status_view
+from gpufleet.cli.options import State, pass_state, split_list, status_view, where_options
+from gpufleet.cli.render_history import bucket, sparkline
 from gpufleet.cli.render_status import Layout, gpu_row, host_row, longest_flag, title_line, totals_lines
-from gpufleet.collector.model import slurm_label
-from gpufleet.collector.query import FleetView, GpuView, HostView, natural_key
+from gpufleet.collector.model.names import is_glob, natural_key
+from gpufleet.collector.model.views import FleetView, GpuView, HostView, slurm_label
+from gpufleet.collector.rules.catalog import WASTE_FLAGS
 from gpufleet.collector.units import fmt_duration, fmt_size, fmt_size_short
 
 if TYPE_CHECKING:
@@ -44,8 +51,6 @@ if TYPE_CHECKING:
 
 #: sort keys: key press -> the sort it picks (see :func:`sort_key`)
 SORTS: dict[str, str] = {"h": "host", "u": "util", "m": "memory", "w": "waste", "o": "user"}
-#: what counts as waste for the waste sort (held and not used)
-WASTE = frozenset({"wasted", "stale", "orphaned"})
 HISTORY_WINDOW = 15 * 60.0  # seconds of history behind the open GPU's sparklines
 HISTORY_REFRESH = 10.0  # seconds between history fetches while a GPU is open
 
@@ -80,7 +85,7 @@ def sort_key(name: str) -> Callable[[Row], Any]:
     if name == "waste":
         def waste(r: Row) -> Any:
             g = r.gpu
-            wasting = bool(WASTE.intersection(r.flags()))
+            wasting = bool(WASTE_FLAGS.intersection(r.flags()))
             return (not wasting, -(g.mem_used or 0) if g and wasting else 0, host(r))
         return waste
     if name == "user":
@@ -106,7 +111,7 @@ def matches(row: Row, text: str) -> bool:
         pattern = value if sep and key in fields else term
         if not pattern:
             continue
-        glob = any(c in pattern for c in "*?[")
+        glob = is_glob(pattern)
         if not any(fnmatch.fnmatchcase(v.lower(), pattern) if glob else pattern in v.lower() for v in values):
             return False
     return True
@@ -259,7 +264,6 @@ def list_screen(view: FleetView, st: TopState, width: int, height: int) -> list[
 
 
 def detail_screen(view: FleetView, st: TopState, width: int, height: int) -> list[Line]:
-    from gpufleet.cli.render_history import bucket, sparkline
 
     assert st.open is not None
     host = next((h for h in view.hosts if h.name == st.open[0]), None)
@@ -290,7 +294,6 @@ def detail_screen(view: FleetView, st: TopState, width: int, height: int) -> lis
         elif not series or not series[0].get("points"):
             out.append(Line("history: no samples in the last 15 min yet", "dim"))
         else:
-            from gpufleet.cli import convert
 
             s = convert.series(series[0])
             until = float(st.history["until"])
@@ -313,7 +316,6 @@ def detail_screen(view: FleetView, st: TopState, width: int, height: int) -> lis
 
 
 def _process_lines(gpu: GpuView, width: int) -> list[Line]:
-    from gpufleet.cli.grid import Cell, Col, grid_lines
 
     if not gpu.processes:
         return [Line("no processes on this GPU", "dim")]
@@ -336,9 +338,6 @@ def _process_lines(gpu: GpuView, width: int) -> list[Line]:
 
 def run_top(console: Console, backend: Backend, interval: float, *, args: dict[str, Any]) -> None:
     """Until ``q``/Esc (exit 0) or Ctrl-C: refresh the view every ``interval``, redraw on every key."""
-    import sys
-
-    from gpufleet.cli.keys import KeyReader
     from rich.live import Live
     from rich.text import Text
 
@@ -397,3 +396,23 @@ def _history(backend: Backend, host: str, gpu: int) -> dict[str, Any]:
         return result
     except CliError as exc:
         return {"series": [], "since": until - HISTORY_WINDOW, "until": until, "error": str(exc)}
+
+
+@click.command()
+@where_options
+@click.option("--host", "hosts", multiple=True, metavar="NAME", help="Only these hosts (globs work).")
+@click.option("--tag", "tags", multiple=True, metavar="TAG", help="Only hosts with one of these tags.")
+@click.option("--user", "users", multiple=True, metavar="USER", help="Only GPUs these users hold.")
+@click.option(
+    "--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
+    help="Seconds between refreshes.",
+)
+@pass_state
+def top(
+    state: State, hosts: tuple[str, ...], tags: tuple[str, ...], users: tuple[str, ...], interval: float
+) -> None:
+    """The fleet live and interactive: sort (h u m w o), filter (/), select a GPU (Enter) for its processes
+    and history. q or Esc quits."""
+    args = {"host": split_list(hosts) or None, "tag": split_list(tags) or None,
+            "user": split_list(users) or None}
+    run_top(state.console, state.backend(), interval, args={k: v for k, v in args.items() if v})

@@ -1,5 +1,6 @@
 """How the CLI names a collector it asks (``--collector``, the config's ``collectors:``): its query socket,
-a local path or ``[user@]host[:port][/path/to/gpufleet.sock]`` reached over SSH.
+a local path or ``[user@]host[:port][/path/to/gpufleet.sock]`` reached over SSH; and what looks an address
+up (a Resolver: ``config check`` warns of one machine listed twice).
 
 One parser for both, here rather than in the CLI, so the config's ``file:line`` errors and the command
 line's say the same thing about the same text.
@@ -7,11 +8,18 @@ line's say the same thing about the same text.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 DEFAULT_REMOTE_SOCKET = "/run/gpufleet/gpufleet.sock"  # the systemd unit's RuntimeDirectory
 ADDRESS_HELP = "a socket path or [user@]host[:port][/socket/path]"
 
+
+#: an (address, port) as written, or as looked up (IP, port)
+Endpoint = tuple[str, int]
+#: looks addresses up: (address, port) -> the (IP, port) pairs it resolves to (left out: it does not resolve);
+#: the system's is collector/config/hosts.py's system_resolver, ``config check`` takes one
+Resolver = Callable[[set[Endpoint]], dict[Endpoint, set[Endpoint]]]
 
 @dataclass(frozen=True, slots=True)
 class CollectorAddress:

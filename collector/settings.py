@@ -10,13 +10,11 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from gpufleet.agent.wire import WARNING_XIDS
-
-if TYPE_CHECKING:  # annotations only: every CLI command imports this module (the rules' defaults)
-    from gpufleet.collector.addresses import CollectorAddress
-    from gpufleet.collector.shards import Shard
+from gpufleet.collector.addresses import CollectorAddress
+from gpufleet.collector.rules import catalog
+from gpufleet.collector.shards import Shard
 
 HostKeyPolicy = Literal["strict", "accept-new"]
 TransportKind = Literal["ssh", "local"]
@@ -39,6 +37,22 @@ def default_runtime_dir() -> Path:
     if os.environ.get("XDG_RUNTIME_DIR"):
         return Path(os.environ["XDG_RUNTIME_DIR"]) / "gpufleet"
     return default_data_dir()
+
+
+def find_config() -> Path | None:
+    """$GPUFLEET_CONFIG, ./gpufleet.yaml, ~/.config/gpufleet/gpufleet.yaml, /etc/gpufleet/gpufleet.yaml.
+
+    $GPUFLEET_CONFIG is returned even when missing, so loading it reports the mistake.
+    """
+    explicit = os.environ.get("GPUFLEET_CONFIG")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    for candidate in (Path("gpufleet.yaml"), Path(xdg) / "gpufleet" / "gpufleet.yaml",
+                      Path("/etc/gpufleet/gpufleet.yaml")):
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 #: Seconds: a frame stamped further than this from the collector's receive time is re-stamped with the
@@ -127,48 +141,16 @@ class Selector:
     exclude_users: list[str] = field(default_factory=list)
 
 
-#: Every rule and its default parameters. The loader accepts exactly these names per rule, with values of
-#: the default's type (durations in seconds), so a typo is an error with file:line.
-DEFAULT_RULES: dict[str, dict[str, Any]] = {
-    "wasted": {"for": 1800.0, "severity": "warning", "util_below": 5, "min_memory_mib": 256,
-               "power_idle_ratio": 0.0, "spike_tolerance": 60.0, "stuck_power_ratio": 0.0,
-               "busy_share": 0.5, "mem_busy_at_least": 10, "sm_active_at_least": 3},
-    "idle": {"for": 7200.0, "severity": "info", "max_memory_mib": 256},
-    "stale": {"for": 0.0, "severity": "warning", "no_session_idle": 3600.0, "util_below": 5},
-    "orphaned_memory": {"for": 600.0, "severity": "warning", "min_memory_mib": 256},
-    "overheating": {"for": 120.0, "severity": "critical", "temp_at_least": 85},
-    "throttling": {"for": 300.0, "severity": "warning", "reasons": ["hw_slowdown", "sw_thermal",
-                                                                     "hw_thermal", "hw_power_brake"]},
-    "gpu_lost": {"for": 0.0, "severity": "critical"},
-    "xid": {"for": 0.0, "severity": "critical", "warning_xids": sorted(WARNING_XIDS), "hold": 3600.0},
-    "ecc": {"for": 0.0, "severity": "critical"},
-    "host_down": {"for": 0.0, "severity": "critical", "missed_intervals": 3, "keep_firing_for": 60.0},
-    "storage": {"for": 0.0, "severity": "critical"},
-    "duplicate_gpu": {"for": 0.0, "severity": "warning", "window": 30.0},
-    "collector_overloaded": {"for": 0.0, "severity": "warning"},
-    "notifier_down": {"for": 0.0, "severity": "warning"},  # after alerting.notifier_down_after
-    # diagnoses (collector/rules/patterns.py, peers.py): what pattern, and what to check
-    "underused": {"for": 0.0, "severity": "info", "util_below": 30, "window": 1800.0,
-                  "note_once_per": 86400.0},
-    "input_bound": {"for": 600.0, "severity": "warning", "window": 120.0, "high_above": 70, "low_below": 20,
-                    "min_swings_per_minute": 4.0, "memory_steady_pct": 5.0},
-    "idle_peers": {"for": 300.0, "severity": "warning", "window": 60.0, "min_gpus": 2},
-    "near_oom": {"for": 300.0, "severity": "warning", "memory_at_least_pct": 95.0, "restarts_at_least": 2,
-                 "restart_window": 1800.0},
-    "clock_skew": {"for": 0.0, "severity": "warning"},
-    "over_budget": {"for": 0.0, "severity": "warning"},
-}
-for _params in DEFAULT_RULES.values():  # every rule takes it (Prometheus 2.42); 0: resolve once it clears
-    _params.setdefault("keep_firing_for", 0.0)
-
+#: Every rule and its default parameters (the rule catalog's, collector/rules/catalog.py). The loader accepts
+#: exactly these names per rule, with values of the default's type (durations in seconds), so a typo is an
+#: error with file:line.
+DEFAULT_RULES: dict[str, dict[str, Any]] = catalog.default_params()
 
 #: Rule parameters that are durations (seconds; the YAML also accepts ``30m``, ``1h30m``).
-RULE_DURATION_PARAMS: frozenset[str] = frozenset({"for", "no_session_idle", "hold", "spike_tolerance",
-                                                  "keep_firing_for", "window", "note_once_per",
-                                                  "restart_window"})
+RULE_DURATION_PARAMS: frozenset[str] = catalog.DURATION_PARAMS
 
 #: Alert severities, lowest first (``min_severity`` compares by this order).
-SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
+SEVERITIES: tuple[str, ...] = catalog.SEVERITIES
 
 
 @dataclass(slots=True)
@@ -178,18 +160,24 @@ class RuleConfig:
     params: dict[str, Any] = field(default_factory=dict)  # DEFAULT_RULES[name] overlaid with the config
     select: Selector = field(default_factory=Selector)
 
+    def __post_init__(self) -> None:
+        # the catalog's defaults under what was given, so a hand-built RuleConfig reads like a loaded one
+        known = catalog.BY_NAME.get(self.name)
+        if known is not None:
+            self.params = {**known.defaults(), **self.params}
+
     @property
     def for_seconds(self) -> float:
-        return float(self.params.get("for", 0.0))
+        return float(self.params["for"])
 
     @property
     def severity(self) -> str:
-        return str(self.params.get("severity", "warning"))
+        return str(self.params["severity"])
 
     @property
     def keep_firing_for(self) -> float:
         """Once firing, a condition that clears keeps the alert firing this long (damps a flapping host)."""
-        return float(self.params.get("keep_firing_for", 0.0))
+        return float(self.params["keep_firing_for"])
 
 
 @dataclass(slots=True)
@@ -220,7 +208,7 @@ class AlertingConfig:
     retry_backoff: float = 1.0  # first retry of a failed notification after this; doubling per failure
     retry_backoff_max: float = 300.0  # ... up to this; retried until delivered or superseded
     notifier_down_after: float = 600.0  # a destination failing this long raises notifier_down elsewhere
-    job_notes: bool = False  # mail users their job's record when it releases its GPUs (collector/jobnotes.py)
+    job_notes: bool = False  # mail users their job's record when it releases its GPUs (notify/jobnotes.py)
     job_notes_min_gpu_hours: float = 0.1  # ... for jobs that held at least this many GPU-hours
 
 
@@ -228,7 +216,7 @@ class AlertingConfig:
 class ApiConfig:
     socket: str = ""  # "" -> default_runtime_dir()/gpufleet.sock
     mode: int = 0o600
-    group: str | None = None  # the socket's group: it may connect (0660) and read (collector/api/access.py)
+    group: str | None = None  # the socket's group: it may connect (0660) and read (faces/api/access.py)
     admins: list[str] = field(default_factory=list)  # user names and @groups who may silence anything
 
     def resolved_socket(self) -> Path:
@@ -238,7 +226,7 @@ class ApiConfig:
 @dataclass(slots=True)
 class MetricsConfig:
     listen: str | None = None  # "127.0.0.1:9835"; None: off
-    dcgm_names: bool = False  # also export dcgm-exporter's DCGM_FI_DEV_* series (collector/metrics_dcgm.py)
+    dcgm_names: bool = False  # also export dcgm-exporter's DCGM_FI_DEV_* series (faces/metrics/dcgm.py)
 
 
 #: Where the web page listens unless ``web.listen`` says otherwise (the metrics port's neighbour).
@@ -247,7 +235,8 @@ DEFAULT_WEB_LISTEN = "127.0.0.1:9836"
 
 @dataclass(slots=True)
 class WebConfig:
-    """The read-only web page (collector/web). Off by default; loopback unless the operator says otherwise."""
+    """The read-only web page (collector/faces/web). Off by default; loopback unless the operator says
+    otherwise."""
 
     enabled: bool = False
     listen: str = DEFAULT_WEB_LISTEN
@@ -273,7 +262,7 @@ class Config:
     max_concurrent_connects: int = 32  # SSH handshakes at once (CPU-bound); TCP connects are not limited
     max_hosts: int = 10000  # the host list may name no more (ranges are counted before they are expanded)
     shard: Shard | None = None  # several collectors: this one watches shard I of N (collector/shards.py)
-    #: worker processes on this machine, each a shard of the hosts (collector/workers.py); 1: one process
+    #: worker processes on this machine, each a shard of the hosts (service/workers.py); 1: one process
     workers: int = 1  # 1..MAX_WORKERS
     worker: int | None = None  # this process is worker I of ``workers`` (set by workers.worker_config)
     #: the collectors the CLI asks and merges when no --collector is given (the collector ignores it)

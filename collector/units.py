@@ -8,6 +8,7 @@ instead of overflowing a timestamp later in whatever code happened to use it.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import re
 
@@ -147,22 +148,21 @@ def fmt_bytes(n: float | None) -> str:
 
 def fmt_size(n: float | None) -> str:
     """For views with room: ``512 MiB``, ``1.5 GiB``, ``40 GiB`` (``-`` for unknown)."""
-    if n is None:
-        return "-"
-    if n < GIB:
-        return f"{n / MIB:.0f} MiB"
-    g = n / GIB
-    return f"{g:.1f} GiB" if g < 10 else f"{g:.0f} GiB"
+    return _size(n, " MiB", " GiB")
 
 
 def fmt_size_short(n: float | None) -> str:
     """For narrow table cells: ``512M``, ``1.5G``, ``31G`` (``-`` for unknown)."""
+    return _size(n, "M", "G")
+
+
+def _size(n: float | None, mib: str, gib: str) -> str:
     if n is None:
         return "-"
     if n < GIB:
-        return f"{n / MIB:.0f}M"
+        return f"{n / MIB:.0f}{mib}"
     g = n / GIB
-    return f"{g:.1f}G" if g < 10 else f"{g:.0f}G"
+    return f"{g:.1f}{gib}" if g < 10 else f"{g:.0f}{gib}"
 
 
 def fmt_pct(value: float | None, *, compact: bool = False, unknown: str = "-") -> str:
@@ -170,3 +170,8 @@ def fmt_pct(value: float | None, *, compact: bool = False, unknown: str = "-") -
     if value is None:
         return unknown
     return f"{value:.0f}%" if compact else f"{value:.0f} %"
+
+
+def fmt_utc(ts: float) -> str:
+    """``2026-12-01 08:00 UTC``: a time in a report or a note, the same for every reader."""
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

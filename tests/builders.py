@@ -1,7 +1,7 @@
-"""The one test kit: wire builders (GPU, process, snapshot, hello), the hand-moved clock, free_port and an
-event loop in a thread. Every test directory builds its frames here, so a default (how much memory a GPU
-with no process uses, which model it is) has one owner. The root conftest puts this directory on sys.path
-(the suite runs with --import-mode=importlib); benches import it the same way.
+"""The one test kit's builders: GPU, lost GPU, process, snapshot, hello and alert records, the hand-moved
+clock, free_port and an event loop in a thread. Every test directory and bench builds its samples here
+(``from tests.builders import gpu, proc, snap``), so a default (how much memory a GPU with no process uses,
+which model it is) has one owner.
 
 Directory presets are declared as data (``STORE_GPU``, ``STORE_PROC``) over the same builders, not as
 builders of their own.
@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.records import AlertRecord, AlertState
 
 if TYPE_CHECKING:
-    from gpufleet.collector.store import Store
+    from gpufleet.collector.store.store import Store
 
 #: what the builders build: the collector's Structs (``sample``), or ``wire`` for the agent's own dataclasses
 Model = Any
@@ -65,6 +66,13 @@ def gpu(index: int = 0, *, util: int | None = 2, procs: list[Any] | None = None,
                           memory_total=memory_total, processes=procs, **kw)
 
 
+def lost_gpu(index: int = 0, *, uuid: str | None = None, host: str | None = None,
+             error: str = "GPU is lost", model: Model = sample) -> Any:
+    """A GPU that could not be read: its error and nothing else (the agent sends no reading for it)."""
+    ident = uuid or (f"GPU-{host}-{index}" if host else f"GPU-{index:04d}")
+    return model.GpuSample(index=index, uuid=ident, error=error)
+
+
 def snap(*gpus: Any, ts: float = 0.0, seq: int | None = None, model: Model = sample) -> Any:
     return model.Snapshot(ts=ts, seq=int(ts) if seq is None else seq, gpus=list(gpus),
                           proto=wire.PROTO_VERSION)
@@ -72,6 +80,15 @@ def snap(*gpus: Any, ts: float = 0.0, seq: int | None = None, model: Model = sam
 
 def heartbeat(ts: float = 0.0, seq: int = 0) -> sample.Heartbeat:
     return sample.Heartbeat(ts=ts, seq=seq, proto=wire.PROTO_VERSION)
+
+
+def alert(rule: str, host: str = "n1", gpu: int | None = None, *, state: AlertState = "firing",
+          severity: str = "warning", started: float = 0.0, **labels: str) -> AlertRecord:
+    """An alert record as the engine keeps it: labels host, gpu (when given), rule and ``labels``."""
+    lab = {"host": host, **({"gpu": str(gpu)} if gpu is not None else {}), **labels, "rule": rule}
+    return AlertRecord(fingerprint=f"{rule}/{host}/{gpu}/{sorted(labels.items())}", rule=rule,
+                       severity=severity, state=state, labels=lab, started_at=started,
+                       fired_at=started if state == "firing" else None, updated_at=started)
 
 
 def hello(gpus: list[wire.GpuInfo] | None = None, ts: float = 1000.0) -> wire.Hello:

@@ -21,8 +21,7 @@ from pathlib import Path
 import pytest
 from gpufleet.agent import wire
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "fakenvml"))
-import fakelib  # noqa: E402
+from tests.fakenvml import fakelib  # noqa: E402
 
 
 def agent_cmd() -> list[str]:

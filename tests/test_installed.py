@@ -26,7 +26,7 @@ def test_bundled_scenarios_are_packaged() -> None:
 
 
 def test_web_page_assets_are_packaged() -> None:
-    static = importlib.resources.files("gpufleet.collector.web").joinpath("static")
+    static = importlib.resources.files("gpufleet.collector.faces.web").joinpath("static")
     for name in ("index.html", "app.js", "app.css"):
         text = static.joinpath(name).read_text(encoding="utf-8")
         assert text and "https://" not in text and "http://" not in text, name  # nothing from a CDN

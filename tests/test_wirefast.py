@@ -1,4 +1,4 @@
-"""The collector's msgspec decoder (collector/wirefast.py) gives what the reference decoder gives.
+"""The collector's msgspec decoder (collector/transport/wirefast.py) gives what the reference decoder gives.
 
 Over a corpus -- every bundled scenario's real frames, the simulator's frames, the malformed and hostile
 lines of tests/test_wire.py and tests/hostile, and every numeric field at and beyond its range -- the fast
@@ -17,10 +17,12 @@ from typing import Any
 
 import msgspec
 import pytest
-from builders import scenario_frames
 from gpufleet.agent import wire
-from gpufleet.collector import sample, wirefast
+from gpufleet.collector.model import sample
 from gpufleet.collector.simfleet import FrameGenerator
+from gpufleet.collector.transport import wirefast
+
+from tests.builders import scenario_frames
 
 HUGE = 10 ** 30
 

@@ -1,5 +1,5 @@
-"""The alert engine: a FleetSink (collector/live.py) that feeds observations to the rules and orchestrates
-the parts of alerting, each with one owner:
+"""The alert engine: a FleetSink (collector/fleet/live.py) that feeds observations to the rules and
+orchestrates the parts of alerting, each with one owner:
 
 - alerts.lifecycle: conditions -> pending -> firing -> resolved (``for``, ``keep_firing_for``);
 - alerts.grouping: group_by, group_wait / group_interval / repeat_interval -> Notifications;
@@ -22,26 +22,25 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
 from gpufleet.collector.alerts.grouping import Grouper
 from gpufleet.collector.alerts.lifecycle import Lifecycle, needs_resolved_notice
 from gpufleet.collector.alerts.notes import UserNotes
 from gpufleet.collector.alerts.silences import Silences, SilenceStore, inhibited
-from gpufleet.collector.classify import thresholds_of
-from gpufleet.collector.facts import FleetFacts
-from gpufleet.collector.live import HostState
+from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.facts import FleetFacts
+from gpufleet.collector.model.firing import Firing
+from gpufleet.collector.model.records import AlertRecord, SilenceRecord
+from gpufleet.collector.model.thresholds import thresholds_of
 from gpufleet.collector.notify.base import Notification
+from gpufleet.collector.notify.dispatcher import NotificationDispatcher
 from gpufleet.collector.rules.base import HostContext
 from gpufleet.collector.rules.hosts import COLLECTOR, CollectorFaultRule, NotifierDownRule
 from gpufleet.collector.rules.registry import build_rules
 from gpufleet.collector.settings import Config
-from gpufleet.collector.store.records import AlertRecord, SilenceRecord
-
-if TYPE_CHECKING:
-    from gpufleet.collector.notify.dispatcher import NotificationDispatcher
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +56,7 @@ class AlertStore(SilenceStore, Protocol):
 
 
 class AlertEngine:
-    """Rules + alert lifecycle + notification scheduling. A FleetSink (collector/live.py)."""
+    """Rules + alert lifecycle + notification scheduling. A FleetSink (collector/fleet/live.py)."""
 
     def __init__(self, config: Config, store: AlertStore | None, *, clock: Callable[[], float] = time.time,
                  dispatcher: NotificationDispatcher | None = None, facts: FleetFacts | None = None) -> None:
@@ -76,8 +75,8 @@ class AlertEngine:
         self.lifecycle = Lifecycle(self.rules, self._counters)
         self.grouper = Grouper(self.alerting)
         self.silences = Silences(store, clock)
-        self.notes = UserNotes(self.alerting, {name: rule.param_float("note_once_per", 0.0)
-                                               for name, rule in self.rules.items()})
+        self.notes = UserNotes(self.alerting, {name: once for name, rule in self.rules.items()
+                                               if (once := rule.note_once_per()) is not None})
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
 
@@ -94,13 +93,20 @@ class AlertEngine:
         if self._task is None and run_tick:
             self._task = asyncio.create_task(self._run(), name="alert-engine")
 
-    async def stop(self, timeout: float = 5.0) -> None:
-        """Stop the tick, save every active alert, drain the dispatcher for up to ``timeout`` seconds."""
+    async def halt(self) -> None:
+        """Stop judging the hosts: the tick ends (no more time-based conditions, no more transitions).
+        The daemon calls this first when it stops, before it stops listening and hangs up: the silence
+        that follows is the collector's own, not an observation of the hosts (a host silent for 3 intervals
+        while the transport closes is not down). Notifications already queued are still delivered."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+
+    async def stop(self, timeout: float = 5.0) -> None:
+        """Stop the tick, save every active alert, drain the dispatcher for up to ``timeout`` seconds."""
+        await self.halt()
         for a in self.lifecycle.alerts.values():
             self.lifecycle.mark(a)
         await self._persist()
@@ -301,9 +307,9 @@ class AlertEngine:
         """Pending and firing alerts (copies), oldest first."""
         return self.lifecycle.active()
 
-    def flags(self, host: str, gpu: int | None = None) -> set[str]:
-        """Names of the rules firing for the host (with ``gpu``: for that GPU only)."""
-        return self.lifecycle.flags(host, gpu)
+    def firing(self) -> Firing:
+        """Which rules fire on which GPU and host now (one pass over the alerts, no copies)."""
+        return Firing(self.lifecycle.alerts.values())
 
     def is_muted(self, alert: AlertRecord) -> bool:
         """Silenced or inhibited right now (for the API's alert listing)."""

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from gpufleet.collector.alerts.fingerprint import group_key
 from gpufleet.collector.alerts.lifecycle import needs_resolved_notice
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.notify.base import Notification, Notifier, Status
 from gpufleet.collector.settings import AlertingConfig
-from gpufleet.collector.store.records import AlertRecord
 
 #: an alert label naming a notification destination: the alert is about it, so it goes to the others
 ABOUT_NOTIFIER = "notifier"

@@ -16,17 +16,11 @@ from dataclasses import dataclass
 
 from gpufleet.collector.alerts.fingerprint import fingerprint
 from gpufleet.collector.alerts.notes import ENGINE_ANNOTATIONS, keep_annotations
-from gpufleet.collector.classify import processes_unknown
-from gpufleet.collector.rules.base import (
-    DURATION,
-    Condition,
-    HostContext,
-    Rule,
-    find_gpu,
-    selector_matches,
-)
+from gpufleet.collector.model.classify import processes_unknown
+from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.rules.base import Condition, HostContext, Rule, find_gpu, selector_matches
 from gpufleet.collector.rules.hosts import COLLECTOR
-from gpufleet.collector.store.records import AlertRecord
+from gpufleet.collector.rules.wording import DURATION
 from gpufleet.collector.units import fmt_duration
 
 log = logging.getLogger(__name__)
@@ -193,10 +187,3 @@ class Lifecycle:
         alerts = [a for a in self.alerts.values() if a.state != "resolved"]
         return [dataclasses.replace(a, labels=dict(a.labels), annotations=dict(a.annotations))
                 for a in sorted(alerts, key=lambda a: a.started_at)]
-
-    def flags(self, host: str, gpu: int | None = None) -> set[str]:
-        """Names of the rules firing for the host (with ``gpu``: for that GPU only)."""
-        want = None if gpu is None else str(gpu)
-        return {a.rule for a in self.alerts.values()
-                if a.state == "firing" and a.labels.get("host") == host
-                and (want is None or a.labels.get("gpu") == want)}

@@ -11,20 +11,16 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable
 
-from gpufleet.collector.classify import UNATTRIBUTED
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.notify.base import Notification
-from gpufleet.collector.notify.build import USER_NOTIFIER
+from gpufleet.collector.notify.build import USER_NOTIFIER, user_email
 from gpufleet.collector.notify.message import KEEP
-from gpufleet.collector.rules.base import USER_RULES, keep_command
+from gpufleet.collector.rules.catalog import BY_NAME, USER_RULES
+from gpufleet.collector.rules.wording import keep_command
 from gpufleet.collector.settings import AlertingConfig
-from gpufleet.collector.store.records import AlertRecord
 
 NAGGED_AT = "user_notified_at"  # annotation: when the user was last told about this alert
 ENGINE_ANNOTATIONS = (NAGGED_AT,)  # bookkeeping saved with the alert, never shown to a notifier
-
-_WHAT = {"wasted": "is holding memory but idle", "stale": "has a stale process",
-         "underused": "is underused (low mean util)"}
-
 
 def _process_of(a: AlertRecord) -> tuple[str, str, str, str]:
     """(rule, host, pid, start time): the process an alert names, for once-per-process notes."""
@@ -37,16 +33,6 @@ def keep_annotations(a: AlertRecord) -> dict[str, str]:
     if a.rule in USER_RULES and a.labels.get("user"):
         return {KEEP: keep_command(a.labels, a.rule)}
     return {}
-
-
-def user_email(alerting: AlertingConfig, user: str) -> str | None:
-    """The address of a user: ``user_emails``, else ``user@user_email_domain`` for a real user name."""
-    if user in alerting.user_emails:
-        return alerting.user_emails[user]
-    if alerting.user_email_domain and user not in ("unknown", "root", UNATTRIBUTED) \
-            and not user.startswith("uid"):
-        return f"{user}@{alerting.user_email_domain}"
-    return None
 
 
 class UserNotes:
@@ -100,7 +86,7 @@ class UserNotes:
             if email is None:
                 continue
             hosts = ", ".join(sorted({a.labels.get("host", "") for a in mine}))
-            what = _WHAT.get(rule, f"has a {rule} alert")
+            what = BY_NAME[rule].note or f"has a {rule} alert"
             out.append(Notification(
                 group_key=f'{{rule="{rule}",user="{user}"}}', status="firing",
                 alerts=[copy(a) for a in mine], group_labels={"user": user, "rule": rule},

@@ -12,9 +12,9 @@ from typing import Protocol
 
 from gpufleet.collector.alerts.fingerprint import fingerprint
 from gpufleet.collector.errors import QueryError
+from gpufleet.collector.model.records import AlertRecord, SilenceRecord
 from gpufleet.collector.rules.base import matchers_match
 from gpufleet.collector.rules.hosts import HOST_KEY
-from gpufleet.collector.store.records import AlertRecord, SilenceRecord
 from gpufleet.collector.units import fmt_duration
 
 log = logging.getLogger(__name__)

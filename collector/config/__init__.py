@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import yaml
+from gpufleet.collector.addresses import Resolver
 from gpufleet.collector.config.hostlist import expand_hostlist
 from gpufleet.collector.config.hosts import check_addresses, check_hosts, parse_defaults, parse_hosts
 from gpufleet.collector.config.nodes import Bad, ConfigErrors, Parser, parse_duration, section, values_of
@@ -51,7 +52,6 @@ __all__ = [
     "ConfigErrors",
     "default_config",
     "expand_hostlist",
-    "find_config",
     "load_config",
     "parse_config",
     "parse_duration",
@@ -63,13 +63,14 @@ __all__ = [
 
 def parse_config(text: str, source: str = "<config>", *, base_dir: str | Path | None = None,
                  env: Mapping[str, str] | None = None, resolve_secrets: bool = True,
-                 resolve_addresses: bool = False, with_hosts: bool = True) -> Config:
+                 resolver: Resolver | None = None, with_hosts: bool = True) -> Config:
     """Validate YAML ``text`` into a :class:`Config`; raise :class:`ConfigErrors` listing every mistake.
 
     ``source`` names the file in errors; relative paths resolve against ``base_dir`` (default: the
     directory of ``source``). ``resolve_secrets=False`` is for clients that only need paths (socket,
     database): unset env refs stay as written, and secret files, key files and known_hosts are not read.
-    ``resolve_addresses`` looks host names up (``config check``) to warn about one machine listed twice;
+    ``resolver`` looks host names up (``config check``: :func:`.hosts.system_resolver`) to warn about one
+    machine listed twice; without one only addresses written alike are compared;
     the warnings, ``file:line: key: warning: ...``, are in ``Config.warnings``. ``with_hosts=False`` leaves
     the host list out (``Config.hosts`` empty, its mistakes unchecked): the CLI's commands read the socket,
     database, thresholds and collectors, and a 5,000-host list would cost each command most of a second.
@@ -108,7 +109,7 @@ def parse_config(text: str, source: str = "<config>", *, base_dir: str | Path | 
         defaults = parse_defaults(p, top.get("defaults"))
         hosts = parse_hosts(p, top.get("hosts"), defaults, config.max_hosts)
         check_hosts(p, hosts)
-        check_addresses(p, hosts, resolve=resolve_addresses)
+        check_addresses(p, hosts, resolver=resolver)
         config.hosts = [h for h, _f in hosts]
     config.storage = StorageConfig(**values_of(section(p, top.get("storage"), "storage", STORAGE_SPEC)))
     config.rules = parse_rules(p, top.get("rules"))
@@ -168,7 +169,8 @@ def _compose(text: str) -> Node | None:
 
 
 def _workers(p: Parser, node: Node, config: Config) -> int:
-    """``workers: N``: N worker processes on this machine (collector/workers.py), with what they exclude."""
+    """``workers: N``: N worker processes on this machine (collector/service/workers.py), with what they
+    exclude."""
     n: int = TOP_SPEC["workers"](p, node, "workers")
     if n > 1:
         if config.shard is not None:
@@ -184,7 +186,7 @@ def _workers(p: Parser, node: Node, config: Config) -> int:
 
 
 def load_config(path: str | Path, *, env: Mapping[str, str] | None = None,
-                resolve_secrets: bool = True, resolve_addresses: bool = False,
+                resolve_secrets: bool = True, resolver: Resolver | None = None,
                 with_hosts: bool = True) -> Config:
     """Read and validate a config file; raise :class:`ConfigErrors` (file:line: key: ...) on mistakes.
     The keywords are :func:`parse_config`'s."""
@@ -197,23 +199,7 @@ def load_config(path: str | Path, *, env: Mapping[str, str] | None = None,
         raise ConfigErrors([ConfigError(f"config is not UTF-8 text: {exc.reason}", path=source)]) from None
     base = Path(path).expanduser().absolute().parent
     return parse_config(text, source, base_dir=base, env=env, resolve_secrets=resolve_secrets,
-                        resolve_addresses=resolve_addresses, with_hosts=with_hosts)
-
-
-def find_config() -> Path | None:
-    """$GPUFLEET_CONFIG, ./gpufleet.yaml, ~/.config/gpufleet/gpufleet.yaml, /etc/gpufleet/gpufleet.yaml.
-
-    $GPUFLEET_CONFIG is returned even when missing, so loading it reports the mistake.
-    """
-    explicit = os.environ.get("GPUFLEET_CONFIG")
-    if explicit:
-        return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    for candidate in (Path("gpufleet.yaml"), Path(xdg) / "gpufleet" / "gpufleet.yaml",
-                      Path("/etc/gpufleet/gpufleet.yaml")):
-        if candidate.is_file():
-            return candidate
-    return None
+                        resolver=resolver, with_hosts=with_hosts)
 
 
 def default_config() -> Config:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from gpufleet.collector.addresses import Endpoint, Resolver
 from gpufleet.collector.config import bounds
 from gpufleet.collector.config.hostlist import (
     BRACKET,
@@ -318,18 +319,20 @@ def check_hosts(p: Parser, hosts: list[tuple[HostConfig, Fields]]) -> None:
             hop = by_name[hop][0].jump
 
 
-def check_addresses(p: Parser, hosts: list[tuple[HostConfig, Fields]], *, resolve: bool) -> None:
+
+def check_addresses(p: Parser, hosts: list[tuple[HostConfig, Fields]], *, resolver: Resolver | None) -> None:
     """Warn when two SSH entries reach the same machine (same address and port): it would be watched
-    twice and its GPU history mixed. Literal duplicates always; with ``resolve``, names are looked up
-    (``gpu-a`` at 127.0.0.1 and ``gpu-a-alias`` at localhost), in parallel and within a few seconds.
-    Hosts behind a jump host are compared by their written address only (they resolve over there)."""
+    twice and its GPU history mixed. Literal duplicates always; with a ``resolver``, names are looked up
+    (``gpu-a`` at 127.0.0.1 and ``gpu-a-alias`` at localhost; :func:`system_resolver` in parallel and within
+    a few seconds). Hosts behind a jump host are compared by their written address only (they resolve over
+    there)."""
     ssh = [(h, f) for h, f in hosts if h.transport == "ssh"]
     endpoints: dict[str, set[tuple[str, ...]]] = {}
     for h, _f in ssh:
         literal = h.address.strip().strip("[]").lower()
         endpoints[h.name] = {(h.jump or "", literal, str(h.port))}
-    if resolve:
-        looked_up = _resolve_all({(h.address, h.port) for h, _f in ssh if h.jump is None})
+    if resolver is not None:
+        looked_up = resolver({(h.address, h.port) for h, _f in ssh if h.jump is None})
         for h, _f in ssh:
             if h.jump is None:
                 found = looked_up.get((h.address, h.port), set())
@@ -349,8 +352,7 @@ def check_addresses(p: Parser, hosts: list[tuple[HostConfig, Fields]], *, resolv
                    "be watched twice and its GPU history mixed; remove one entry", node, key)
 
 
-def _resolve_all(targets: set[tuple[str, int]],
-                 timeout: float = 5.0) -> dict[tuple[str, int], set[tuple[str, int]]]:
+def system_resolver(targets: set[tuple[str, int]], timeout: float = 5.0) -> dict[Endpoint, set[Endpoint]]:
     """``getaddrinfo`` for each (address, port), on up to 32 daemon threads; what does not answer within
     ``timeout`` (or does not resolve) is left out, and a hung lookup cannot hold up the process's exit."""
     todo = sorted(targets)

@@ -237,11 +237,7 @@ class Parser:
                       f"{value.strip()}", node, key)
         if isinstance(value, bool) or not isinstance(value, int):
             self.fail(f"expected an integer, got {self.kind(node)}", node, key)
-        shown = "" if from_env else f", got {value}"
-        if lo is not None and value < lo:
-            self.fail(f"must be at least {lo}{shown}", node, key)
-        if hi is not None and value > hi:
-            self.fail(f"must be at most {hi}{shown}", node, key)
+        self._in_range(value, lo, hi, from_env, node, key)
         return value
 
     def number(self, node: Node, key: str, *, lo: float | None = None, hi: float | None = None) -> float:
@@ -253,12 +249,17 @@ class Parser:
                 self.fail("expected a number (the environment variable's value is not one)", node, key)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             self.fail(f"expected a number, got {self.kind(node)}", node, key)
+        self._in_range(value, lo, hi, from_env, node, key)
+        return float(value)
+
+    def _in_range(self, value: float, lo: float | None, hi: float | None, from_env: bool, node: Node,
+                  key: str) -> None:
+        """At least ``lo``, at most ``hi`` (a value from the environment is not echoed: it may be secret)."""
         shown = "" if from_env else f", got {value}"
         if lo is not None and value < lo:
             self.fail(f"must be at least {lo}{shown}", node, key)
         if hi is not None and value > hi:
             self.fail(f"must be at most {hi}{shown}", node, key)
-        return float(value)
 
     def duration(self, node: Node, key: str, *, positive: bool = False) -> float:
         value, from_env = self.env_scalar(node, key)

@@ -9,18 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from gpufleet.collector.errors import NotifyError
+from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.rules.catalog import severity_rank
 from gpufleet.collector.settings import NotifierConfig
-from gpufleet.collector.store.records import AlertRecord
 
 NotificationKind = Literal["alert", "refresh", "user", "report"]
 Status = Literal["firing", "resolved"]
-SEVERITY_RANK = {"info": 0, "warning": 1, "critical": 2}
 
 _ids = itertools.count(1)
-
-
-def severity_rank(severity: str) -> int:
-    return SEVERITY_RANK.get(severity, 1)
 
 
 @dataclass(slots=True)
@@ -29,9 +25,9 @@ class Notification:
 
     ``alert``: a group flush (firing and/or resolved alerts). ``refresh``: re-post of firing alerts for
     notifiers that need it (Alertmanager). ``user``: a direct note to the user named in ``recipient`` (about
-    their alerts, or with no alerts and ``title``/``body`` pre-rendered: a job's end, collector/jobnotes.py).
-    ``report``: a waste report (``title``/``body`` pre-rendered, ``data`` the JSON form), status None, so
-    no consumer reads it as an alert resolution.
+    their alerts, or with no alerts and ``title``/``body`` pre-rendered: a job's end,
+    collector/notify/jobnotes.py). ``report``: a waste report (``title``/``body`` pre-rendered, ``data`` the
+    JSON form), status None, so no consumer reads it as an alert resolution.
     Alerts are copies taken at send time; their annotations are already rendered.
     """
 
@@ -100,7 +96,7 @@ def prepare_for(notifier: Notifier, n: Notification) -> Notification | None:
     elif notifier.targeted_only:
         return None
     if n.kind == "report" or (n.kind == "user" and not n.alerts):
-        return n  # a report, or a note about no alert (a job's end, collector/jobnotes.py): as it is
+        return n  # a report, or a note about no alert (a job's end, collector/notify/jobnotes.py): as it is
     cfg = notifier.config
     floor = severity_rank(cfg.min_severity)
     alerts = [

@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 
 from gpufleet.collector.errors import ConfigError
+from gpufleet.collector.model.classify import UNATTRIBUTED
 from gpufleet.collector.notify.alertmanager import AlertmanagerNotifier
+from gpufleet.collector.notify.apprise_notifier import AppriseNotifier, UserNotifier
 from gpufleet.collector.notify.base import Notifier
 from gpufleet.collector.notify.command import CommandNotifier
 from gpufleet.collector.notify.webhook import WebhookNotifier
@@ -17,6 +19,16 @@ from gpufleet.collector.secrets import resolve_secret
 from gpufleet.collector.settings import AlertingConfig, NotifierConfig
 
 USER_NOTIFIER = "users"
+
+
+def user_email(alerting: AlertingConfig, user: str) -> str | None:
+    """The address of a user: ``user_emails``, else ``user@user_email_domain`` for a real user name."""
+    if user in alerting.user_emails:
+        return alerting.user_emails[user]
+    if alerting.user_email_domain and user not in ("unknown", "root", UNATTRIBUTED) \
+            and not user.startswith("uid"):
+        return f"{user}@{alerting.user_email_domain}"
+    return None
 
 
 def _named(cfg: NotifierConfig, index: int, count: int) -> NotifierConfig:
@@ -52,7 +64,6 @@ def build_notifiers(configs: list[NotifierConfig], alerting: AlertingConfig) -> 
             elif cfg.kind == "alertmanager":
                 out.append(AlertmanagerNotifier(one, url, shown))
             elif cfg.kind == "apprise":
-                from gpufleet.collector.notify.apprise_notifier import AppriseNotifier
 
                 out.append(AppriseNotifier(one, url, shown))
             else:
@@ -62,7 +73,6 @@ def build_notifiers(configs: list[NotifierConfig], alerting: AlertingConfig) -> 
             raise ConfigError("notify_users needs user_notifier (an apprise URL such as "
                               "mailtos://smtp.example.org?from=gpufleet@example.org)",
                               key="alerting.user_notifier")
-        from gpufleet.collector.notify.apprise_notifier import UserNotifier
 
         base = resolve_secret(alerting.user_notifier, where="alerting.user_notifier")
         # it takes only the notes addressed to it (targeted, kind "user"); the engine decides what they cover

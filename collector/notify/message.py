@@ -9,8 +9,9 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from gpufleet.collector.notify.base import Notification, severity_rank
-from gpufleet.collector.store.records import AlertRecord
+from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.notify.base import Notification
+from gpufleet.collector.rules.catalog import severity_rank
 
 WEBHOOK_VERSION = "4"
 #: annotation carrying the command that keeps (silences) the alert's process, printed under the list

@@ -13,9 +13,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.notify.base import Notification
 from gpufleet.collector.store.nflog import NflogRecord
-from gpufleet.collector.store.records import AlertRecord
 
 #: delivered entries are kept this long (for "what was sent when"), then pruned
 KEEP_DELIVERED = 7 * 86400.0

@@ -7,28 +7,20 @@ two apart lets each rule be tested from hand-built snapshots, and the lifecycle 
 
 from __future__ import annotations
 
-import dataclasses
-import fnmatch
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar
 
 from gpufleet.agent import wire
-from gpufleet.collector import procname, sample
-from gpufleet.collector.classify import Thresholds
-from gpufleet.collector.facts import SnapshotFacts
-from gpufleet.collector.live import HostState
-from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig, Selector
-from gpufleet.collector.store.records import AlertRecord
+from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.facts import SnapshotFacts
+from gpufleet.collector.model.names import matches, matches_any
+from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.model.thresholds import Thresholds
+from gpufleet.collector.rules import catalog
+from gpufleet.collector.settings import RuleConfig, Selector
 from gpufleet.collector.units import fmt_duration
-
-#: Placeholder a rule may put in a summary/description; the engine replaces it with how long the condition
-#: has been true (from the alert's persisted start, so it survives a collector restart).
-DURATION = "{duration}"
-
-SEVERITIES = ("info", "warning", "critical")
-#: Rules whose alerts name one user's processes: the text says how to keep them, and the user may be mailed.
-USER_RULES = ("wasted", "stale", "underused")
 
 
 @dataclass(slots=True)
@@ -84,12 +76,16 @@ class Rule:
     #: evaluated when a snapshot arrives
     on_snapshot: ClassVar[bool] = True
 
+    #: the rule's own parameters, typed (collector/rules/catalog.py); a subclass names its own class
+    p: catalog.Params
+
     def __init__(self, config: RuleConfig) -> None:
-        # the defaults under what was configured, so a hand-built RuleConfig (tests) reads like a loaded one
-        params = {**DEFAULT_RULES.get(config.name, {}), **config.params}
-        self.config = dataclasses.replace(config, params=params)
+        self.spec = catalog.spec(self.name)
+        self.config = config  # its params: the catalog's defaults under what was configured (RuleConfig)
+        params = config.params
         self.params: dict[str, Any] = params
-        #: the shared classification's thresholds as this rule's params set them (collector/classify.py);
+        self.p = self.spec.params.of(params)
+        #: the shared classification's thresholds as this rule's params set them (model/classify.py);
         #: build_rules replaces them with the whole config's, so every rule classifies alike
         self.thresholds = Thresholds.from_rules({config.name: params})
 
@@ -101,9 +97,10 @@ class Rule:
     def severity(self) -> str:
         return self.config.severity
 
-    def param_float(self, key: str, default: float) -> float:
-        value = self.params.get(key, default)
-        return float(value) if isinstance(value, (int, float)) else default
+    def note_once_per(self) -> float | None:
+        """Seconds between notes about one process (alerts/notes.py); None: a user is noted once per
+        ``repeat_interval`` per rule."""
+        return None
 
     def facts(self, ctx: HostContext, snapshot: sample.Snapshot) -> SnapshotFacts:
         """The snapshot classified under this rule's thresholds: the engine's shared answer (``ctx.facts``)
@@ -113,6 +110,14 @@ class Rule:
         if facts is None or not facts.agrees(snapshot, self.thresholds):
             facts = ctx.facts = SnapshotFacts.build(ctx.name, snapshot, self.thresholds)
         return facts
+
+    def each_gpu(self, ctx: HostContext,
+                 judge: Callable[[sample.GpuSample], Condition | None]) -> list[Condition] | None:
+        """The conditions of a rule that judges each GPU of the latest snapshot on its own (None before the
+        first snapshot: the engine keeps what it knew)."""
+        if ctx.snapshot is None:
+            return None
+        return [c for g in ctx.snapshot.gpus if (c := judge(g)) is not None]
 
     def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
         """Update internal state from a new snapshot (``ctx.snapshot`` is already this one)."""
@@ -141,11 +146,14 @@ class Rule:
         """Drop per-host state (host removed)."""
 
 
+
+class TickRule(Rule):
+    """A rule judged on the engine's tick (timeouts, hold times, the host's state), not per snapshot."""
+
+    time_based = True
+    on_snapshot = False
+
 # ------------------------------------------------------------------------------------------ selectors
-
-
-def _glob_any(value: str, patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatchcase(value, p) for p in patterns)
 
 
 def selector_matches(select: Selector, labels: dict[str, str], tags: list[str]) -> bool:
@@ -155,18 +163,18 @@ def selector_matches(select: Selector, labels: dict[str, str], tags: list[str]) 
     only conditions that carry the label: a host-level condition (no ``gpu``) is not excluded by ``gpus``.
     """
     host = labels.get("host")
-    if select.hosts and host is not None and not _glob_any(host, select.hosts):
+    if select.hosts and host is not None and not matches_any(host, select.hosts):
         return False
-    if select.tags and not any(_glob_any(t, select.tags) for t in tags):
+    if select.tags and not any(matches_any(t, select.tags) for t in tags):
         return False
     gpu = labels.get("gpu")
     if select.gpus and gpu is not None and gpu.isdigit() and int(gpu) not in select.gpus:
         return False
     user = labels.get("user")
     if user is not None:
-        if select.users and not _glob_any(user, select.users):
+        if select.users and not matches_any(user, select.users):
             return False
-        if select.exclude_users and _glob_any(user, select.exclude_users):
+        if select.exclude_users and matches_any(user, select.exclude_users):
             return False
     return True
 
@@ -176,53 +184,7 @@ def matchers_match(matchers: dict[str, str], labels: dict[str, str]) -> bool:
 
     A missing label reads as "" so ``user=*`` also matches alerts without a user; ``user=alice`` does not.
     """
-    return all(fnmatch.fnmatchcase(labels.get(k, ""), v) for k, v in matchers.items())
-
-
-# ------------------------------------------------------------------------------------------ formatting
-
-
-def safe(text: str | None, limit: int = 120) -> str:
-    """User-controlled text (commands) in a summary: bounded, one line, cannot inject the placeholder."""
-    if not text:
-        return "?"
-    one_line = " ".join(text.split())
-    one_line = one_line.replace(DURATION, "{ duration }")
-    return one_line if len(one_line) <= limit else one_line[: limit - 1] + "…"
-
-
-#: Annotation key -> the ProcessSample field (wire 1.1) it shows.
-_SLURM_FIELDS: Final = (("slurm_job_name", "job_name"), ("slurm_user", "job_user"),
-                        ("slurm_account", "job_account"), ("slurm_partition", "job_partition"),
-                        ("slurm_state", "job_state"))
-
-
-def slurm_annotations(procs: Iterable[sample.ProcessSample]) -> dict[str, str]:
-    """What Slurm says of the processes' jobs, for an alert's annotations.
-
-    Annotations, never labels: the agent names a job some seconds after it first reports it (its scontrol
-    runs in the background), and a label that appears late would change the alert's fingerprint and its
-    notification group, i.e. resolve one alert and fire a "new" one. Annotations follow the latest sample."""
-    procs = list(procs)
-    out: dict[str, str] = {}
-    for key, attr in _SLURM_FIELDS:
-        values = sorted({v for p in procs if (v := getattr(p, attr))})
-        if values:
-            out[key] = safe(",".join(values), 200)
-    return out
-
-
-def slurm_note(procs: Iterable[sample.ProcessSample]) -> str:
-    """`` in Slurm job 90210 train-llm`` for a summary, where Slurm named the (one) job; else empty."""
-    named = {(p.job, p.job_name) for p in procs if p.job and p.job_name}
-    if len(named) != 1:
-        return ""
-    [(job, name)] = named
-    return f" in Slurm job {job} {safe(name, 60)}"
-
-
-def gpu_labels(host: str, gpu: sample.GpuSample) -> dict[str, str]:
-    return {"host": host, "gpu": str(gpu.index), "uuid": gpu.uuid}
+    return all(matches(labels.get(k, ""), v) for k, v in matchers.items())
 
 
 def find_gpu(ctx: HostContext | None, labels: dict[str, str]) -> sample.GpuSample | None:
@@ -234,20 +196,3 @@ def find_gpu(ctx: HostContext | None, labels: dict[str, str]) -> sample.GpuSampl
         if (uuid and g.uuid == uuid) or (not uuid and str(g.index) == index):
             return g
     return None
-
-
-def keep_command(labels: dict[str, str], rule: str, duration: str = "2h") -> str:
-    """The exact CLI line that keeps (snoozes) one user's alert on one GPU: scoped to host, GPU, user and
-    rule, so keeping your own notebook never mutes someone else's waste on a shared GPU."""
-    parts = ["gpufleet silence add", f"--host {labels.get('host', '')}"]
-    if labels.get("gpu"):
-        parts.append(f"--gpu {labels['gpu']}")
-    if labels.get("user"):
-        parts.append(f"--user {labels['user']}")
-    parts += [f"--rule {rule}", f"--for {duration}", "--comment keep"]
-    return " ".join(parts)
-
-
-def short_command(command: str | None) -> str:
-    """The program name of a command line, as the status view shows it (see :mod:`procname`)."""
-    return safe(procname.short_command(command, 60), 60)

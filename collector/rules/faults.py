@@ -15,10 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.rules.base import Condition, HostContext, Rule, gpu_labels, safe
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.rules import catalog
+from gpufleet.collector.rules.base import Condition, HostContext, Rule, TickRule
+from gpufleet.collector.rules.wording import gpu_labels, safe
 from gpufleet.collector.settings import RuleConfig
-from gpufleet.collector.store.records import AlertRecord
 from gpufleet.collector.units import fmt_duration
 
 XID_MEANING: dict[int, str] = {
@@ -172,10 +174,9 @@ class _Xid:
     uuid: str | None
 
 
-class XidRule(Rule):
+class XidRule(TickRule):
     name = "xid"
-    time_based = True
-    on_snapshot = False
+    p: catalog.Xid
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
@@ -184,7 +185,7 @@ class XidRule(Rule):
     def severity_for(self, xid: int) -> str:
         if xid in wire.CRITICAL_XIDS:
             return self.severity
-        if xid in {int(x) for x in self.params.get("warning_xids", [])}:
+        if xid in self.p.warning_xids:
             return "warning"
         return "info"
 
@@ -203,7 +204,7 @@ class XidRule(Rule):
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         seen = self._seen.get(ctx.name, {})
-        hold = self.param_float("hold", 3600.0)
+        hold = self.p.hold
         out: list[Condition] = []
         for key, fact in list(seen.items()):
             if now - fact.last >= hold:
@@ -226,7 +227,7 @@ class XidRule(Rule):
         return out
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
-        hold = fmt_duration(self.param_float("hold", 3600.0))
+        hold = fmt_duration(self.p.hold)
         return (f"{alert.labels.get('host')} GPU {alert.labels.get('gpu')}: no Xid {alert.labels.get('xid')} "
                 f"for {hold}")
 
@@ -252,22 +253,20 @@ class EccRule(Rule):
     name = "ecc"
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
-        if ctx.snapshot is None:
-            return None
-        out: list[Condition] = []
-        for g in ctx.snapshot.gpus:
-            if g.error or not g.ecc_uncorrected:
-                continue
-            out.append(Condition(
+        def judge(g: sample.GpuSample) -> Condition | None:
+            errors = g.ecc_uncorrected
+            if g.error or not errors:
+                return None
+            return Condition(
                 self.name, gpu_labels(ctx.name, g),
-                f"{ctx.name} GPU {g.index} has {g.ecc_uncorrected} uncorrectable ECC error"
-                f"{'s' if g.ecc_uncorrected != 1 else ''} since the driver loaded",
+                f"{ctx.name} GPU {g.index} has {errors} uncorrectable ECC error{'s' if errors != 1 else ''} "
+                "since the driver loaded",
                 "Uncorrectable memory errors corrupt results; drain the GPU and reset it (pages are "
                 "retired or rows remapped on reset). Repeated errors mean an RMA.",
-                value=float(g.ecc_uncorrected),
-                annotations={"ecc_corrected": "" if g.ecc_corrected is None else str(g.ecc_corrected)},
-            ))
-        return out
+                value=float(errors),
+                annotations={"ecc_corrected": "" if g.ecc_corrected is None else str(g.ecc_corrected)})
+
+        return self.each_gpu(ctx, judge)
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         return (f"{alert.labels.get('host')} GPU {alert.labels.get('gpu')} ECC counters clear "

@@ -16,10 +16,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from gpufleet.collector.live import HostState
-from gpufleet.collector.rules.base import Condition, HostContext, Rule, safe
+from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.rules import catalog
+from gpufleet.collector.rules.base import Condition, HostContext, Rule, TickRule
+from gpufleet.collector.rules.wording import safe
 from gpufleet.collector.settings import RuleConfig
-from gpufleet.collector.store.records import AlertRecord
 from gpufleet.collector.units import fmt_duration
 
 COLLECTOR = ""  # the pseudo-host the storage rule is evaluated for
@@ -37,10 +39,9 @@ HOST_KEY = "host_key"
 HOST_KEY_SUMMARY = "{host}: {reason} (collector refuses to connect)"
 
 
-class HostDownRule(Rule):
+class HostDownRule(TickRule):
     name = "host_down"
-    time_based = True
-    on_snapshot = False
+    p: catalog.HostDown
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
@@ -58,7 +59,7 @@ class HostDownRule(Rule):
             down.reason = reason
         elif state.status == "up":
             last = max(ctx.last_frame or 0.0, state.since)
-            limit = self.param_float("missed_intervals", 3) * max(ctx.interval, 0.001)
+            limit = self.p.missed_intervals * max(ctx.interval, 0.001)
             if ctx.last_frame is None or ctx.last_frame < state.since:
                 limit += STARTUP_GRACE  # nothing yet on this connection
             if now - last > limit:
@@ -154,12 +155,9 @@ class StorageRule(CollectorFaultRule):
         return f"storage is healthy again after {fmt_duration(now - alert.started_at)}"
 
 
-class HostFlagRule(Rule):
+class HostFlagRule(TickRule):
     """A condition the agent stream flags on the host's state (one owner of each bound: the stream);
     true only while the host is up. Unknown until the engine has the host's state."""
-
-    time_based = True
-    on_snapshot = False
 
     def condition(self, ctx: HostContext, state: HostState) -> Condition | None:
         raise NotImplementedError

@@ -9,13 +9,16 @@ naming all of them. A GPU moved from one host to another is not flagged: the old
 
 from __future__ import annotations
 
-from gpufleet.collector import sample
-from gpufleet.collector.rules.base import Condition, HostContext, Rule, gpu_labels, safe
+from gpufleet.collector.model import sample
+from gpufleet.collector.rules import catalog
+from gpufleet.collector.rules.base import Condition, HostContext, Rule
+from gpufleet.collector.rules.wording import gpu_labels, safe
 from gpufleet.collector.settings import RuleConfig
 
 
 class DuplicateGpuRule(Rule):
     name = "duplicate_gpu"
+    p: catalog.DuplicateGpu
     time_based = True  # resolves when the other host stops reporting the UUID, without a frame from this one
 
     def __init__(self, config: RuleConfig) -> None:
@@ -34,7 +37,7 @@ class DuplicateGpuRule(Rule):
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
             return None
-        window = self.param_float("window", 30.0)
+        window = self.p.window
         out: list[Condition] = []
         for g in ctx.snapshot.gpus:
             reporters = self._reported.get(g.uuid, {})

@@ -20,19 +20,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from gpufleet.collector import sample
-from gpufleet.collector.classify import holders, is_zombie, user_of
-from gpufleet.collector.rules.base import (
-    DURATION,
-    Condition,
-    HostContext,
-    Rule,
-    gpu_labels,
-    safe,
-    short_command,
-    slurm_annotations,
-)
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.classify import holders, is_zombie, user_of
+from gpufleet.collector.rules import catalog
+from gpufleet.collector.rules.base import Condition, HostContext, Rule
 from gpufleet.collector.rules.series import Window, WindowMean
+from gpufleet.collector.rules.wording import DURATION, gpu_labels, safe, short_command, slurm_annotations
 from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.units import fmt_bytes, fmt_duration
 
@@ -63,6 +56,7 @@ class _ProcTrack:
 
 class UnderusedRule(Rule):
     name = "underused"
+    p: catalog.Underused
     reads_processes = True
 
     def __init__(self, config: RuleConfig) -> None:
@@ -70,7 +64,7 @@ class UnderusedRule(Rule):
         self._procs: dict[str, dict[ProcKey, _ProcTrack]] = {}  # host -> process -> track
 
     def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
-        span = self.param_float("window", 1800.0)
+        span = self.p.window
         old = self._procs.get(ctx.name, {})
         procs = self._procs[ctx.name] = {}  # processes gone from the snapshot drop out
         # each process's util this sample: its GPU's, or the mean of its GPUs' when it holds several (rare:
@@ -117,7 +111,7 @@ class UnderusedRule(Rule):
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
             return None
-        below = self.param_float("util_below", 30.0)
+        below = self.p.util_below
         idle_below = self.thresholds.util_below  # under this the GPU is idle: the wasted rule's case
         out: list[Condition] = []
         verdicts: dict[int, float | None] = {}  # id(mean) -> the mean when full, else None: once per series
@@ -135,12 +129,12 @@ class UnderusedRule(Rule):
         g, p = track.gpu, track.proc
         user = user_of(p)
         labels = {**gpu_labels(host, g), "user": user, "pid": str(p.pid)}
-        span = fmt_duration(self.param_float("window", 1800.0))
+        span = fmt_duration(self.p.window)
         summary = (f"{user}'s {short_command(p.command)} (pid {p.pid}) on {host} GPU {g.index} averages "
                    f"{mean:.0f} % GPU util over {span}: the GPU is underused")
         description = (
             f"The job holds {fmt_bytes(p.gpu_memory)} of the GPU but keeps it busy only {mean:.0f} % of the "
-            f"time (under {self.param_float('util_below', 30.0):.0f} %). What to check: the input pipeline "
+            f"time (under {self.p.util_below:.0f} %). What to check: the input pipeline "
             f"(DataLoader num_workers, pin_memory, data on a slow filesystem), a batch size too small for "
             f"this GPU, CPU-side work between steps (logging, metrics, checkpointing); or run it on a "
             f"smaller GPU or a MIG slice and leave this one to a job that fills it."
@@ -153,6 +147,9 @@ class UnderusedRule(Rule):
             annotations["job"] = p.job or p.container or ""
         annotations.update(slurm_annotations([p]))
         return Condition(self.name, labels, summary, description, value=mean, annotations=annotations)
+
+    def note_once_per(self) -> float | None:
+        return self.p.note_once_per
 
     def forget_host(self, host: str) -> None:
         self._procs.pop(host, None)
@@ -179,14 +176,15 @@ class _GpuTrack:
 
 class InputBoundRule(Rule):
     name = "input_bound"
+    p: catalog.InputBound
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
         self._gpus: dict[str, dict[str, _GpuTrack]] = {}  # host -> uuid -> track
 
     def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
-        span = self.param_float("window", 120.0)
-        high, low = self.param_float("high_above", 70.0), self.param_float("low_below", 20.0)
+        span = self.p.window
+        high, low = self.p.high_above, self.p.low_below
         old = self._gpus.get(ctx.name, {})
         tracks = self._gpus[ctx.name] = {}
         for g in snapshot.gpus:
@@ -216,21 +214,21 @@ class InputBoundRule(Rule):
     def _sawtooth(self, g: sample.GpuSample, track: _GpuTrack) -> tuple[float, int] | None:
         """(swings per minute, memory spread in bytes) when the window shows the pattern, else None."""
         per_minute = len(track.swings) * 60.0 / max(track.window.covered(), 1.0)
-        if per_minute < self.param_float("min_swings_per_minute", 4.0):
+        if per_minute < self.p.min_swings_per_minute:
             return None
         mems = [m for _, m in track.window.values() if m is not None]  # only once the util saws
         if not mems:
             return None
         spread = max(mems) - min(mems)
         total = g.memory_total or max(mems)
-        if total <= 0 or spread > total * self.param_float("memory_steady_pct", 5.0) / 100.0:
+        if total <= 0 or spread > total * self.p.memory_steady_pct / 100.0:
             return None  # memory moves with util: phases of different work (evaluation), not starvation
         return per_minute, spread
 
     def _condition(self, host: str, g: sample.GpuSample, user: str, procs: list[sample.ProcessSample],
                    per_minute: float, spread: int) -> Condition:
         p = procs[0]
-        high, low = self.param_float("high_above", 70.0), self.param_float("low_below", 20.0)
+        high, low = self.p.high_above, self.p.low_below
         summary = (f"{user}'s {short_command(p.command)} (pid {p.pid}) on {host} GPU {g.index} swings "
                    f"between over {high:.0f} % and under {low:.0f} % util {per_minute:.0f} times a minute "
                    f"for {DURATION}: input-bound")
@@ -259,6 +257,7 @@ class _OomTrack:
 
 class NearOomRule(Rule):
     name = "near_oom"
+    p: catalog.NearOom
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
@@ -272,8 +271,8 @@ class NearOomRule(Rule):
 
     def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
         """Crash loops: a process that reached the limit and left the GPU is a death at the limit."""
-        at_least = self.param_float("memory_at_least_pct", 95.0)
-        horizon = now - self.param_float("restart_window", 1800.0)
+        at_least = self.p.memory_at_least_pct
+        horizon = now - self.p.restart_window
         old = self._gpus.get(ctx.name, {})
         tracks = self._gpus[ctx.name] = {}
         for g in snapshot.gpus:
@@ -295,8 +294,8 @@ class NearOomRule(Rule):
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
             return None
-        at_least = self.param_float("memory_at_least_pct", 95.0)
-        loops = self.param_float("restarts_at_least", 2)
+        at_least = self.p.memory_at_least_pct
+        loops = self.p.restarts_at_least
         tracks = self._gpus.get(ctx.name, {})
         out: list[Condition] = []
         for g in ctx.snapshot.gpus:
@@ -324,7 +323,7 @@ class NearOomRule(Rule):
         free = (g.memory_total or 0) - (g.memory_used or 0)
         what = f"{short_command(p.command)} (pid {p.pid})" if p is not None else "job"
         where = f"{user}'s {what} on {host} GPU {g.index}"
-        window = fmt_duration(self.param_float("restart_window", 1800.0))
+        window = fmt_duration(self.p.restart_window)
         restarts = f"; {deaths} of their processes filled it and died in {window}" if deaths else ""
         if full:
             summary = (f"{where}: memory {fmt_bytes(g.memory_used)} of {fmt_bytes(g.memory_total)} "

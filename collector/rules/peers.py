@@ -2,12 +2,12 @@
 
 A DistributedDataParallel job whose ranks all picked ``cuda:0`` (CUDA_VISIBLE_DEVICES set per rank wrongly,
 a missing ``.to(local_rank)`` / ``.cuda()``, a model never wrapped in DDP) leaves its other GPUs allocated
-and idle. The job is :func:`gpufleet.collector.jobkey.group_key` (Slurm job, container, or one launcher's
-ranks); a GPU's activity is :func:`gpufleet.collector.classify.activity`, judged over ``window`` seconds so
-one sample between steps is neither: a GPU *computes* when at least half its samples are busy, and is an
-*idle peer* when none is. Stuck GPUs (util high, power idle: a hung collective) are neither; ``wasted``
-speaks for them. One condition per idle peer GPU (labels host, gpu, uuid, user, job), on that GPU's host.
-Each host's part is kept from its latest snapshot and dropped once the host has not reported for
+and idle. The job is :func:`gpufleet.collector.model.jobkey.group_key` (Slurm job, container, or one
+launcher's ranks); a GPU's activity is :func:`gpufleet.collector.model.classify.activity`, judged over
+``window`` seconds so one sample between steps is neither: a GPU *computes* when at least half its samples are
+busy, and is an *idle peer* when none is. Stuck GPUs (util high, power idle: a hung collective) are neither;
+``wasted`` speaks for them. One condition per idle peer GPU (labels host, gpu, uuid, user, job), on that GPU's
+host. Each host's part is kept from its latest snapshot and dropped once the host has not reported for
 ``3 * interval + 5`` seconds, so a host that went away does not keep a job half-busy. An index (job group ->
 hosts) keeps a host's evaluation to its own jobs' hosts, not the fleet.
 """
@@ -16,20 +16,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpufleet.collector.classify import user_of
-from gpufleet.collector.jobkey import job_label
-from gpufleet.collector.rules.base import (
-    DURATION,
-    Condition,
-    HostContext,
-    Rule,
-    gpu_labels,
-    safe,
-    short_command,
-    slurm_annotations,
-)
+from gpufleet.collector.model.classify import user_of
+from gpufleet.collector.model.jobkey import job_label
+from gpufleet.collector.model.sample import GpuSample, ProcessSample, Snapshot
+from gpufleet.collector.rules import catalog
+from gpufleet.collector.rules.base import Condition, HostContext, Rule
 from gpufleet.collector.rules.series import Window
-from gpufleet.collector.sample import GpuSample, ProcessSample, Snapshot
+from gpufleet.collector.rules.wording import DURATION, gpu_labels, safe, short_command, slurm_annotations
 from gpufleet.collector.settings import RuleConfig
 
 
@@ -65,6 +58,7 @@ class _HostPart:
 
 class IdlePeersRule(Rule):
     name = "idle_peers"
+    p: catalog.IdlePeers
     reads_processes = True
 
     def __init__(self, config: RuleConfig) -> None:
@@ -73,7 +67,7 @@ class IdlePeersRule(Rule):
         self._members: dict[str, set[str]] = {}  # job group -> the hosts where it holds GPUs
 
     def observe_snapshot(self, ctx: HostContext, snapshot: Snapshot, now: float) -> None:
-        span = self.param_float("window", 60.0)
+        span = self.p.window
         old = self._hosts.get(ctx.name)
         part = self._hosts[ctx.name] = _HostPart(now, 3 * ctx.interval + 5.0)
         for gf in self.facts(ctx, snapshot).gpus:
@@ -114,7 +108,7 @@ class IdlePeersRule(Rule):
         mine = self._hosts.get(ctx.name)
         if ctx.snapshot is None or mine is None:
             return None
-        min_gpus = int(self.param_float("min_gpus", 2))
+        min_gpus = self.p.min_gpus
         # job group -> every (host, GPU) it holds, across hosts
         members: dict[str, list[tuple[str, _PeerGpu]]] = {}
         for key, here in mine.by_group.items():

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from gpufleet.collector.classify import Thresholds
 from gpufleet.collector.errors import ConfigError
+from gpufleet.collector.model.thresholds import Thresholds
 from gpufleet.collector.rules.base import Rule
 from gpufleet.collector.rules.faults import EccRule, GpuLostRule, XidRule
 from gpufleet.collector.rules.hosts import (

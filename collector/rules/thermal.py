@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.rules.base import DURATION, Condition, HostContext, Rule, find_gpu, gpu_labels
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.rules import catalog
+from gpufleet.collector.rules.base import Condition, HostContext, Rule, find_gpu
+from gpufleet.collector.rules.wording import DURATION, gpu_labels
 from gpufleet.collector.settings import RuleConfig
-from gpufleet.collector.store.records import AlertRecord
 
 
 class OverheatingRule(Rule):
     name = "overheating"
+    p: catalog.Overheating
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
@@ -37,7 +40,7 @@ class OverheatingRule(Rule):
         self._hello_slowdowns.pop(host, None)
 
     def threshold(self, ctx: HostContext, g: sample.GpuSample) -> int:
-        limit = int(self.param_float("temp_at_least", 85))
+        limit = self.p.temp_at_least
         slowdown = self._slowdown(ctx, g)
         return min(limit, slowdown) if slowdown is not None and slowdown > 0 else limit
 
@@ -68,11 +71,12 @@ class OverheatingRule(Rule):
 
 class ThrottlingRule(Rule):
     name = "throttling"
+    p: catalog.Throttling
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
             return None
-        watched = {str(r) for r in self.params.get("reasons", [])}
+        watched = set(self.p.reasons)
         out: list[Condition] = []
         for g in ctx.snapshot.gpus:
             active = sorted(watched.intersection(g.throttle_reasons or []))

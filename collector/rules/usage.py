@@ -1,8 +1,8 @@
 """Usage rules: wasted GPU, idle GPU, stale process, orphaned memory.
 
 What a sample is (busy / idle / stuck, who holds it, free, orphaned) is decided by
-:mod:`gpufleet.collector.classify`, the one definition the GPU-hours accounting and ``status`` use too; these
-rules add only *how long* it must last:
+:mod:`gpufleet.collector.model.classify`, the one definition the GPU-hours accounting and ``status`` use too;
+these rules add only *how long* it must last:
 - Idle and stuck samples both extend a streak. Busy spikes up to ``spike_tolerance`` seconds (default 60)
   inside a streak are ignored: the condition only clears when the GPU stays busy longer than that, or when
   it is busy for more than ``busy_share`` (0.5) of the time (a moving average over 5 x spike_tolerance):
@@ -40,14 +40,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from gpufleet.collector import sample
-from gpufleet.collector.classify import holders, holds_memory, is_free, is_zombie, orphaned_bytes, user_of
-from gpufleet.collector.rules.base import (
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.classify import (
+    holders,
+    holds_memory,
+    is_free,
+    is_zombie,
+    orphaned_bytes,
+    user_of,
+)
+from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.rules import catalog
+from gpufleet.collector.rules.base import Condition, HostContext, Rule, find_gpu
+from gpufleet.collector.rules.wording import (
     DURATION,
-    Condition,
-    HostContext,
-    Rule,
-    find_gpu,
     gpu_labels,
     keep_command,
     safe,
@@ -56,10 +62,7 @@ from gpufleet.collector.rules.base import (
     slurm_note,
 )
 from gpufleet.collector.settings import RuleConfig
-from gpufleet.collector.store.records import AlertRecord
 from gpufleet.collector.units import fmt_bytes, fmt_duration, fmt_pct
-
-DEFAULT_SPIKE_TOLERANCE = 60.0
 
 
 @dataclass(slots=True)
@@ -73,6 +76,7 @@ class _Streak:
 
 class WastedRule(Rule):
     name = "wasted"
+    p: catalog.Wasted
     reads_processes = True
 
     def __init__(self, config: RuleConfig) -> None:
@@ -80,8 +84,8 @@ class WastedRule(Rule):
         self._streaks: dict[str, dict[str, _Streak]] = {}  # host -> uuid -> streak
 
     def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
-        tolerance = self.param_float("spike_tolerance", DEFAULT_SPIKE_TOLERANCE)
-        max_share = self.param_float("busy_share", 0.5)
+        tolerance = self.p.spike_tolerance
+        max_share = self.p.busy_share
         tau = 5 * max(tolerance, 1.0)
         old = self._streaks.get(ctx.name, {})
         streaks = self._streaks[ctx.name] = {}  # GPUs gone from the snapshot drop out
@@ -147,7 +151,7 @@ class WastedRule(Rule):
         else:
             summary = f"{who} {fmt_bytes(held)} on {host} GPU {g.index} at {util} util for {DURATION}"
             description = (
-                f"GPU util has stayed under {self.params.get('util_below')} %{power} while the memory is "
+                f"GPU util has stayed under {self.p.util_below} %{power} while the memory is "
                 f"held. Free it (exit the notebook or kill the process) so others can use the GPU, or "
                 f"keep it with `{keep}`."
             )
@@ -170,7 +174,7 @@ class WastedRule(Rule):
         why = []
         if t.stuck_power_ratio > 0 and g.power_draw is not None and g.power_limit \
                 and g.power_draw / g.power_limit < t.stuck_power_ratio:
-            why.append(f"draws under {self.params.get('stuck_power_ratio')} of its power limit")
+            why.append(f"draws under {self.p.stuck_power_ratio} of its power limit")
         if t.sm_active_at_least > 0 and g.sm_active is not None:
             why.append(f"only {g.sm_active} % of its SMs are active (under {t.sm_active_at_least:g} %)")
         if g.util_mem is not None:
@@ -210,21 +214,15 @@ class IdleRule(Rule):
     reads_processes = True
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
-        if ctx.snapshot is None:
-            return None
-        t = self.thresholds
-        out: list[Condition] = []
-        for g in ctx.snapshot.gpus:
-            if not is_free(g, t):
-                continue
+        def judge(g: sample.GpuSample) -> Condition | None:
+            if not is_free(g, self.thresholds):
+                return None
             name = f" ({g.name})" if g.name else ""
-            out.append(Condition(
-                self.name, gpu_labels(ctx.name, g),
-                f"{ctx.name} GPU {g.index}{name} idle for {DURATION}: no processes, 0 % util",
-                "Nothing has been allocated on this GPU; it is free capacity.",
-                value=0.0,
-            ))
-        return out
+            return Condition(self.name, gpu_labels(ctx.name, g),
+                             f"{ctx.name} GPU {g.index}{name} idle for {DURATION}: no processes, 0 % util",
+                             "Nothing has been allocated on this GPU; it is free capacity.", value=0.0)
+
+        return self.each_gpu(ctx, judge)
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         g = find_gpu(ctx, alert.labels)
@@ -236,6 +234,7 @@ class IdleRule(Rule):
 
 class StaleRule(Rule):
     name = "stale"
+    p: catalog.Stale
     reads_processes = True
 
     def __init__(self, config: RuleConfig) -> None:
@@ -248,7 +247,7 @@ class StaleRule(Rule):
             return p.sm_util > 0
         if g.util_gpu is None:
             return True  # cannot tell: never call it unused
-        return g.util_gpu >= self.param_float("util_below", 5)
+        return g.util_gpu >= self.p.util_below
 
     def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
         old = self._unused_since.get(ctx.name, {})
@@ -263,7 +262,7 @@ class StaleRule(Rule):
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
             return None
-        idle_needed = self.param_float("no_session_idle", 3600.0)
+        idle_needed = self.p.no_session_idle
         out: list[Condition] = []
         unused_since = self._unused_since.get(ctx.name, {})
         for g in ctx.snapshot.gpus:
@@ -319,7 +318,7 @@ class StaleRule(Rule):
             return
         key = (alert.labels.get("uuid", ""), pid, start_time)
         self._unused_since.setdefault(alert.labels.get("host", ""), {}).setdefault(
-            key, alert.started_at - self.param_float("no_session_idle", 3600.0))
+            key, alert.started_at - self.p.no_session_idle)
 
     def forget_host(self, host: str) -> None:
         self._unused_since.pop(host, None)
@@ -339,23 +338,19 @@ class OrphanedMemoryRule(Rule):
     reads_processes = True
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
-        if ctx.snapshot is None:
-            return None
-        t = self.thresholds
-        out: list[Condition] = []
-        for g in ctx.snapshot.gpus:
-            orphan = orphaned_bytes(g, t)  # no process is listed, so none of it is accounted for
+        def judge(g: sample.GpuSample) -> Condition | None:
+            orphan = orphaned_bytes(g, self.thresholds)  # no process is listed: none of it is accounted for
             if orphan is None:
-                continue
-            out.append(Condition(
+                return None
+            return Condition(
                 self.name, gpu_labels(ctx.name, g),
                 f"{ctx.name} GPU {g.index} has {fmt_bytes(orphan)} in use with no process visible "
                 f"for {DURATION}",
                 "Memory is held by a process the agent cannot see (another PID namespace: run the agent "
                 "with the host PID namespace) or by a context leaked after a crash (a GPU reset frees it).",
-                value=float(orphan), annotations={"memory_bytes": str(orphan)},
-            ))
-        return out
+                value=float(orphan), annotations={"memory_bytes": str(orphan)})
+
+        return self.each_gpu(ctx, judge)
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         g = find_gpu(ctx, alert.labels)

@@ -27,8 +27,8 @@ from typing import Any, Final
 
 import msgspec
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.model import HostRecord
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.views import HostRecord
 from gpufleet.collector.settings import MAX_CLOCK_AHEAD
 from gpufleet.collector.store.ingest import FrameItem
 from gpufleet.collector.units import MAX_DURATION, MAX_DURATION_TEXT

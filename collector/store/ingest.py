@@ -22,18 +22,11 @@ A sample older than or equal to the GPU's newest one (a replay, or late) is stil
 ``INSERT OR IGNORE`` but adds nothing to process spans or usage, so replays are idempotent. A sample for a
 minute that is already rolled up marks that minute in ``rollup_dirty`` for maintenance to roll up again.
 
-Except when the clock stepped back. A replay arrives *later* than the original (its receive time, the
-collector's clock, moves on); after a step back of the wall clock (NTP correcting a clock that ran ahead),
-the receive time goes back with the sample's time. Then the GPU starts a new timeline at the stepped-back
-time: that first sample is credited one typical interval (the real time since the previous one is unknown,
-and at worst one interval is what a step can have cost), and the next ones their spacing as usual. So a
-10-minute step back neither stops GPU-hours for 10 minutes (every sample "late") nor credits anything
-twice: the seconds after the step are real seconds, booked at the hours the clock said. Until the new
-timeline passes the newest time of the old one, a sample whose time is already stored for the GPU is a
-replay of the old timeline and adds nothing (one index lookup per sample, for those minutes only). A step
-is only seen while the collector runs (the receive time of the GPU's previous sample is not stored): the
-first samples after a restart behind the newest stored one count as late. A step forward is bounded by
-:func:`usage.credit`'s gap cap like any gap.
+Except when the clock stepped back: a sample behind the newest whose receive time went back too starts a
+new timeline (:class:`~gpufleet.collector.fleet.accounting.GpuClock` says how it is charged; the store tells
+it what is already stored). A step is only seen while the collector runs (the receive time of the GPU's
+previous sample is not stored): the first samples after a restart behind the newest stored one count as
+late. A step forward is bounded by the gap cap like any gap.
 """
 
 from __future__ import annotations
@@ -46,10 +39,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.classify import Thresholds
-from gpufleet.collector.facts import SnapshotFacts
-from gpufleet.collector.model import HostRecord
+from gpufleet.collector.fleet.accounting import GpuClock, charge
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.classify import is_free, waste_users
+from gpufleet.collector.model.facts import SnapshotFacts
+from gpufleet.collector.model.jobkey import SLURM
+from gpufleet.collector.model.thresholds import Thresholds
+from gpufleet.collector.model.views import HostRecord
 from gpufleet.collector.settings import MAX_CLOCK_AHEAD
 from gpufleet.collector.store import slurm, usage
 from gpufleet.collector.store.usage import CapacityKey, UsageKey
@@ -66,8 +62,8 @@ class FrameItem:
     frame: sample.Frame
     received: float
     size: int = 0  # the writer's estimate of the memory it holds, computed once (0: not yet)
-    #: the snapshot already classified on the loop (collector/facts.py, shared with the rules and the job
-    #: tracker), so the GPU-hours accounting reads its waste instead of classifying it a second time
+    #: the snapshot already classified on the loop (collector/model/facts.py, shared with the rules and the
+    #: job tracker), so the GPU-hours accounting reads its waste instead of classifying it a second time
     facts: SnapshotFacts | None = None
     #: its running totals were added to ``IngestState.totals`` (a retry after a rollback adds nothing again)
     accrued: bool = False
@@ -84,12 +80,9 @@ class GpuState:
     name: str | None
     memory_total: int | None
     power_limit: float | None
-    last_ts: float | None  # newest sample (committed or in this batch)
-    typical: float | None = None  # typical sampling interval (seconds)
+    clock: GpuClock  # newest sample (committed or in this batch), typical interval: what a sample charges
     nostart: dict[int, list[float]] = field(default_factory=dict)  # pid -> [span start, last seen]
     holders: frozenset[str] = frozenset()  # who held it at the last sample (orphaned memory stays theirs)
-    last_received: float | None = None  # receive time of the newest sample (a clock step: module docstring)
-    stepped_from: float | None = None  # after a step back: the newest time of the timeline it left
 
 
 @dataclass(slots=True)
@@ -177,6 +170,11 @@ ON CONFLICT (gpu_id, pid, start_time) DO UPDATE SET
     sm_sum = sm_sum + excluded.sm_sum, sm_count = sm_count + excluded.sm_count
 """
 _STORED: Final = "SELECT 1 FROM samples WHERE gpu_id = ? AND ts = ?"
+
+
+def _stored(conn: sqlite3.Connection, gpu_id: int) -> Callable[[float], bool]:
+    """Whether a sample of this GPU at that time is already in the file (a replay across a clock step)."""
+    return lambda ts: conn.execute(_STORED, (gpu_id, ts)).fetchone() is not None
 EVENT_INSERT: Final = ("INSERT OR IGNORE INTO events (host_id, ts, kind, message, gpu_index, uuid, xid, "
                        "received) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
 
@@ -259,13 +257,14 @@ class IngestState:
             gid = int(cur.lastrowid or 0)
             conn.execute(PLACEMENT_INSERT,
                          (gid, ts, host_id, info.index))
-            gs = GpuState(gid, host_id, info.index, info.name, _i(info.memory_total), info.power_limit, None)
+            gs = GpuState(gid, host_id, info.index, info.name, _i(info.memory_total), info.power_limit,
+                          GpuClock())
         else:
             # numbers only: a text or far-future ts an old file may hold must not stop this GPU's accounting
             last = conn.execute("SELECT max(ts) FROM samples WHERE gpu_id = ? AND ts <= ?",
                                 (row[0], time.time() + MAX_CLOCK_AHEAD)).fetchone()[0]
             gs = GpuState(int(row[0]), int(row[1]), int(row[2]), row[3], row[4], row[5],
-                          None if last is None else float(last))
+                          GpuClock(None if last is None else float(last)))
         self.gpus[(host_id, info.uuid)] = gs
         return gs
 
@@ -324,7 +323,7 @@ class IngestState:
         late = ts < self._rolled
         append = rows.samples.append
         # first every statement the snapshot needs (a failure part-way must not have added anything) ...
-        fresh: list[tuple[int, sample.GpuSample, GpuState, float | None, list[float]]] = []  # dt: to credit
+        fresh: list[tuple[int, sample.GpuSample, GpuState, float, list[float]]] = []
         for i, g in enumerate(snap.gpus):
             gs = self.gpu(conn, hid, g, ts)
             reasons = g.throttle_reasons
@@ -333,41 +332,37 @@ class IngestState:
                     ",".join(reasons) if reasons else None, g.error))
             if late:
                 rows.dirty.add((gs.id, int(ts // 60) * 60))
-            last = gs.last_ts
-            dt = None if last is None else ts - last
-            if last is not None and ts <= last:
-                seen = gs.last_received
-                if seen is None or received >= seen or ts == last:
-                    continue  # replayed or late: the sample row only (ignored if already there)
-                dt = gs.typical or 0.0  # the clock stepped back: a new timeline (module docstring)
-                gs.stepped_from = max(last, gs.stepped_from or last)
-            elif gs.stepped_from is not None:
-                if ts > gs.stepped_from:
-                    gs.stepped_from = None  # past the old timeline: nothing to mistake for a replay
-                elif conn.execute(_STORED, (gs.id, ts)).fetchone():
-                    continue  # a replay of the timeline before the step
-            gs.last_ts = ts
-            gs.last_received = received
+            seconds = gs.clock.tick(ts, received, _stored(conn, gs.id))
+            if seconds is None:
+                continue  # replayed or late: the sample row only (ignored if already there)
             rows.gpu_last[gs.id] = ts
             # each process's span start (one without a start time: looked up, hence now)
             starts = [p.start_time if p.start_time is not None else self._nostart_start(conn, gs, p.pid, ts)
                       for p in g.processes]
-            fresh.append((i, g, gs, dt, starts))
+            fresh.append((i, g, gs, seconds, starts))
         # ... then the running totals, once per frame (a retried frame adds to a throwaway)
         totals = self.totals if not item.accrued else Totals()
         item.accrued = True
         facts = item.facts
         # the loop's classification when it is this snapshot's under these thresholds; else worked out here
-        waste = ([gf.waste for gf in facts.gpus] if facts is not None and facts.agrees(snap, self.params)
-                 else None)
-        for i, g, gs, dt, starts in fresh:
+        shared = facts.gpus if facts is not None and facts.agrees(snap, self.params) else None
+        hour = usage.hour_of(ts)
+        for i, g, gs, seconds, starts in fresh:
             if g.processes:
                 self._spans(gs, g.processes, starts, ts, rows, totals)
-            if dt is not None:
-                seconds, gs.typical = usage.credit(dt, gs.typical)
-                gs.holders = usage.account(totals.usage, totals.capacity, self.params, hid, gs.id, g, ts,
-                                           seconds, gs.holders, totals.slurm_usage,
-                                           waste=None if waste is None else waste[i])
+            if seconds <= 0 or g.error is not None:
+                continue
+            gf = shared[i] if shared is not None else None
+            waste = gf.waste if gf is not None else waste_users(g, self.params)
+            c = charge(item.host, g, seconds, waste, jobs=gf.jobs if gf is not None else None,
+                       last_holders=gs.holders, thresholds=self.params)
+            gs.holders = c.holders
+            usage.add_capacity(totals.capacity, (hour, hid, gs.id), seconds, is_free(g, self.params))
+            for user, hours in c.users.items():
+                usage.add(totals.usage, (hour, hid, gs.id, user), hours)
+            for key, hours in c.jobs.items():
+                if key.startswith(SLURM):
+                    usage.add(totals.slurm_usage, (hour, hid, gs.id, key[len(SLURM):]), hours)
 
     def _spans(self, gs: GpuState, procs: Sequence[sample.ProcessSample], starts: Sequence[float], ts: float,
                rows: Rows, totals: Totals) -> None:

@@ -6,7 +6,7 @@ import json
 import sqlite3
 from typing import Final
 
-from gpufleet.collector.store.records import JobRecord
+from gpufleet.collector.model.records import JobRecord
 
 UPSERT: Final = """
 INSERT INTO jobs (job_key, user, command, hosts, gpus, started, ended, gpu_hours, mean_util, peak_util,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 
-from gpufleet.collector.model import MaintenanceRecord
+from gpufleet.collector.model.views import MaintenanceRecord
 
 _COLS = "id, host, starts_at, ends_at, created_by, comment, silence_id"
 

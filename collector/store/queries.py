@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.model import HostRecord
-from gpufleet.collector.store.records import (
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.records import (
     AlertRecord,
     EventRow,
     GpuSeries,
@@ -27,6 +26,7 @@ from gpufleet.collector.store.records import (
     SeriesPoint,
     SilenceRecord,
 )
+from gpufleet.collector.model.views import HostRecord
 
 #: A 1-minute base is used up to this many minutes per point before switching to the 1-hour table.
 MAX_MINUTE_STEP: Final = 4

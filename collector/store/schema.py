@@ -240,8 +240,9 @@ _V3: Final[list[str]] = [
     ) WITHOUT ROWID""",
 ]
 
-#: v4: per-job efficiency records (collector/jobs.py), one row per job that released its GPUs; ``hosts``,
-#: ``gpus`` and ``diagnoses`` are JSON lists. (job_key, started) is unique: a job recorded twice is one row.
+#: v4: per-job efficiency records (collector/fleet/jobs.py), one row per job that released its GPUs;
+#: ``hosts``, ``gpus`` and ``diagnoses`` are JSON lists. (job_key, started) is unique: a job recorded twice is
+#: one row.
 _V4: Final[list[str]] = [
     """CREATE TABLE jobs (
         id INTEGER PRIMARY KEY,

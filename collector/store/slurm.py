@@ -13,8 +13,8 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Final
 
-from gpufleet.collector import sample
-from gpufleet.collector.store.records import SlurmJobRow, SlurmUsageRow
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.records import SlurmJobRow, SlurmUsageRow
 from gpufleet.collector.store.usage import UsageKey
 
 #: ``last_seen`` of an unchanged job is written at most this often (seconds).

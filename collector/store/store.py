@@ -5,8 +5,8 @@ read (WAL: reads see the last commit and never wait on the writer), both on aios
 ``readonly`` (the CLI when the collector is down) there is only the reading connection, opened with
 ``mode=ro``, and every write raises :class:`StorageError`.
 
-The store is also a :class:`~gpufleet.collector.live.FleetSink` (``host_state`` / ``frame``), so the daemon
-(and tests) can make it a listener of the live view directly.
+The store is also a :class:`~gpufleet.collector.fleet.live.FleetSink` (``host_state`` / ``frame``), so the
+daemon (and tests) can make it a listener of the live view directly.
 """
 
 from __future__ import annotations
@@ -24,18 +24,11 @@ from typing import Final, TypeVar
 
 import aiosqlite
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.classify import DEFAULT_THRESHOLDS, Thresholds
 from gpufleet.collector.errors import HistoryUnreadable, StorageError
-from gpufleet.collector.facts import FleetFacts
-from gpufleet.collector.live import HostState
-from gpufleet.collector.model import HostRecord, MaintenanceRecord
-from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import jobs, maintenance, nflog, queries, rollup, schema, slurm, sweep
-from gpufleet.collector.store._db import call, connect, is_corrupt, setup_reader, setup_writer, storage_error
-from gpufleet.collector.store.guard import FileGuard, check_sidecars
-from gpufleet.collector.store.ingest import ACCRUE_INTERVAL, FrameItem, IngestState
-from gpufleet.collector.store.records import (
+from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.facts import FleetFacts
+from gpufleet.collector.model.records import (
     AlertRecord,
     CapacityRow,
     EventRow,
@@ -47,6 +40,13 @@ from gpufleet.collector.store.records import (
     SlurmUsageRow,
     UsageRow,
 )
+from gpufleet.collector.model.thresholds import DEFAULT_THRESHOLDS, Thresholds
+from gpufleet.collector.model.views import HostRecord, MaintenanceRecord
+from gpufleet.collector.settings import StorageConfig
+from gpufleet.collector.store import jobs, maintenance, nflog, queries, rollup, schema, slurm, sweep
+from gpufleet.collector.store._db import call, connect, is_corrupt, setup_reader, setup_writer, storage_error
+from gpufleet.collector.store.guard import FileGuard, check_sidecars
+from gpufleet.collector.store.ingest import ACCRUE_INTERVAL, FrameItem, IngestState
 from gpufleet.collector.store.shedding import Shedder
 from gpufleet.collector.store.usage import capacity, usage_by_user
 from gpufleet.collector.store.writer import Writer
@@ -271,7 +271,7 @@ class Store:
         self._w().put(FrameItem("heartbeat", host, beat, received))
 
     def submit_host_state(self, state: HostState) -> None:
-        self._w().put(HostRecord.of(state))
+        self._w().put(state.record())
 
     async def flush(self) -> None:
         """Return once everything submitted so far is committed; StorageError/StorageFull if it cannot be."""
@@ -431,7 +431,7 @@ class Store:
         return await self._read(partial(nflog.load, since=since))
 
     async def save_jobs(self, records: list[JobRecord]) -> None:
-        """Per-job efficiency records (collector/jobs.py); a job saved again replaces its row."""
+        """Per-job efficiency records (collector/fleet/jobs.py); a job saved again replaces its row."""
         if records:
             await self._w().call(partial(jobs.save, records=list(records)))
 

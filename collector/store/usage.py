@@ -1,116 +1,47 @@
-"""GPU-hours accounting: who held which GPU, how much of that time it was busy, how much was wasted.
+"""The GPU-hours tables: what each sample charged, summed per hour, host, GPU and user (``usage``), and each
+GPU's observed and free seconds (``capacity``), so the report shows idle capacity: GPU-hours nobody held.
 
-On each new snapshot, per GPU, the time since that GPU's previous sample (``dt``, capped so an outage is
-not billed) is credited to every distinct user holding memory on it:
-- held += dt;  used += dt * util / 100;  wasted += dt when :func:`classify.waste_users` names the user
-  (the sample is idle or stuck and the user holds at least ``min_memory_mib``: the ``wasted`` rule's
-  verdict with its configured thresholds; or the user's zombie still holds memory: ``stale``);
-- memory in use with no process visible (``orphaned_memory``) stays held and wasted by the GPU's last
-  holders;
-- per GPU, ``capacity`` counts the seconds observed and the seconds free (:func:`classify.is_free`:
-  nothing allocated), so the report shows idle capacity: GPU-hours nobody held.
-Each user is credited the whole GPU (two users sharing one GPU both hold it), under the name the alerts use
-(:func:`classify.user_of`). Sums live in hourly buckets, so a range query is a fast SUM at hour
-granularity (a range is widened to whole hours).
+What a sample charges and to whom is collector/fleet/accounting.py's (the one owner: the job records charge
+the same way); this module adds its charges into hourly buckets and reads them back. A range query is a
+fast SUM at hour granularity (a range is widened to whole hours).
 """
 
 from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Sequence
 from typing import Final
 
-from gpufleet.collector import sample
-from gpufleet.collector.classify import (
-    Thresholds,
-    holds_memory,
-    is_free,
-    orphaned_bytes,
-    user_of,
-    waste_users,
-)
-from gpufleet.collector.store.records import CapacityRow, UsageRow
+from gpufleet.collector.fleet.accounting import Hours
+from gpufleet.collector.model.records import CapacityRow, UsageRow
 
-#: Never credit more than this many seconds for one sample, however long the gap before it.
-MAX_GAP: Final = 10.0
-#: ... nor more than this many times the GPU's typical sampling interval.
-GAP_FACTOR: Final = 3.0
-
-UsageKey = tuple[int, int, int, str]  # hour, host_id, gpu_id, user
+UsageKey = tuple[int, int, int, str]  # hour, host_id, gpu_id, user (or Slurm job id)
 CapacityKey = tuple[int, int, int]  # hour, host_id, gpu_id
 
 
-def credit(dt: float, typical: float | None) -> tuple[float, float | None]:
-    """Seconds to credit for a sample ``dt`` after the previous one, and the updated typical interval."""
-    if dt <= 0:
-        return 0.0, typical
-    cap = MAX_GAP if typical is None else min(MAX_GAP, GAP_FACTOR * typical)
-    if dt <= MAX_GAP:
-        typical = dt if typical is None else 0.8 * typical + 0.2 * dt
-    return min(dt, cap), typical
+def hour_of(ts: float) -> int:
+    return int(math.floor(ts / 3600.0)) * 3600
 
 
-def account(acc: dict[UsageKey, list[float]], cap: dict[CapacityKey, list[float]], params: Thresholds,
-            host_id: int, gpu_id: int, gpu: sample.GpuSample, ts: float, seconds: float,
-            last_holders: frozenset[str],
-            jobs: dict[UsageKey, list[float]] | None = None,
-            waste: Sequence[str] | None = None) -> frozenset[str]:
-    """Add one GPU sample's ``seconds`` to its holders (``acc``) and the GPU's capacity (``cap``), per hour.
-
-    Wasted seconds go to the users :func:`classify.waste_users` names (the users of the ``wasted`` and
-    ``stale`` alerts); memory in use with no process visible (``orphaned_memory``) is held and wasted by the
-    GPU's ``last_holders``. Returns the holders to remember for the next sample.
-
-    ``jobs`` (keyed by Slurm job id instead of user) gets the same seconds for each Slurm job holding memory,
-    wasted when its process's user is wasting: one definition of waste for users and jobs. Orphaned memory
-    stays with the users only (no process left, so no cgroup and no job id).
-
-    ``waste``: :func:`classify.waste_users` of this sample already worked out (collector/facts.py).
-    """
-    if seconds <= 0 or gpu.error is not None:
-        return last_holders
-    hour = int(math.floor(ts / 3600.0)) * 3600
-    c = cap.get((hour, host_id, gpu_id))
-    if c is None:
-        c = cap[(hour, host_id, gpu_id)] = [0.0, 0.0]
-    c[0] += seconds
-    if is_free(gpu, params):
-        c[1] += seconds
-    held: set[str] = set()
-    job_users: dict[str, str] = {}
-    for proc in gpu.processes:
-        if not holds_memory(proc):
-            continue
-        user = user_of(proc)
-        held.add(user)
-        if proc.job is not None:
-            job_users[proc.job] = user
-    if held:
-        util = gpu.util_gpu
-        used = seconds * util / 100.0 if util is not None else 0.0
-        wasting = set(waste_users(gpu, params) if waste is None else waste)
-        for user in held:
-            _add(acc, (hour, host_id, gpu_id, user), seconds, used, seconds if user in wasting else 0.0)
-        if jobs is not None:
-            for job, user in job_users.items():
-                _add(jobs, (hour, host_id, gpu_id, job), seconds, used, seconds if user in wasting else 0.0)
-        return frozenset(held)
-    if last_holders and orphaned_bytes(gpu, params) is not None:
-        for user in last_holders:  # their process is gone from the list; its memory is not
-            _add(acc, (hour, host_id, gpu_id, user), seconds, 0.0, seconds)
-        return last_holders
-    return frozenset()
-
-
-def _add(acc: dict[UsageKey, list[float]], key: UsageKey, held: float, used: float, wasted: float) -> None:
+def add(acc: dict[UsageKey, list[float]], key: UsageKey, hours: Hours) -> None:
+    """Add one charge (held, used, wasted seconds) to its bucket."""
     row = acc.get(key)
     if row is None:
-        acc[key] = [held, used, wasted]
+        acc[key] = [hours[0], hours[1], hours[2]]
     else:
-        row[0] += held
-        row[1] += used
-        row[2] += wasted
+        row[0] += hours[0]
+        row[1] += hours[1]
+        row[2] += hours[2]
+
+
+def add_capacity(cap: dict[CapacityKey, list[float]], key: CapacityKey, seconds: float, free: bool) -> None:
+    """The GPU was observed for ``seconds``, all of them free (nothing allocated) or none."""
+    c = cap.get(key)
+    if c is None:
+        c = cap[key] = [0.0, 0.0]
+    c[0] += seconds
+    if free:
+        c[1] += seconds
 
 
 CAPACITY_UPSERT: Final = """

@@ -39,19 +39,12 @@ from typing import Any, TypeAlias
 
 import aiosqlite
 from gpufleet.agent import wire
-from gpufleet.collector import sample
 from gpufleet.collector.errors import StorageError
-from gpufleet.collector.model import HostRecord
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.views import HostRecord
 from gpufleet.collector.store import admit
 from gpufleet.collector.store._db import call, in_tx, is_transient, rollback, storage_error
-from gpufleet.collector.store.ingest import (
-    FrameItem,
-    IngestItem,
-    IngestState,
-    Rows,
-    write_rows,
-    write_totals,
-)
+from gpufleet.collector.store.ingest import FrameItem, IngestItem, IngestState, Rows, write_rows, write_totals
 from gpufleet.collector.store.shedding import Shedder
 
 log = logging.getLogger(__name__)
@@ -96,8 +89,8 @@ def _weight(item: Item) -> int:
 
 
 #: Rough bytes a queued item holds (Python objects, not JSON): enough to bound memory, cheap to compute.
-#: A snapshot's facts (collector/facts.py) ride with it: about half as much again as the frame (its per-GPU
-#: holders, jobs and groups, and each process's identity and keys); tests/store/test_queue_estimate.py
+#: A snapshot's facts (collector/model/facts.py) ride with it: about half as much again as the frame (its
+#: per-GPU holders, jobs and groups, and each process's identity and keys); tests/store/test_queue_estimate.py
 #: measures both against tracemalloc.
 _ITEM, _GPU, _PROC = 200, 1000, 600
 _FACTS_GPU, _FACTS_PROC = 500, 300

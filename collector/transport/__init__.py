@@ -1,13 +1,15 @@
-"""gpufleet.collector.transport: one agent stream per host, over SSH (asyncssh) or as a local process.
+"""The transport: one agent stream per host, over SSH (asyncssh) or as a local process, into the live view.
 
-``FleetTransport(hosts, live_view).start()`` is all the daemon needs; the modules below it are
-:mod:`.backoff` (retry delays), :mod:`.stream` (framing + validation), :mod:`.hostkeys` (known_hosts),
-:mod:`.reach` (TCP + banner before a connect slot), :mod:`.ssh`, :mod:`.local`, :mod:`.zipapp`
-(``agent: upload``) and :mod:`.manager`.
+- :mod:`.manager`: FleetTransport, one task per host that keeps its stream alive (all the daemon needs);
+- :mod:`.ssh`: one SSH session: reach, dial, verify the host key, run the agent;
+- :mod:`.local`: ``transport: local``, the agent as a child process;
+- :mod:`.stream`: an agent's stdout bytes to validated frames;
+- :mod:`.wirefast`: the wire decoder (msgspec for samples, the reference decoder for the rest);
+- :mod:`.wirestate`: readers of what the edge noticed about a host's frames;
+- :mod:`.budget`: what one host may send;
+- :mod:`.hostkeys`: known_hosts, with errors that say what to do;
+- :mod:`.reach`: TCP and banner before a connect slot;
+- :mod:`.backoff`: reconnect delays with jitter;
+- :mod:`.zipapp`: ``agent: upload``, the agent shipped as one zipapp;
+- :mod:`.sshlib`: the one import of asyncssh.
 """
-
-from gpufleet.collector.transport.backoff import Backoff
-from gpufleet.collector.transport.hostkeys import HostKeyRefused
-from gpufleet.collector.transport.manager import FleetTransport, raise_fd_limit
-
-__all__ = ["Backoff", "FleetTransport", "HostKeyRefused", "raise_fd_limit"]

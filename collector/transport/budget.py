@@ -12,7 +12,7 @@ reconnects with backoff.
 from __future__ import annotations
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
+from gpufleet.collector.model import sample
 from gpufleet.collector.settings import HostBudget
 
 RATE_LIMITED = "rate_limited"  # the kind of the summary event

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from gpufleet.collector.errors import ConfigError, HostKeyError
-from gpufleet.collector.sshlib import asyncssh
+from gpufleet.collector.transport.sshlib import asyncssh
 
 log = logging.getLogger(__name__)
 

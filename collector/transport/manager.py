@@ -22,7 +22,8 @@ from collections.abc import Callable
 
 from gpufleet.agent import wire
 from gpufleet.collector.errors import ConfigError, TransportError
-from gpufleet.collector.live import FleetSink, HostState, HostStatus, LiveView
+from gpufleet.collector.fleet.live import FleetSink, HostState, LiveView
+from gpufleet.collector.model.views import HostStatus
 from gpufleet.collector.settings import HostConfig
 from gpufleet.collector.transport.backoff import Backoff
 from gpufleet.collector.transport.hostkeys import POLICIES, HostKeyRefused, KnownHostsStore

@@ -20,9 +20,9 @@ from typing import Any, TypeVar
 
 from gpufleet.collector.errors import AgentError, ConfigError, TransportError
 from gpufleet.collector.settings import HostConfig
-from gpufleet.collector.sshlib import asyncssh
 from gpufleet.collector.transport.hostkeys import HostKeyRefused, HostKeyVerifier, KnownHostsStore
 from gpufleet.collector.transport.reach import reach
+from gpufleet.collector.transport.sshlib import asyncssh
 from gpufleet.collector.transport.stream import AgentStream
 from gpufleet.collector.transport.zipapp import AgentZipapp, build_agent_zipapp, ensure_uploaded
 

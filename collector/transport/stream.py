@@ -25,9 +25,10 @@ import time
 from collections.abc import Callable, Iterator
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample, wirefast
-from gpufleet.collector.live import FleetSink, HostState
+from gpufleet.collector.fleet.live import FleetSink, HostState
+from gpufleet.collector.model import sample
 from gpufleet.collector.settings import DEFAULT_MAX_CLOCK_SKEW, HostBudget
+from gpufleet.collector.transport import wirefast
 from gpufleet.collector.transport.budget import UUID_WINDOW, StreamBudget
 
 log = logging.getLogger(__name__)

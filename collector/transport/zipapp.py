@@ -21,7 +21,7 @@ from pathlib import Path
 
 import gpufleet.agent
 from gpufleet.collector.errors import AgentError
-from gpufleet.collector.sshlib import asyncssh
+from gpufleet.collector.transport.sshlib import asyncssh
 
 log = logging.getLogger(__name__)
 

@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 import yaml
-from builders import FakeClock
 from gpufleet.agent.fake import FakeNvml, FakeProcs, Scenario, parse_scenario
 from gpufleet.agent.nvml import Gateway
 from gpufleet.agent.sampler import Sampler
+
+from tests.builders import FakeClock
 
 
 @dataclass

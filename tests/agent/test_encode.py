@@ -6,8 +6,9 @@ import math
 from collections.abc import Iterator
 
 import pytest
-from builders import gpu, proc, scenario_frames, snap
 from gpufleet.agent import wire
+
+from tests.builders import gpu, proc, scenario_frames, snap
 
 
 def _frames() -> Iterator[wire.Frame]:

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from builders import FakeClock
 from gpufleet.agent import scenarios, wire
 from gpufleet.agent.errors import ScenarioError
 from gpufleet.agent.fake import Curve, FakeNvml, FakeProcs, load_scenario
 from gpufleet.agent.nvml import Gateway
 from gpufleet.agent.sampler import Sampler
+
+from tests.builders import FakeClock
 
 from .conftest import scenario_from
 

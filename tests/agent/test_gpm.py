@@ -73,8 +73,9 @@ def test_the_spinning_scenario_reads_the_opposite_of_util_alone(clock) -> None: 
     from gpufleet.agent.fake import FakeNvml, FakeProcs, load_scenario
     from gpufleet.agent.nvml import Gateway
     from gpufleet.agent.sampler import Sampler
-    from gpufleet.collector import sample
-    from gpufleet.collector.classify import Thresholds, activity
+    from gpufleet.collector.model import sample
+    from gpufleet.collector.model.classify import activity
+    from gpufleet.collector.model.thresholds import Thresholds
 
     lib = FakeNvml(load_scenario("spinning"), clock=clock, sleep=lambda s: None)
     sampler = Sampler(Gateway(lib, backend="fake"), FakeProcs(lib), clock=clock)

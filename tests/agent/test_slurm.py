@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-from builders import FakeClock
 from gpufleet.agent import fake
 from gpufleet.agent.nvml import Gateway
 from gpufleet.agent.sampler import Sampler
@@ -25,7 +24,9 @@ from gpufleet.agent.slurm import (
     parse_fields,
     parse_job,
 )
-from slurm.slurm_standin import install, record, write_state
+
+from tests.builders import FakeClock
+from tests.slurm.slurm_standin import install, record, write_state
 
 JOBS = {"90210": {"name": "train-llm", "user": "carol", "uid": 1003, "account": "nlp", "partition": "h100",
                   "state": "RUNNING"}}

@@ -8,14 +8,13 @@ import dataclasses
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import builders
 import pytest
-from builders import FakeClock
 from gpufleet.agent import wire
-from gpufleet.collector import sample
 from gpufleet.collector.alerts.engine import AlertEngine
 from gpufleet.collector.errors import StorageError
-from gpufleet.collector.live import HostState
+from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.records import AlertRecord, SilenceRecord
 from gpufleet.collector.notify.base import DeliveryError, Notification, Notifier
 from gpufleet.collector.notify.dispatcher import NotificationDispatcher
 from gpufleet.collector.settings import (
@@ -26,7 +25,9 @@ from gpufleet.collector.settings import (
     RuleConfig,
     default_rules,
 )
-from gpufleet.collector.store.records import AlertRecord, SilenceRecord
+
+from tests import builders
+from tests.builders import FakeClock
 
 GIB = builders.GIB
 proc, gpu, snap = builders.proc, builders.gpu, builders.snap

@@ -78,10 +78,10 @@ async def test_gpu_lost_event_fires_immediately(harness, clock, w):
                                     gpus=[wire.GpuInfo(index=0, uuid="GPU-0000")]), clock.t)
     h.event(wire.Event(ts=clock.t, kind="gpu_lost", gpu_index=0, message="GPU is lost"))
     await h.tick()
-    assert h.engine.flags("n3", 0) == {"gpu_lost"}
+    assert h.engine.firing().on("n3", 0) == {"gpu_lost"}
     h.send(w.snap(w.gpu(0)))
     await h.tick()
-    assert h.engine.flags("n3") == set()
+    assert h.engine.firing().anywhere("n3") == set()
 
 
 async def test_disabled_rule_produces_nothing(harness, clock, w):
@@ -117,7 +117,7 @@ async def test_engine_without_store_or_dispatcher(clock, w):
     await engine.evaluate()
     s = await engine.add_silence({"host": "n3"}, 60)
     assert s.id == 1 and await engine.expire_silence(1)
-    assert engine.flags("n3") == {"overheating"} and engine.queue_depth == 0
+    assert engine.firing().anywhere("n3") == {"overheating"} and engine.queue_depth == 0
     await engine.stop()
 
 

@@ -6,14 +6,11 @@ before repeat_interval (Alertmanager's dedup). Fake clock; the last test deliver
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.settings import AlertingConfig, NotifierConfig
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "notify"))
-from notify_servers import answering  # noqa: E402 - after the path to the shared test servers
+from tests.webhook import webhook
 
 NO_KEEP = {"keep_firing_for": 0.0}
 
@@ -84,7 +81,7 @@ async def test_clear_past_group_interval_sends_resolved_then_firing(harness, clo
 
 async def test_flapping_host_pages_a_real_receiver_once(harness, clock, w):
     """The engine, the dispatcher and the webhook notifier as the collector builds them, a real receiver."""
-    with answering() as server:
+    with webhook() as server:
         cfg = NotifierConfig(name="hook", kind="webhook", urls=[server.url], retries=0)
         h = harness(notifiers=build_notifiers([cfg], AlertingConfig()))
         await h.engine.start(run_tick=False)

@@ -32,14 +32,14 @@ async def test_pending_for_then_firing_then_resolved_with_message(harness, clock
     assert n.status == "firing" and n.group_key == '{host="n3",rule="wasted"}'
     assert n.alerts[0].annotations["summary"] == (
         "alice's jupyter-lab (pid 4242) holds 40.0 GiB on n3 GPU 2 at 2 % util for 30m")
-    assert h.engine.flags("n3") == {"wasted"} and h.engine.flags("n3", 2) == {"wasted"}
-    assert h.engine.flags("n3", 0) == set()
+    assert h.engine.firing().anywhere("n3") == {"wasted"} and h.engine.firing().on("n3", 2) == {"wasted"}
+    assert h.engine.firing().on("n3", 0) == set()
     # alice exits the notebook
     clock.t = t0 + 3000
     h.send(w.snap(w.gpu(2, util=0)))
     await h.tick()
     assert [a.rule for a in h.engine.active()] == ["idle"], "the free GPU is now pending idle"
-    assert h.engine.flags("n3") == set()
+    assert h.engine.firing().anywhere("n3") == set()
     last = rec.got[-1]
     assert last.status == "resolved"
     assert last.alerts[0].annotations["resolved"] == "alice released GPU 2 on n3 after 50m"

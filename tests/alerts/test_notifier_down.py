@@ -7,19 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 from gpufleet.cli.render_alerts import render_alerts
-from gpufleet.collector.api.ops import Args, LiveOps, encode
+from gpufleet.collector.faces.api.ops import Args, LiveOps, encode
 from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.settings import AlertingConfig, NotifierConfig
 from rich.console import Console
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "notify"))
-from notify_servers import answering  # noqa: E402 - after the path to the shared test servers
+from tests.webhook import webhook
 
 
 def rules_got(server) -> list[tuple[str, list[str], list[str]]]:
@@ -40,7 +37,7 @@ async def until(check, what: str, wait: float = 20.0) -> None:
 
 
 async def test_failing_destination_raises_notifier_down_through_the_others(harness, clock, w):
-    with answering() as bad, answering() as good:
+    with webhook() as bad, webhook() as good:
         bad.down_until = time.time() + 3600
         notifiers = build_notifiers(
             [NotifierConfig(name="bad", kind="webhook", urls=[bad.url], retries=0),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from gpufleet.agent import wire
-from gpufleet.collector.store.records import AlertRecord
+from gpufleet.collector.model.records import AlertRecord
 
 
 async def test_restart_does_not_resend_a_notified_alert(harness, clock, store, w):
@@ -25,7 +25,7 @@ async def test_restart_does_not_resend_a_notified_alert(harness, clock, store, w
     clock.t = t0 + 100
     await h2.engine.start(run_tick=False)
     assert [a.rule for a in h2.engine.active()] == ["overheating"], "remembered before any snapshot"
-    assert h2.engine.flags("n3", 0) == {"overheating"}
+    assert h2.engine.firing().on("n3", 0) == {"overheating"}
     await h2.tick()
     for t in (200, 1800, 3629):
         clock.t = t0 + t

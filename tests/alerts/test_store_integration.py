@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 try:
-    from gpufleet.collector.store import Store
+    from gpufleet.collector.store.store import Store
 except ImportError as exc:  # the store is written by another helper; the lead re-checks this test
     pytest.skip(f"gpufleet.collector.store.Store is not importable yet: {exc}", allow_module_level=True)
 

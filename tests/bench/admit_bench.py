@@ -17,10 +17,11 @@ import argparse
 import sys
 import time
 
-from gpufleet.collector import sample, wirefast
+from gpufleet.collector.model import sample
 from gpufleet.collector.simfleet import FrameGenerator
 from gpufleet.collector.store import admit
 from gpufleet.collector.store.ingest import FrameItem
+from gpufleet.collector.transport import wirefast
 
 TARGET_MS = 0.03
 TARGET_SHARE = 0.75

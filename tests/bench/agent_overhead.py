@@ -11,7 +11,7 @@ the same NVML readings and /proc files, one ``json.dumps`` per sample, no tiers,
 the floor of what any agent does. Target (issue 13): the agent's CPU per sample within 10 % of the loop's.
 Exits 1 when a target is missed.
 
-    .venv/bin/python tests/bench/agent_overhead.py [--seconds 60] [--gpus 8] [--procs 64] [--interval 1]
+    .venv/bin/python -m tests.bench.agent_overhead [--seconds 60] [--gpus 8] [--procs 64] [--interval 1]
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fakenvml"))
-import fakelib  # noqa: E402
+from tests.fakenvml import fakelib
 
 CPU_TARGET_PCT = 1.0
 RATIO_TARGET = 1.10  # agent CPU per sample / the minimal loop's

@@ -26,11 +26,9 @@ from gpufleet.agent import wire
 from gpufleet.agent.k8s import KubeletLogs
 from gpufleet.agent.slurm import SlurmJob, SlurmResolver
 from gpufleet.agent.slurm_node import cgroup_bases, cgroup_jobs
-from gpufleet.collector import wirefast
+from gpufleet.collector.transport import wirefast
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from k8s.kubelet_tree import Pod, add_pod, container_id  # noqa: E402
+from tests.k8s.kubelet_tree import Pod, add_pod, container_id  # noqa: E402
 
 TARGET_US = 10.0
 

@@ -1,4 +1,4 @@
-"""Cost of one /metrics scrape for a large fleet (run by hand: python tests/bench/bench_metrics.py [hosts]).
+"""Cost of one /metrics scrape for a large fleet (run by hand: python -m tests.bench.bench_metrics [hosts]).
 
 Prints the part that runs on the event loop (freeze: copying the live view, rule flags, alert counts and
 stats) and the part that runs in a thread (building the samples and writing the text), for the text format
@@ -19,9 +19,9 @@ import urllib.request
 from typing import Any
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.live import HostState, LiveView
-from gpufleet.collector.metrics import FleetCollector, MetricsServer
+from gpufleet.collector.faces.metrics.exporter import FleetCollector, MetricsServer
+from gpufleet.collector.fleet.live import HostState, LiveView
+from gpufleet.collector.model import sample
 from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 

@@ -1,6 +1,6 @@
 """`gpufleet status` at 1,000 hosts and `gpufleet history` over 30 days, timed as a user sees them.
 
-Run by hand: ``.venv/bin/python tests/bench/cli_bench.py [--hosts 1000] [--gpus 8] [--runs 10]``.
+Run by hand: ``.venv/bin/python -m tests.bench.cli_bench [--hosts 1000] [--gpus 8] [--runs 10]``.
 Targets: status under 300 ms wall, history of 30 days under 500 ms wall, each measured as a subprocess of the
 installed `gpufleet` script (Python start-up and imports included) against a QueryServer on a Unix socket.
 The status fleet is synthetic (the CLI tests' stand-in collector); the history comes from a real SQLite
@@ -26,15 +26,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-TESTS = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(TESTS), str(TESTS / "cli")]
+from gpufleet.agent import wire
+from gpufleet.collector.faces.api.ops import STATUS_CACHE_TTL, encode
+from gpufleet.collector.faces.api.server import QueryServer
+from gpufleet.collector.fleet import query
+from gpufleet.collector.model import codec, sample
+from gpufleet.collector.model.firing import Firing
+from gpufleet.collector.settings import StorageConfig
 
-from builders import LoopThread  # noqa: E402
-from cli_testkit import StandinCollector, cli_env, gpufleet_argv  # noqa: E402
-from gpufleet.agent import wire  # noqa: E402
-from gpufleet.collector import query, sample  # noqa: E402
-from gpufleet.collector.api import STATUS_CACHE_TTL, QueryServer, encode  # noqa: E402
-from gpufleet.collector.settings import StorageConfig  # noqa: E402
+from tests.builders import LoopThread
+from tests.cli.cli_testkit import StandinCollector, cli_env, gpufleet_argv
+
+TESTS = Path(__file__).resolve().parent.parent
 
 GIB = 1 << 30
 DAY = 86400
@@ -302,22 +305,22 @@ def main() -> None:
         view = in_process(
             "build view (server, on its loop)",
             lambda: query.build_fleet_view(
-                standin.live.hosts.values(), query.flags_from_alerts(standin.alerts.active()), now=time.time()
+                standin.live.hosts.values(), Firing(standin.alerts.active()), now=time.time()
             ),
         )
         data = in_process("encode objects (server, --json)", lambda: encode({"ok": True, "result": view}))
         print(f"  {'objects size':<42} {len(data) / 1e6:7.1f} MB")
         rows = in_process(
             "encode rows (server, screen)",
-            lambda: encode({"ok": True, "result": query.fleet_view_rows(view)}),
+            lambda: encode({"ok": True, "result": codec.fleet_view_rows(view)}),
         )
         print(f"  {'rows size':<42} {len(rows) / 1e6:7.1f} MB")
         in_process(
-            "decode objects + rebuild model", lambda: query.fleet_view_from_dict(json.loads(data)["result"])
+            "decode objects + rebuild model", lambda: codec.fleet_view_from_dict(json.loads(data)["result"])
         )
         decoded = in_process(
             "decode rows + rebuild model (client)",
-            lambda: query.fleet_view_from_dict(json.loads(rows)["result"]),
+            lambda: codec.fleet_view_from_dict(json.loads(rows)["result"]),
         )
 
         def render() -> None:

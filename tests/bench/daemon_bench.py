@@ -3,7 +3,7 @@ simulated fleet over real SSH, with realistic frames (8 GPUs, 8 processes per GP
 
 Run by hand (not in CI: timing on shared runners is noise):
 
-    python tests/bench/daemon_bench.py --hosts 100,1000 --seconds 30 [--workers 1,2,4]
+    python -m tests.bench.daemon_bench --hosts 100,1000 --seconds 30 [--workers 1,2,4]
 
 For each fleet size it starts the simulator (``python -m gpufleet.collector.simfleet --mode inproc``, its
 SSH servers in their own process so their CPU is not counted) and a fresh collector, waits until every host
@@ -12,8 +12,8 @@ process over snapshots received), RSS, the largest frame lag, snapshots shed or 
 `gpufleet status --json` latency. Beside it, in this process, the floor of the same work done minimally:
 ``json.loads`` of one identical frame (the least a collector must do per sample).
 
-``--workers 1,2,4`` runs each size once per worker count (``workers: N``, collector/workers.py): CPU and
-RSS are then the supervisor's and every worker's together, the stats summed over the workers' sockets, and
+``--workers 1,2,4`` runs each size once per worker count (``workers: N``, collector/service/workers.py): CPU
+and RSS are then the supervisor's and every worker's together, the stats summed over the workers' sockets, and
 ``status`` is the CLI's merged answer from the config. "held" is the share of the samples the fleet sent
 (hosts x seconds / interval) that reached the collectors: under 1 when the loop cannot keep up.
 
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.cli.client import ApiClient
-from gpufleet.collector.shards import worker_path
+from gpufleet.collector.config.split import worker_path
 from gpufleet.collector.simfleet import FrameGenerator
 
 CPU_MS_TARGET = 0.15

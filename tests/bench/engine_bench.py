@@ -1,11 +1,11 @@
 """The alert engine's cost per snapshot, rule by rule (run by hand): where the daemon's largest share goes.
 
-    .venv/bin/python tests/bench/engine_bench.py [--hosts 150] [--gpus 8] [--procs 8] [--samples 20]
+    .venv/bin/python -m tests.bench.engine_bench [--hosts 150] [--gpus 8] [--procs 8] [--samples 20]
 
 The engine of the default config (every default rule) gets the simulator's frames of ``--hosts`` hosts,
 decoded by the collector's decoder, as the live view hands them over. The daemon's cycle-collector settings
-apply (collector/gcpause.py). It is warmed with as many samples as it is then measured on, so the rules'
-windows hold data. It prints:
+apply (collector/service/gcpause.py). It is warmed with as many samples as it is then measured on, so the
+rules' windows hold data. It prints:
 - the engine's CPU per snapshot;
 - beside it, ``json.loads`` of one frame (the least a collector does per sample);
 - each rule's observe and conditions time per snapshot.
@@ -24,10 +24,11 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from gpufleet.collector import gcpause, wirefast
 from gpufleet.collector.alerts.engine import AlertEngine
+from gpufleet.collector.service import gcpause
 from gpufleet.collector.settings import Config, HostConfig
 from gpufleet.collector.simfleet import FrameGenerator
+from gpufleet.collector.transport import wirefast
 
 TARGET_MS = 0.15
 

@@ -10,7 +10,7 @@ size it waits until every host is up, then measures for ``--seconds``:
 
 Run by hand (not part of the test suite):
 
-    .venv/bin/python tests/bench/fleet_sim.py --hosts 50,200,500,1000 --seconds 20 --mode inproc
+    .venv/bin/python -m tests.bench.fleet_sim --hosts 50,200,500,1000 --seconds 20 --mode inproc
 
 ``--black-holes K`` adds K hosts that drop SYNs (a listener with a full accept queue; Linux drops SYNs
 to it), dialled first, with a 10 s connect timeout: "conn s" is still the time until every reachable host
@@ -38,8 +38,8 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from gpufleet.collector import sample
-from gpufleet.collector.live import HostState, LiveView
+from gpufleet.collector.fleet.live import HostState, LiveView
+from gpufleet.collector.model import sample
 from gpufleet.collector.settings import HostConfig
 from gpufleet.collector.transport.manager import FleetTransport
 

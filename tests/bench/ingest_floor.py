@@ -1,6 +1,6 @@
 """The floor under the collector's cost per host-sample, and what the store's writer spends (run by hand).
 
-    .venv/bin/python tests/bench/ingest_floor.py [--hosts 300] [--seconds 20]
+    .venv/bin/python -m tests.bench.ingest_floor [--hosts 300] [--seconds 20]
 
 1. Floor: ``json.loads`` of one realistic frame (8 GPUs x 8 processes), then the same plus a plain
    ``executemany`` of its rows on the store's schema and pragmas, in transactions of 150 frames (300 hosts,
@@ -24,13 +24,14 @@ import time
 from typing import Any
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample, wirefast
-from gpufleet.collector.classify import DEFAULT_THRESHOLDS
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.thresholds import DEFAULT_THRESHOLDS
 from gpufleet.collector.simfleet import FrameGenerator
 from gpufleet.collector.store import schema
 from gpufleet.collector.store._db import setup_writer
 from gpufleet.collector.store.ingest import SAMPLE_INSERT, SPAN_UPSERT, FrameItem, IngestState
 from gpufleet.collector.store.writer import _write_batch
+from gpufleet.collector.transport import wirefast
 
 BATCH = 150
 

@@ -1,7 +1,7 @@
 """Notification delivery, measured (issue 11), with the real dispatcher, webhook notifiers and HTTP receivers
-on 127.0.0.1 (tests/notify/notify_servers.py). Run by hand:
+on 127.0.0.1 (tests/webhook.py). Run by hand:
 
-    .venv/bin/python tests/bench/notify_bench.py [--outage 25] [--scale 20]
+    .venv/bin/python -m tests.bench.notify_bench [--outage 25] [--scale 20]
 
 1. Outage: the receiver answers 503 for ``--outage`` seconds, then 200. Delay from its recovery to the
    delivery, with the default backoff (1 s doubling to a 5 min cap). A long outage (10 min) is run with the
@@ -20,16 +20,14 @@ import asyncio
 import statistics
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "notify"))
+from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.notify.base import Notification
+from gpufleet.collector.notify.build import build_notifiers
+from gpufleet.collector.notify.dispatcher import NotificationDispatcher
+from gpufleet.collector.settings import AlertingConfig, NotifierConfig
 
-from gpufleet.collector.notify.base import Notification  # noqa: E402
-from gpufleet.collector.notify.build import build_notifiers  # noqa: E402
-from gpufleet.collector.notify.dispatcher import NotificationDispatcher  # noqa: E402
-from gpufleet.collector.settings import AlertingConfig, NotifierConfig  # noqa: E402
-from gpufleet.collector.store.records import AlertRecord  # noqa: E402
-from notify_servers import answering, trickling  # noqa: E402
+from tests.webhook import trickling, webhook
 
 CAP = 300.0
 
@@ -50,7 +48,7 @@ def _hooks(*urls: str, timeout: float = 10.0) -> list:  # type: ignore[type-arg]
 
 async def outage(seconds: float, backoff: float, cap: float) -> float:
     """Seconds from the receiver's recovery to the delivery."""
-    with answering() as server:
+    with webhook() as server:
         disp = NotificationDispatcher(_hooks(server.url), backoff=backoff, max_backoff=cap)
         await disp.start()
         try:
@@ -65,7 +63,7 @@ async def outage(seconds: float, backoff: float, cap: float) -> float:
 
 async def latencies(n: int, hang: int) -> list[float]:
     """The good receiver's delivery latencies for ``n`` notifications, ``hang`` hanging receivers beside."""
-    with trickling(every=2.0) as slow, answering() as good:
+    with trickling(every=2.0) as slow, webhook() as good:
         disp = NotificationDispatcher(_hooks(*[slow] * hang, good.url), backoff=1.0, max_backoff=CAP)
         await disp.start()
         sent: list[float] = []

@@ -1,6 +1,6 @@
 """How many hosts move when a shard is added (issue 17: 2 -> 3 shards should move about 1/3).
 
-Run by hand: ``.venv/bin/python tests/bench/shards_bench.py [--hosts 10000]``. Over host names like
+Run by hand: ``.venv/bin/python -m tests.bench.shards_bench [--hosts 10000]``. Over host names like
 ``gpu00042``, for N -> N+1 shards: the share of hosts whose shard changed (target 1/(N+1), within 3
 points), that every moved host went to the new shard (rendezvous hashing moves nothing else), and the
 largest shard's share. Exits 1 on a miss.

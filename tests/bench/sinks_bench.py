@@ -1,14 +1,14 @@
 """What the event loop spends on one snapshot after decode: the live view, the alert engine's rules and the
 job tracker, the daemon's own sinks (run by hand).
 
-    .venv/bin/python tests/bench/sinks_bench.py [--hosts 300] [--samples 30] [--profile]
+    .venv/bin/python -m tests.bench.sinks_bench [--hosts 300] [--samples 30] [--profile]
 
-Frames are the simulator's (8 GPUs x 8 processes, collector/simfleet.py), decoded once beforehand with the
-collector's decoder, then fed host by host, sample by sample, through ``LiveView.frame`` into the
+Frames are the simulator's (8 GPUs x 8 processes, collector/simfleet/fleet.py), decoded once beforehand with
+the collector's decoder, then fed host by host, sample by sample, through ``LiveView.frame`` into the
 ``AlertEngine`` (every default rule, no store) and the ``JobTracker``, as the daemon wires them; the store's
 writer is left out (its queue put is cheap on the loop; ingest_floor.py measures its thread). The baseline
 printed beside it, in the same process, is ``json.loads`` of the same line. The daemon's cycle-collector
-settings apply (collector/gcpause.py).
+settings apply (collector/service/gcpause.py).
 
 Target: at most 0.25 ms CPU per host-sample for the sinks, so that with decode (~0.08 ms) the loop's
 share of issue 13's budget stays under what one core gives 5,000 hosts at 1 Hz with the 8x8 frames
@@ -24,14 +24,16 @@ import pstats
 import sys
 import time
 
-from gpufleet.collector import gcpause, sample, wirefast
 from gpufleet.collector.alerts.engine import AlertEngine
-from gpufleet.collector.classify import thresholds_of
-from gpufleet.collector.facts import FleetFacts
-from gpufleet.collector.jobs import JobTracker
-from gpufleet.collector.live import LiveView
+from gpufleet.collector.fleet.jobs import JobTracker
+from gpufleet.collector.fleet.live import LiveView
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.facts import FleetFacts
+from gpufleet.collector.model.thresholds import thresholds_of
+from gpufleet.collector.service import gcpause
 from gpufleet.collector.settings import Config, HostConfig, default_rules
 from gpufleet.collector.simfleet import FrameGenerator
+from gpufleet.collector.transport import wirefast
 
 TARGET_MS = 0.25
 
@@ -52,7 +54,7 @@ def _frames(hosts: int, samples: int) -> tuple[list[str], list[list[sample.Snaps
 def run(hosts: int, samples: int, profile: bool) -> float:
     names, frames, line = _frames(hosts, samples)
     config = Config(hosts=[HostConfig(name=n, address="127.0.0.1") for n in names], rules=default_rules())
-    facts = FleetFacts(thresholds_of(config.rules))  # shared, as collector/daemon.py wires them
+    facts = FleetFacts(thresholds_of(config.rules))  # shared, as collector/service/daemon.py wires them
     engine = AlertEngine(config, None, facts=facts)
     jobs = JobTracker(None, flags=lambda: {}, intervals={n: 1.0 for n in names}, facts=facts)
     live = LiveView([engine, jobs])

@@ -6,23 +6,19 @@ already knows the job. The difference is the sampling path's whole cost (a locke
 five attribute copies); scontrol itself runs on the resolver's thread.
 The encoded frame's growth is printed too.
 
-    .venv/bin/python tests/bench/slurm_overhead.py [--samples 20000]
+    .venv/bin/python -m tests.bench.slurm_overhead [--samples 20000]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
 from gpufleet.agent import fake, wire
 from gpufleet.agent.nvml import Gateway
 from gpufleet.agent.sampler import Sampler
 from gpufleet.agent.slurm import SlurmJob, SlurmResolver
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def _sampler(resolver: SlurmResolver | None) -> Sampler:

@@ -1,6 +1,6 @@
 """Store benchmark (run by hand): ingest rate, history query time, database size per host-day.
 
-    .venv/bin/python tests/bench/store_bench.py [--hosts 8] [--seconds 600] [--day] [--keep DIR]
+    .venv/bin/python -m tests.bench.store_bench [--hosts 8] [--seconds 600] [--day] [--keep DIR]
 
 1. Ingest: ``--hosts`` hosts x 8 GPUs (2 processes each) at 1 Hz for ``--seconds`` seconds of agent time,
    pushed through Store.submit_snapshot + flush (the real writer: batching, spans, usage, WAL,
@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
+from gpufleet.collector.model import sample
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import Store, Tuning
+from gpufleet.collector.store.store import Store, Tuning
 
 GIB = 1 << 30
 DAY = 86400.0

@@ -1,7 +1,7 @@
 """The web page at 1,000 hosts x 8 GPUs: page render time in a real headless Chromium and the live stream's
 bandwidth under worst-case churn. Exits 1 when a target is missed.
 
-Run by hand: ``.venv/bin/python tests/bench/web_bench.py [--hosts 1000] [--gpus 8] [--seconds 20]``.
+Run by hand: ``.venv/bin/python -m tests.bench.web_bench [--hosts 1000] [--gpus 8] [--seconds 20]``.
 Targets: the page renders (navigation start to the first full state drawn) in under 1 s; the stream stays
 under 50 KB/s. The fleet is synthetic (a live view filled in-process, 4 processes per GPU, every GPU's
 utilization re-drawn at random every second: far more churn than a real fleet, whose readings mostly hold
@@ -19,17 +19,16 @@ import sys
 import time
 from pathlib import Path
 
-TESTS = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(TESTS), str(TESTS / "web")]
+from gpufleet.agent.wire import Snapshot
+from gpufleet.collector.faces.web import model
+from gpufleet.collector.faces.web.server import WebServer
+from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.model.thresholds import thresholds_of
+from gpufleet.collector.settings import WebConfig
 
-from builders import GIB, LoopThread, gpu, proc, snap  # noqa: E402
-from gpufleet.agent.wire import Snapshot  # noqa: E402
-from gpufleet.collector.classify import thresholds_of  # noqa: E402
-from gpufleet.collector.live import HostState  # noqa: E402
-from gpufleet.collector.settings import WebConfig  # noqa: E402
-from gpufleet.collector.store.records import AlertRecord  # noqa: E402
-from gpufleet.collector.web import WebServer, model  # noqa: E402
-from web_testkit import Source  # noqa: E402
+from tests.builders import GIB, LoopThread, gpu, proc, snap
+from tests.web.web_testkit import Source
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 RENDER_TARGET_MS = 1000.0

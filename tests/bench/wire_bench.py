@@ -1,6 +1,6 @@
 """Wire cost per snapshot of 8 GPUs x 64 processes (run by hand): the collector's decode, the agent's encode.
 
-    .venv/bin/python tests/bench/wire_bench.py [--gpus 8] [--procs 8] [--runs 7]
+    .venv/bin/python -m tests.bench.wire_bench [--gpus 8] [--procs 8] [--runs 7]
 
 Each figure is the best of ``--runs`` rounds (CPU time, this process), beside baselines run in the same
 process and rounds: ``json.loads`` / ``json.dumps`` of the same frame (the least either side can do), the
@@ -18,8 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample, wirefast
+from gpufleet.collector.model import sample
 from gpufleet.collector.simfleet import FrameGenerator
+from gpufleet.collector.transport import wirefast
 
 DECODE_TARGET_US = 50.0
 

@@ -8,7 +8,9 @@ The bench (tests/bench/cli_bench.py) builds its 1,000-host fleet with the same f
 from __future__ import annotations
 
 import asyncio
-import fnmatch
+import contextlib
+import io
+import json
 import os
 import signal
 import sys
@@ -19,12 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.live import HostState, LiveView
-from gpufleet.collector.model import HostRecord
-from gpufleet.collector.settings import Config, HostConfig
-from gpufleet.collector.store.records import (
+from gpufleet.cli.main import main as cli_main
+from gpufleet.cli.options import State
+from gpufleet.collector.addresses import Endpoint, Resolver
+from gpufleet.collector.errors import QueryError
+from gpufleet.collector.fleet.live import HostState, LiveView
+from gpufleet.collector.fleet.report import ReportFormat, WasteReport
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.codec import jsonable
+from gpufleet.collector.model.firing import Firing
+from gpufleet.collector.model.records import (
     AlertRecord,
     CapacityRow,
     EventRow,
@@ -35,6 +41,10 @@ from gpufleet.collector.store.records import (
     SlurmUsageRow,
     UsageRow,
 )
+from gpufleet.collector.model.views import HostRecord
+from gpufleet.collector.settings import Config, HostConfig
+
+from tests import builders
 
 GIB = 1 << 30
 
@@ -45,27 +55,11 @@ def synthetic_snapshot(name: str, scenario: str, gpus: int, now: float, seq: int
     """A snapshot of one host; scenario busy | wasting | hot | lost | idle | zombie."""
     out = []
     for i in range(gpus):
-        g = sample.GpuSample(
-            index=i,
-            uuid=f"GPU-{name}-{i}",
-            name="NVIDIA A100-SXM4-80GB",
-            util_gpu=85,
-            memory_total=80 * GIB,
-            memory_used=40 * GIB,
-            temperature=62,
-            power_draw=310.0,
-            power_limit=400.0,
-        )
+        g = builders.gpu(i, host=name, name="NVIDIA A100-SXM4-80GB", util=85, mem=40 * GIB, temp=62,
+                         power=310.0, power_limit=400.0)
         user = ("alice", "bob", "carol")[i % 3]
-        proc = sample.ProcessSample(
-            pid=1000 + i,
-            user=user,
-            command=f"/usr/bin/python3 -u /home/{user}/train.py",
-            gpu_memory=40 * GIB,
-            sm_util=80,
-            start_time=now - 3600 * (i + 1),
-            state="R",
-        )
+        proc = builders.proc(1000 + i, user, mem=40 * GIB, sm=80, start=now - 3600 * (i + 1), state="R",
+                             command=f"/usr/bin/python3 -u /home/{user}/train.py")
         if scenario == "wasting" and i < 2:
             g.util_gpu = 0
             proc.user, proc.command, proc.sm_util = "dave", "jupyter-lab --no-browser", 0
@@ -78,9 +72,9 @@ def synthetic_snapshot(name: str, scenario: str, gpus: int, now: float, seq: int
         else:
             g.processes = [proc]
         if scenario == "lost" and i == 1:
-            g = sample.GpuSample(index=i, uuid=f"GPU-{name}-{i}", error="GPU is lost (fell off the bus)")
+            g = builders.lost_gpu(i, host=name, error="GPU is lost (fell off the bus)")
         out.append(g)
-    return sample.Snapshot(proto=wire.PROTO_VERSION, ts=now, seq=seq, gpus=out)
+    return builders.snap(*out, ts=now, seq=seq)
 
 
 def synthetic_live(
@@ -158,16 +152,14 @@ class StandinAlerts:
             rules.add("stale")
         return rules
 
-    def flags(self, host: str, gpu: int | None = None) -> set[str]:
-        h = self.live.hosts.get(host)
-        if h is None:
-            return set()
-        if gpu is None:
-            return {"host_down"} if h.status == "down" else set()
-        for g in h.snapshot.gpus if h.snapshot else []:
-            if g.index == gpu:
-                return self._rules(g)
-        return set()
+    def firing(self) -> Firing:
+        return Firing(self.active())
+
+    def is_muted(self, alert: AlertRecord) -> bool:
+        return False
+
+    def undelivered(self, alert: AlertRecord) -> dict[str, float]:
+        return {}
 
     async def add_silence(
         self, matchers: dict[str, str], duration: float, comment: str = "", created_by: str = ""
@@ -190,10 +182,10 @@ class StandinAlerts:
         now = time.time()
         return [s for s in self.silences if include_expired or s.ends_at > now]
 
-    async def expire_silence(self, id: int) -> bool:
+    async def expire_silence(self, silence_id: int) -> bool:
         now = time.time()
         for s in self.silences:
-            if s.id == id and s.ends_at > now:
+            if s.id == silence_id and s.ends_at > now:
                 s.ends_at = now
                 return True
         return False
@@ -350,7 +342,7 @@ class StandinStore:
 
 
 class StandinCollector:
-    """What the query API reads from :class:`gpufleet.collector.daemon.Collector`."""
+    """A running collector as the faces read it (collector/faces/source.py ``Running``)."""
 
     def __init__(
         self, hosts: dict[str, str], gpus: int = 4, tags: dict[str, list[str]] | None = None
@@ -377,6 +369,21 @@ class StandinCollector:
 
     def stats(self) -> dict[str, float]:
         return {"hosts_total": float(len(self.live.hosts))}
+
+    def alert_counts(self) -> dict[tuple[str, str, str], int]:
+        counts: dict[tuple[str, str, str], int] = {}
+        for a in self.alerts.active():
+            counts[(a.rule, a.severity, a.state)] = counts.get((a.rule, a.severity, a.state), 0) + 1
+        return counts
+
+    def firing(self) -> Firing:
+        return self.alerts.firing()
+
+    def identity(self) -> tuple[str, str]:
+        return "standin", ""
+
+    async def send_report(self, report: WasteReport, fmt: ReportFormat) -> dict[str, str | None]:
+        raise QueryError("no notifiers configured: add one under 'notifiers:' to send reports")
 
 
 # ------------------------------------------------------------------------------------------ running the CLI
@@ -437,6 +444,24 @@ async def run_cli(
     return Result(proc.returncode, out.decode(), err.decode())
 
 
+def no_lookups(targets: set[Endpoint]) -> dict[Endpoint, set[Endpoint]]:
+    """A resolver for which no name resolves, at once (the system's waits out its deadline offline)."""
+    return {}
+
+
+def run_cli_here(*args: str, resolver: Resolver = no_lookups) -> Result:
+    """The real CLI's entry point in this process, with its settings made here (an injected resolver), its
+    output and exit code captured."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            cli_main(list(args), state=State(resolver=resolver))
+            rc = 0
+        except SystemExit as exc:
+            rc = int(exc.code or 0)
+    return Result(rc, out.getvalue(), err.getvalue())
+
+
 async def until(check: Any, timeout: float = 30.0) -> Any:
     """Poll ``check`` (async) every 0.3 s until it returns something true; that is the result."""
     loop = asyncio.get_running_loop()
@@ -450,10 +475,6 @@ async def until(check: Any, timeout: float = 30.0) -> Any:
     raise AssertionError(f"condition not met in {timeout} s; last: {last}")
 
 
-def glob_any(value: str, patterns: list[str]) -> bool:
-    return any(fnmatch.fnmatchcase(value, p) for p in patterns)
-
-
 def cell_width(line: str) -> int:
     from rich.cells import cell_len
 
@@ -461,11 +482,35 @@ def cell_width(line: str) -> int:
 
 
 def as_dict(obj: Any) -> Any:
-    import json
-
-    from gpufleet.collector.query import jsonable
-
     return json.loads(json.dumps(obj, default=jsonable))
+
+
+# ------------------------------------------------------------------------------------------ processes
+
+
+def children(pid: int) -> dict[int, str]:
+    """pid -> command line of ``pid``'s direct children (from /proc, no psutil)."""
+    out: dict[int, str] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+            if ppid == pid:
+                out[int(d.name)] = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def alive(pid: int, cmd: str) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        same = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode() == cmd
+    except OSError:
+        return False
+    return same and stat[stat.rindex(")") + 2] != "Z"
 
 
 # ------------------------------------------------------------------------------------------ tmux screens

@@ -1,20 +1,16 @@
-"""Fixtures for the CLI / query API tests. Helpers live in cli_testkit.py (a unique module name, put on
-sys.path because the suite runs with --import-mode=importlib)."""
+"""Fixtures for the CLI / query API tests (their helpers: tests/cli/cli_testkit.py)."""
 
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from gpufleet.collector.faces.api.server import QueryServer
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from cli_testkit import StandinCollector, cli_env  # noqa: E402
-from gpufleet.collector.api import QueryServer  # noqa: E402
+from tests.cli.cli_testkit import StandinCollector, cli_env
 
 FLEET = {"n1": "busy", "n2": "wasting", "n3": "hot", "n4": "zombie", "n5": "lost", "n6": "down"}
 TAGS = {"n1": ["a100", "prod"], "n2": ["a100"], "n3": ["h100"], "n4": ["h100"], "n5": ["a100"], "n6": ["old"]}

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_testkit import cli_env, collector_running, run_cli
+
+from tests.cli.cli_testkit import cli_env, collector_running, run_cli
 
 pytestmark = pytest.mark.slow
 

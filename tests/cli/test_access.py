@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cli_testkit import StandinCollector, cli_env, gpufleet_argv
-from gpufleet.collector.api import QueryServer
-from gpufleet.collector.api.server import listening
+from gpufleet.collector.faces.api.server import QueryServer, listening
+
+from tests.cli.cli_testkit import StandinCollector, cli_env, gpufleet_argv
 
 TOOLS = ("useradd", "userdel", "groupadd", "groupdel", "setpriv")
 if os.geteuid() != 0:

@@ -7,9 +7,8 @@ import grp
 import pwd
 
 import pytest
-from gpufleet.collector.api import AccessDenied, Peer
-from gpufleet.collector.api.access import Access, policy_for
 from gpufleet.collector.errors import QueryError
+from gpufleet.collector.faces.api.access import Access, AccessDenied, Peer, policy_for
 
 try:
     NOBODY = pwd.getpwnam("nobody")

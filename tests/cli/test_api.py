@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_testkit import StandinCollector
-from gpufleet.collector.api import QueryServer
 from gpufleet.collector.errors import QueryError
+from gpufleet.collector.faces.api.server import QueryServer
+
+from tests.cli.cli_testkit import StandinCollector
 
 
 async def ask(path: Path, *requests: Any, raw: bytes | None = None) -> list[dict[str, Any]]:
@@ -68,7 +69,8 @@ async def test_status_view(server: QueryServer) -> None:
 async def test_users_form_is_by_user_of_the_whole_view(server: QueryServer) -> None:
     """``status --by user`` asks for the users form: the collector's per-user lines are the ones the CLI
     would make from the whole view, and the hosts stay home."""
-    from gpufleet.collector.query import by_user, fleet_view_from_dict, user_usage_from_dict
+    from gpufleet.collector.model.codec import fleet_view_from_dict, user_usage_from_dict
+    from gpufleet.collector.model.summary import by_user
 
     [full, users, tagged] = await ask(server.path, {"op": "status", "args": {"form": "rows"}, "v": 1},
                                       {"op": "status", "args": {"form": "users"}, "v": 1},

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_testkit import cli_env, collector_running, run_cli, until, write_config
 from gpufleet.collector.simfleet import SimFleet
+
+from tests.cli.cli_testkit import cli_env, collector_running, run_cli, until, write_config
 
 pytestmark = pytest.mark.slow
 

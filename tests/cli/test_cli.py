@@ -10,8 +10,9 @@ import os
 import pwd
 from pathlib import Path
 
-from cli_testkit import StandinCollector, cell_width, cli_env, run_cli
-from gpufleet.collector.api import QueryServer
+from gpufleet.collector.faces.api.server import QueryServer
+
+from tests.cli.cli_testkit import StandinCollector, cell_width, cli_env, run_cli
 
 
 async def test_status_screen(env: dict[str, str]) -> None:

@@ -9,9 +9,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from cli_testkit import StandinCollector, cli_env, run_cli
-from gpufleet.collector.api import QueryServer
 from gpufleet.collector.config import ConfigErrors, parse_config
+from gpufleet.collector.faces.api.server import QueryServer
+
+from tests.cli.cli_testkit import StandinCollector, cli_env, run_cli
+from tests.sshserver import ssh_server
 
 
 @pytest.fixture
@@ -92,31 +94,10 @@ def test_the_operator_guide_example_parses() -> None:
 async def test_an_ssh_entry_uses_its_own_key_and_known_hosts(home: Path, two: list[Path]) -> None:
     """Key and known_hosts from the entry, not ~/.ssh (which has neither here): without them the same
     collector is named as not answering and the local one is still shown."""
-    import asyncssh
-
     keys = home / "keys"
-    keys.mkdir()
-    host_key, client_key = (asyncssh.generate_private_key("ssh-ed25519") for _ in range(2))
-    client_key.write_private_key(str(keys / "id"))
-
-    class Server(asyncssh.SSHServer):
-        def begin_auth(self, username: str) -> bool:
-            return True
-
-        def public_key_auth_supported(self) -> bool:
-            return True
-
-        def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
-            return key.public_data == client_key.public_data
-
-        def unix_connection_requested(self, dest_path: str) -> bool:
-            return dest_path == str(two[1])
-
-    acceptor = await asyncssh.create_server(Server, "127.0.0.1", 0, server_host_keys=[host_key])
-    try:
-        port = acceptor.sockets[0].getsockname()[1]
-        (keys / "kh").write_text(f"[127.0.0.1]:{port} {host_key.export_public_key().decode().strip()}\n")
-        remote = f"me@127.0.0.1:{port}{two[1]}"
+    async with ssh_server(forwards=lambda path: path == str(two[1])) as ssh:
+        ssh.install_client(keys / "id", keys / "kh")
+        remote = f"me@127.0.0.1:{ssh.port}{two[1]}"
         cfg = home / "cli.yaml"
         cfg.write_text(f"collectors:\n  - {two[0]}\n"
                        f"  - {{address: '{remote}', key: keys/id, known_hosts: keys/kh}}\n")
@@ -130,5 +111,3 @@ async def test_an_ssh_entry_uses_its_own_key_and_known_hosts(home: Path, two: li
         assert r.rc == 0
         assert [h["name"] for h in json.loads(r.out)["hosts"]] == ["a1", "a2"]
         assert f"collector {remote} did not answer" in r.err, r.err
-    finally:
-        acceptor.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from cli_testkit import cli_env, run_cli
+from tests.cli.cli_testkit import cli_env, run_cli
 
 
 def _write(home: Path, text: str) -> Path:

@@ -1,6 +1,6 @@
-"""The collector process runs with the cycle collector's thresholds raised (collector/gcpause.py): with
-Python's defaults it spent about a third of its CPU there (issue 13). Its stats, and so /metrics, count the
-collections and their seconds."""
+"""The collector process runs with the cycle collector's thresholds raised (collector/service/gcpause.py):
+with Python's defaults it spent about a third of its CPU there (issue 13). Its stats, and so /metrics, count
+the collections and their seconds."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import json
 from pathlib import Path
 
 import pytest
-from cli_testkit import cli_env, collector_running, run_cli, until, write_config
 from gpufleet.cli.client import ApiClient
 from gpufleet.collector.simfleet import SimFleet
+
+from tests.cli.cli_testkit import cli_env, collector_running, run_cli, until, write_config
 
 pytestmark = pytest.mark.slow
 

@@ -8,11 +8,12 @@ import time
 from pathlib import Path
 
 import pytest
-from cli_testkit import cli_env, run_cli, synthetic_live
 from gpufleet.agent import wire
-from gpufleet.collector import sample
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store.records import AlertRecord
+
+from tests.cli.cli_testkit import cli_env, run_cli, synthetic_live
 
 pytest.importorskip("gpufleet.collector.store.store")
 
@@ -128,7 +129,8 @@ async def test_stale_socket_falls_back(home: Path) -> None:
 async def test_fallback_answers_are_the_encoded_shapes_without_the_text(home: Path) -> None:
     """The fallback turns results into JSON shapes in-process (``plain``): exactly what encoding and
     decoding them gave, for every op the fallback answers from a real store."""
-    from gpufleet.collector.api import StoreOps, dispatch, encode, plain
+    from gpufleet.collector.faces.api.ops import StoreOps, dispatch, encode
+    from gpufleet.collector.model.codec import plain
     from gpufleet.collector.store.store import Store
 
     now = time.time()

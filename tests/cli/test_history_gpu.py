@@ -6,11 +6,11 @@ import json
 import time
 from pathlib import Path
 
-from cli_testkit import cli_env, run_cli
-from gpufleet.agent import wire
-from gpufleet.collector import sample
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store.store import Store
+
+from tests.builders import gpu, proc, snap
+from tests.cli.cli_testkit import cli_env, run_cli
 
 GIB = 1 << 30
 
@@ -21,14 +21,10 @@ async def _fill(db: Path, now: float) -> None:
     try:
         for k in range(61):
             ts = now - 120 + k
-            held = sample.GpuSample(index=0, uuid="GPU-held", util_gpu=0, memory_used=8 * GIB,
-                                  memory_total=80 * GIB, processes=[
-                                      sample.ProcessSample(pid=4242, user="alice", gpu_memory=8 * GIB,
-                                                         start_time=now - 3600, command="python nb.py")])
-            free = sample.GpuSample(index=1, uuid="GPU-free", util_gpu=0, memory_used=0,
-                                    memory_total=80 * GIB)
-            store.submit_snapshot("n1", sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=k,
-                                                        gpus=[held, free]), ts)
+            held = gpu(0, uuid="GPU-held", util=0, mem=8 * GIB,
+                       procs=[proc(4242, mem=8 * GIB, start=now - 3600, command="python nb.py")])
+            free = gpu(1, uuid="GPU-free", util=0, mem=0)
+            store.submit_snapshot("n1", snap(held, free, ts=ts, seq=k), ts)
         await store.flush()
     finally:
         await store.close()
@@ -67,9 +63,8 @@ async def test_stored_status_classifies_with_the_configured_thresholds(home: Pat
     now = time.time()
     store = await Store.open(StorageConfig(path=str(db)))
     try:
-        g = sample.GpuSample(index=0, uuid="GPU-x", util_gpu=0, memory_used=512 << 20, memory_total=80 * GIB)
-        store.submit_snapshot("n1", sample.Snapshot(proto=wire.PROTO_VERSION, ts=now - 5, seq=1, gpus=[g]),
-                              now - 5)
+        g = gpu(0, uuid="GPU-x", util=0, mem=512 << 20)
+        store.submit_snapshot("n1", snap(g, ts=now - 5, seq=1), now - 5)
         await store.flush()
     finally:
         await store.close()

@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_testkit import cli_env, run_cli
-from gpufleet.collector.daemon import Collector
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import ApiConfig, Config, StorageConfig, default_rules
 from gpufleet.collector.simfleet import SimFleet
+
+from tests.cli.cli_testkit import cli_env, run_cli
 
 pytestmark = pytest.mark.slow
 

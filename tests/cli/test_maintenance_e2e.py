@@ -17,28 +17,25 @@ import json
 import os
 import pwd
 import re
-import sys
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import free_port
-from cli_testkit import cli_env, run_cli, start_collector, stop_collector, until, write_config
 from gpufleet.collector.simfleet import SimFleet
 
-sys.path.insert(0, str(Path(__file__).parents[1] / "notify"))
-from notify_servers import Server, answering  # noqa: E402 - after the path to the shared test servers
+from tests.builders import free_port
+from tests.cli.cli_testkit import cli_env, run_cli, start_collector, stop_collector, until, write_config
+from tests.webhook import Webhook, webhook
 
 pytestmark = pytest.mark.slow
 ME = pwd.getpwuid(os.geteuid()).pw_name
 
 
-def _alerts_about(hook: Server, host: str) -> list[tuple[str, str]]:
+def _alerts_about(hook: Webhook, host: str) -> list[tuple[str, str]]:
     """(notification status, rule) of every alert about ``host`` the webhook accepted so far, in order."""
-    with hook.lock:
-        bodies = [json.loads(body) for _at, body in hook.got]
+    bodies = [json.loads(body) for _at, body in hook.got]
     return [(b.get("status", ""), a["labels"].get("rule", "")) for b in bodies for a in b.get("alerts", [])
             if a["labels"].get("host") == host]
 
@@ -70,7 +67,7 @@ async def test_maintenance_lets_go_silences_survives_a_restart_and_ends(home: Pa
     env = cli_env(home)
     cfg = home / "gpufleet.yaml"
     metrics_port, web_port = free_port(), free_port()
-    with answering() as hook:
+    with webhook() as hook:
         async with SimFleet({"n1": "busy", "n2": "busy"}, interval=0.2, workdir=home / "fleet") as fleet:
             _write_config(cfg, fleet, home)
             cfg.write_text(cfg.read_text() + f"""alerting:

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 
 from gpufleet.cli.merge import merge
-from gpufleet.collector.api import plain
-from gpufleet.collector.query import FleetView, GpuView, HostView, fleet_totals
+from gpufleet.collector.model.codec import plain
+from gpufleet.collector.model.summary import fleet_totals
+from gpufleet.collector.model.views import FleetView, GpuView, HostView
 
 
 def _gpu(i: int) -> GpuView:
@@ -47,8 +48,8 @@ def test_among_sampled_replicas_the_newest_wins_and_up_beats_down() -> None:
 
 def _report(rows: list[tuple[str, str, float]], shard: str | None, observed: float) -> dict:
     """One collector's report answer as `report --format json` gives it (held, half of it used)."""
-    from gpufleet.collector.report import _assemble, render_report
-    from gpufleet.collector.store.records import UsageRow
+    from gpufleet.collector.fleet.report import _assemble, render_report
+    from gpufleet.collector.model.records import UsageRow
 
     rep = _assemble(since=0.0, until=3600.0, host=None, observed=observed, free=0.0, alerts=[], faults={},
                     generated_at=1.0,
@@ -57,8 +58,14 @@ def _report(rows: list[tuple[str, str, float]], shard: str | None, observed: flo
 
 
 def test_report_round_trips_through_its_json() -> None:
-    from gpufleet.collector.report import UsageLine, _assemble, merge_reports, render_report, report_from_dict
-    from gpufleet.collector.store.records import UsageRow
+    from gpufleet.collector.fleet.report import (
+        UsageLine,
+        _assemble,
+        merge_reports,
+        render_report,
+        report_from_dict,
+    )
+    from gpufleet.collector.model.records import UsageRow
 
     rep = _assemble(since=0.0, until=7200.0, host=None, observed=10.0, free=2.5, alerts=[],
                     faults={"n1": {"xid": 2}}, generated_at=5.0,

@@ -7,24 +7,28 @@ import time
 from datetime import datetime
 
 import pytest
-from cli_testkit import StandinAlerts, StandinStore, synthetic_live
 from gpufleet.cli.timeparse import TimeParseError, parse_duration, parse_range, parse_time
-from gpufleet.collector import query
 from gpufleet.collector.errors import QueryError
-from gpufleet.collector.store.records import AlertRecord
+from gpufleet.collector.fleet import query
+from gpufleet.collector.model import codec, summary, views
+from gpufleet.collector.model.firing import Firing
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.units import fmt_duration
+
+from tests.builders import alert
+from tests.cli.cli_testkit import StandinAlerts, StandinStore, synthetic_live
 
 NOW = 1_800_000_000.0
 
 
-def live_view(**filters: list[str]) -> query.FleetView:
+def live_view(**filters: list[str]) -> views.FleetView:
     live = synthetic_live(
         {"a2": "busy", "a10": "wasting", "b1": "lost", "c1": "down", "d1": "idle"},
         gpus=4,
         now=NOW,
         tags={"a2": ["x"], "a10": ["x", "y"]},
     )
-    return query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=NOW, **filters)
+    return query.build_fleet_view(live.hosts.values(), StandinAlerts(live).firing(), now=NOW, **filters)
 
 
 def test_totals_and_states() -> None:
@@ -65,7 +69,7 @@ def test_filters() -> None:
 
 
 def test_by_user() -> None:
-    rows = {r.user: r for r in query.by_user(live_view())}
+    rows = {r.user: r for r in summary.by_user(live_view())}
     assert rows["dave"].gpus == 2 and rows["dave"].wasted == 2 and rows["dave"].mean_util == 0
     assert rows["alice"].hosts == ["a2", "a10", "b1"]
     assert list(rows)[0] == "dave"  # most wasted GPUs first
@@ -74,7 +78,7 @@ def test_by_user() -> None:
 
 def test_by_user_counts_a_stale_zombie_as_waste() -> None:
     """A zombie holding memory at 0 % is flagged stale, not wasted: it is still that user's waste."""
-    from gpufleet.collector.query import FleetView, GpuView, HostView, ProcView
+    from gpufleet.collector.model.views import FleetView, GpuView, HostView, ProcView
 
     zombie = ProcView(pid=7, user="erin", command="python3 leak.py", memory=18 << 30, running_for=60.0,
                       state="Z")
@@ -82,7 +86,7 @@ def test_by_user_counts_a_stale_zombie_as_waste() -> None:
                   temp=None, power=None, power_limit=None, flags=["stale"], processes=[zombie])
     view = FleetView(generated_at=NOW, source="live",
                      hosts=[HostView(name="h", status="up", reason=None, last_seen=NOW, age=0.0, gpus=[gpu])])
-    (row,) = query.by_user(view)
+    (row,) = summary.by_user(view)
     assert row.user == "erin" and row.wasted == 1
 
 
@@ -123,11 +127,11 @@ async def test_store_view_matches_live_view() -> None:
 
 def test_json_round_trip() -> None:
     v = live_view()
-    text = json.dumps(v, default=query.jsonable)
-    back = query.fleet_view_from_dict(json.loads(text))
+    text = json.dumps(v, default=codec.jsonable)
+    back = codec.fleet_view_from_dict(json.loads(text))
     assert back == v
     with pytest.raises(QueryError, match="malformed fleet view"):
-        query.fleet_view_from_dict({"hosts": []})
+        codec.fleet_view_from_dict({"hosts": []})
 
 
 def test_parse_time() -> None:
@@ -163,13 +167,13 @@ def test_fmt_duration() -> None:
 
 def test_from_dict_tolerates_new_and_reordered_fields() -> None:
     v = live_view(host=["a2"])
-    d = json.loads(json.dumps(v, default=query.jsonable))
+    d = json.loads(json.dumps(v, default=codec.jsonable))
     g = d["hosts"][0]["gpus"][0]
     g["added_in_a_newer_collector"] = 1
     g["processes"][0] = dict(reversed(list(g["processes"][0].items())))
     d["hosts"][0]["gpus"][0] = dict(reversed(list(g.items())))
     d["totals"]["new_total"] = 3
-    back = query.fleet_view_from_dict(d)
+    back = codec.fleet_view_from_dict(d)
     assert back.hosts[0].gpus[0] == v.hosts[0].gpus[0] and back.totals == v.totals
 
 
@@ -177,11 +181,12 @@ def test_hosts_and_by_user_rows_tolerate_new_fields() -> None:
     """``gpufleet hosts`` against a newer collector: an added field used to be a TypeError traceback."""
     live = synthetic_live({"a1": "busy"}, gpus=2, now=NOW)
     info = query.host_infos(live.hosts.values())[0]
-    d = {**json.loads(json.dumps(info, default=query.jsonable)), "added_in_a_newer_collector": 1}
-    assert query.host_info_from_dict(d) == info
-    row = query.by_user(query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=NOW))[0]
-    d = {**json.loads(json.dumps(row, default=query.jsonable)), "new": [1]}
-    assert query.user_usage_from_dict(d) == row
+    d = {**json.loads(json.dumps(info, default=codec.jsonable)), "added_in_a_newer_collector": 1}
+    assert codec.host_info_from_dict(d) == info
+    view = query.build_fleet_view(live.hosts.values(), StandinAlerts(live).firing(), now=NOW)
+    row = summary.by_user(view)[0]
+    d = {**json.loads(json.dumps(row, default=codec.jsonable)), "new": [1]}
+    assert codec.user_usage_from_dict(d) == row
 
 
 def test_orphaned_memory_is_not_idle() -> None:
@@ -191,27 +196,25 @@ def test_orphaned_memory_is_not_idle() -> None:
     assert snap is not None
     snap.gpus[0].memory_used = 12 << 30
 
-    def flags(host: str, gpu: int | None) -> set[str]:
-        return {"orphaned_memory"} if gpu == 0 else set()
-
-    v = query.build_fleet_view(live.hosts.values(), flags, now=NOW)
+    host = next(iter(live.hosts))
+    v = query.build_fleet_view(live.hosts.values(), Firing([alert("orphaned_memory", host, 0)]), now=NOW)
     states = [g.state for g in v.hosts[0].gpus]
     assert states == ["busy", "idle"]
     assert (v.totals.busy, v.totals.idle, v.totals.orphaned) == (1, 1, 1)
     assert v.hosts[0].gpus[0].flags == ["orphaned"]
-    assert query.fleet_view_from_dict(json.loads(json.dumps(v, default=query.jsonable))).totals.orphaned == 1
+    assert codec.fleet_view_from_dict(json.loads(json.dumps(v, default=codec.jsonable))).totals.orphaned == 1
 
 
 def test_plain_is_what_the_encoded_answer_decodes_to() -> None:
     """The read-only fallback and the CLI's merge shape answers with ``plain``; the live collector sends
     ``to_json``. Both give the same values, a non-finite number and non-ASCII text included."""
     view = query.build_fleet_view(synthetic_live({"n1": "busy", "n2": "idle"}, 2).hosts.values(),
-                                  query.flags_from_alerts([]), now=time.time())
+                                  Firing([]), now=time.time())
     view.hosts[0].gpus[0].power = float("nan")
     view.hosts[0].gpus[1].power = float("inf")
     view.hosts[1].name = "nœud-2"
-    shaped = query.plain(view)
-    assert shaped == json.loads(query.to_json(view))
+    shaped = codec.plain(view)
+    assert shaped == json.loads(codec.to_json(view))
     assert shaped["hosts"][0]["gpus"][0]["power"] is None and shaped["hosts"][0]["gpus"][1]["power"] is None
     assert shaped["hosts"][1]["name"] == "nœud-2"
 
@@ -220,5 +223,5 @@ def test_keys_msgspec_refuses_still_encode_as_strict_json() -> None:
     """A dict keyed by None or a bool takes json's key rules ("null", "true"), and a non-finite value in it
     is still null: the answer stays strict JSON on either path."""
     data = {"by": {None: float("nan"), True: 1, 2: [1.5]}}
-    assert query.to_json(data) == b'{"by":{"null":null,"true":1,"2":[1.5]}}'
-    assert json.loads(query.to_json(data)) == query.plain(data)
+    assert codec.to_json(data) == b'{"by":{"null":null,"true":1,"2":[1.5]}}'
+    assert json.loads(codec.to_json(data)) == codec.plain(data)

@@ -6,14 +6,18 @@ import io
 import time
 
 import pytest
-from cli_testkit import StandinAlerts, StandinStore, as_dict, cell_width, synthetic_live
 from gpufleet.cli.render_alerts import render_alerts
 from gpufleet.cli.render_history import bucket, history_csv, render_history, sparkline
 from gpufleet.cli.render_status import bar, fmt_mem_pair, render_by_user, render_status
-from gpufleet.collector import query
-from gpufleet.collector.store.records import SeriesPoint
+from gpufleet.collector.fleet import query
+from gpufleet.collector.model import summary, views
+from gpufleet.collector.model.firing import Firing
+from gpufleet.collector.model.records import SeriesPoint
 from gpufleet.collector.units import fmt_size_short
 from rich.console import Console, RenderableType
+
+from tests.builders import alert
+from tests.cli.cli_testkit import StandinAlerts, StandinStore, as_dict, cell_width, synthetic_live
 
 GIB = 1 << 30
 
@@ -26,14 +30,14 @@ def show(r: RenderableType, width: int) -> list[str]:
     return buf.getvalue().splitlines()
 
 
-def view() -> query.FleetView:
+def view() -> views.FleetView:
     live = synthetic_live(
         {"a-very-long-host-name-01": "zombie", "n2": "wasting", "n3": "down", "n4": "lost"}, gpus=3
     )
     g = live.hosts["n2"].snapshot.gpus[2]  # type: ignore[union-attr]
     g.processes[0].command = "python3 训练模型.py --epochs 10"
     g.processes = g.processes * 5
-    return query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=time.time())
+    return query.build_fleet_view(live.hosts.values(), StandinAlerts(live).firing(), now=time.time())
 
 
 @pytest.mark.parametrize("width", [40, 80, 100, 120, 200])
@@ -49,7 +53,7 @@ def test_status_never_exceeds_width(width: int) -> None:
 
 def test_by_user_and_alerts_render() -> None:
     v = view()
-    text = "\n".join(show(render_by_user(v, query.by_user(v), 80), 80))
+    text = "\n".join(show(render_by_user(v, summary.by_user(v), 80), 80))
     assert "dave" in text and "USER" in text
     live = synthetic_live({"n1": "hot", "n2": "down"}, gpus=2)
     result = as_dict({"active": StandinAlerts(live).active(), "recent": [], "silences": []})
@@ -124,7 +128,7 @@ def test_list_views_stay_readable_when_narrow(width: int) -> None:
     exceed the width, with the short columns all present."""
     from gpufleet.cli.render_history import process_table
     from gpufleet.cli.render_status import render_hosts
-    from gpufleet.collector.store.records import ProcessSpan
+    from gpufleet.collector.model.records import ProcessSpan
 
     live = synthetic_live({"gpu-node-07": "hot", "gpu-node-12": "down"}, gpus=2)
     alerts = StandinAlerts(live).active()
@@ -143,7 +147,7 @@ def test_list_views_stay_readable_when_narrow(width: int) -> None:
 
     reason = "ssh: connection refused by 127.0.0.1 port 2222 (is sshd running? check the firewall)"
     hosts = [
-        query.HostInfo(
+        views.HostInfo(
             name="gpu-node-12",
             status="down",
             reason=reason,
@@ -187,7 +191,7 @@ def test_status_fitted_to_a_short_screen_summarises_hosts_problem_hosts_first() 
 
     live = synthetic_live({f"n{i}": s for i, s in enumerate(
         ["busy", "busy", "wasting", "busy", "idle", "busy"], 1)}, gpus=4)
-    v = query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=time.time())
+    v = query.build_fleet_view(live.hosts.values(), StandinAlerts(live).firing(), now=time.time())
     rows = 14
     lines = [line.plain for line in fitted_lines(v, 80, rows)]
     assert len(lines) <= rows and all(cell_width(line) <= 80 for line in lines)
@@ -204,7 +208,7 @@ def test_status_fitted_to_a_short_screen_summarises_hosts_problem_hosts_first() 
 def test_event_line_says_each_thing_once() -> None:
     """The agent's xid message repeats the Xid and the GPU: the line says each once."""
     from gpufleet.cli.render_history import event_text
-    from gpufleet.collector.store.records import EventRow
+    from gpufleet.collector.model.records import EventRow
 
     def ev(message: str, gpu: int | None = 2, xid: int | None = 79, kind: str = "xid") -> EventRow:
         return EventRow(host="n1", ts=0.0, kind=kind, message=message, gpu_index=gpu, uuid=None, xid=xid)
@@ -236,7 +240,7 @@ def test_status_shows_what_it_has_where_there_is_room() -> None:
     snap.gpus[0].processes[0].job = "slurm-4242"
     snap.gpus[1].processes[0].container = "c0ffee12"
     snap.gpus[0].fan_speed = 45
-    v = query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=time.time())
+    v = query.build_fleet_view(live.hosts.values(), StandinAlerts(live).firing(), now=time.time())
 
     def screen(width: int) -> str:
         return "\n".join(line.plain for line in status_lines(v, width))
@@ -252,7 +256,7 @@ def test_status_shows_what_it_has_where_there_is_room() -> None:
 
 def test_history_of_a_few_minutes_fills_the_line_and_the_summary_breaks_between_phrases() -> None:
     from gpufleet.cli.render_history import render_history
-    from gpufleet.collector.store.records import GpuSeries, UsageRow
+    from gpufleet.collector.model.records import GpuSeries, UsageRow
 
     now = time.time()
     pts = [SeriesPoint(ts=now - 300 + 10 * i, util_mean=50.0 + i, util_max=60.0, mem_used_mean=GIB * 4.0,
@@ -280,7 +284,7 @@ def test_longer_flags_widen_the_flags_column_instead_of_being_cut() -> None:
     from gpufleet.cli.render_status import status_lines
 
     live = synthetic_live({"n1": "busy", "n2": "busy"}, gpus=2)
-    v = query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=time.time())
+    v = query.build_fleet_view(live.hosts.values(), StandinAlerts(live).firing(), now=time.time())
     v.hosts[0].gpus[0].flags = ["input_bound"]
     v.hosts[1].gpus[1].flags = ["idle_peers", "wasted"]
     for width in (80, 100, 200):
@@ -297,8 +301,7 @@ def test_at_80_columns_the_script_is_shown_not_the_interpreter_and_a_lost_gpu_ke
             p.command = "/usr/bin/python3 -u /home/alice/llama_finetune_from_checkpoint.py --lr 3e-4"
     lost_gpu = live.hosts["n4"].snapshot.gpus[1]  # type: ignore[union-attr]
     lost_gpu.error = "GPU lost: NVML_ERROR_GPU_IS_LOST (GPU is lost) and then some more words"
-    v = query.build_fleet_view(live.hosts.values(), lambda h, g: {"lost"} if (h, g) == ("n4", 1) else set(),
-                               now=time.time())
+    v = query.build_fleet_view(live.hosts.values(), Firing([alert("gpu_lost", "n4", 1)]), now=time.time())
     lines = show(render_status(v, 80), 80)
     held = [line for line in lines if "llama" in line]  # n1's GPUs 0 and 1
     assert len(held) == 2 and all("llama_fine" in line and "python" not in line for line in held), \
@@ -322,7 +325,7 @@ def test_a_named_slurm_job_is_shown_after_the_command_where_it_fits() -> None:
     p0, p1 = snap.gpus[0].processes[0], snap.gpus[1].processes[0]
     p0.command, p0.job, p0.job_name, p0.job_account = "jupyter", "90210", "train-llm", "nlp"
     p1.command, p1.job, p1.job_name = "python3 llama_finetune_from_checkpoint.py", "90211", "finetune"
-    v = query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=time.time())
+    v = query.build_fleet_view(live.hosts.values(), StandinAlerts(live).firing(), now=time.time())
 
     def screen(width: int) -> str:
         return "\n".join(line.plain for line in status_lines(v, width))

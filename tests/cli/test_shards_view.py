@@ -12,12 +12,12 @@ import signal
 from pathlib import Path
 from typing import Any
 
-import asyncssh
 import pytest
-from cli_testkit import cli_env, run_cli, start_collector, stop_collector
 from gpufleet.collector.shards import shard_of
 from gpufleet.collector.simfleet import SimFleet
-from test_e2e import until
+
+from tests.cli.cli_testkit import cli_env, run_cli, start_collector, stop_collector, until
+from tests.sshserver import ssh_server
 
 pytestmark = pytest.mark.slow
 HOSTS = 8  # x 4 collectors: 32 SSH sessions, each with a real agent process
@@ -76,16 +76,13 @@ async def test_two_shards_two_replicas_one_view(home: Path, tmp_path: Path) -> N
             assert len({a["fingerprint"] for a in found}) == HOSTS // 4
 
             # through SSH: an sshd that forwards to the collectors' sockets
-            ssh = await _ssh_server(tmp_path, home)
-            try:
-                port = ssh.sockets[0].getsockname()[1]
+            async with ssh_server() as ssh:  # the CLI finds its key and known_hosts in ~/.ssh, as a user's
+                ssh.install_client(home / ".ssh" / "id_ed25519", home / ".ssh" / "known_hosts")
                 over_ssh = [a for k in sorted(sockets) for a in ("--collector",
-                                                                 f"me@127.0.0.1:{port}{sockets[k]}")]
+                                                                 f"me@127.0.0.1:{ssh.port}{sockets[k]}")]
                 r = await run_cli("status", "--json", *over_ssh, env=env)
                 assert r.rc == 0, r.err
                 assert sorted(h["name"] for h in json.loads(r.out)["hosts"]) == names
-            finally:
-                ssh.close()
 
             await _report_and_history(fleet, sockets, every, names, env)
 
@@ -205,31 +202,3 @@ async def _report_and_history(fleet: SimFleet, sockets: dict[tuple[int, int], st
     assert r.rc == 1 and "unknown host" in r.err and r.err.count("\n") == 1, r.err
 
 
-async def _ssh_server(tmp: Path, home: Path) -> asyncssh.SSHAcceptor:
-    """An in-process SSH server on loopback that lets a known key forward to local Unix sockets; the
-    client side (the CLI) finds its key and known_hosts in ``home/.ssh`` as a user's would be."""
-    host_key = asyncssh.generate_private_key("ssh-ed25519")
-    client_key = asyncssh.generate_private_key("ssh-ed25519")
-    ssh_dir = home / ".ssh"
-    ssh_dir.mkdir(exist_ok=True)
-    (ssh_dir / "id_ed25519").write_bytes(client_key.export_private_key())
-    (ssh_dir / "id_ed25519").chmod(0o600)
-
-    class Server(asyncssh.SSHServer):
-        def begin_auth(self, username: str) -> bool:
-            return True
-
-        def public_key_auth_supported(self) -> bool:
-            return True
-
-        def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
-            return key.public_data == client_key.public_data
-
-        def unix_connection_requested(self, dest_path: str) -> bool:
-            return True
-
-    acceptor = await asyncssh.create_server(Server, "127.0.0.1", 0, server_host_keys=[host_key])
-    port = acceptor.sockets[0].getsockname()[1]
-    (ssh_dir / "known_hosts").write_text(
-        f"[127.0.0.1]:{port} {host_key.export_public_key().decode().strip()}\n")
-    return acceptor

@@ -6,35 +6,34 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_testkit import Result, cli_env, collector_running, run_cli, until, write_config
-from slurm.slurm_standin import install
+from gpufleet.collector.service.daemon import Collector
+from gpufleet.collector.settings import ApiConfig, Config, StorageConfig
+from gpufleet.collector.simfleet import SimFleet
 
-pytest.importorskip("gpufleet.collector.daemon")
-from gpufleet.collector.simfleet import SimFleet  # noqa: E402
+from tests.cli.cli_testkit import Result, cli_env, collector_running, run_cli, until, write_config
+from tests.slurm.slurm_standin import install
 
 pytestmark = pytest.mark.slow
 
+#: one A100 of a scenario, its processes to follow
+A100 = """
+  - name: NVIDIA A100-SXM4-80GB
+    memory_total_mib: 81920
+    power_limit_w: 400
+    idle_power_w: 58
+    processes:"""
 #: alice's idle notebook in job 700 (wasted), bob's training in job 701 (busy)
 SCENARIO = """
 description: two Slurm jobs, one idle, one busy
 hostname: slurm-node-01
-gpus:
-  - name: NVIDIA A100-SXM4-80GB
-    memory_total_mib: 81920
-    power_limit_w: 400
-    idle_power_w: 58
-    processes:
+gpus:""" + A100 + """
       - {pid: 31337, user: alice, command: "python -m ipykernel_launcher", ppid: 31290, memory_mib: 40960,
-         sm_util: 2, start_offset_s: -10800, job: "700"}
-  - name: NVIDIA A100-SXM4-80GB
-    memory_total_mib: 81920
-    power_limit_w: 400
-    idle_power_w: 58
-    processes:
+         sm_util: 2, start_offset_s: -10800, job: "700"}""" + A100 + """
       - {pid: 28841, user: bob, command: "python train.py", ppid: 28830, memory_mib: 63488, sm_util: 95,
          start_offset_s: -5400, job: "701"}
 """
@@ -100,3 +99,56 @@ async def test_slurm_names_through_agent_collector_and_cli(home: Path) -> None:
     # collector gone: the stored history still names the jobs
     r = await run_cli("status", "-c", str(cfg), env=env)
     assert r.rc == 0 and "[700 notebook]" in r.out, r.out + r.err
+
+
+#: one Slurm job: alice's idle notebook, which ends (its process exits) after a few seconds
+ONE_JOB = """
+description: one Slurm job that idles and ends
+hostname: slurm-node-02
+gpus:""" + A100 + """
+      - {pid: 4100, user: alice, command: "python -m ipykernel_launcher", ppid: 4000, memory_mib: 20480,
+         sm_util: 1, start_offset_s: -600, job: "800"}
+timeline:
+  - {at: 4, pid: 4100, event: stop}
+"""
+
+
+async def test_one_slurm_job_has_the_same_gpu_hours_in_its_record_and_in_the_report(home: Path) -> None:
+    """GPU-hours have one owner (collector/fleet/accounting.py): the job record and the report's Slurm
+    account charge the same samples the same seconds, by the samples' own time (the record used to count
+    by arrival time and could not agree)."""
+    job800 = {"name": "notebook", "user": "alice", "account": "vision", "partition": "a100"}
+    scontrol, _state = install(home, {"jobs": {"800": job800}})
+    scenario = home / "one-job.yaml"
+    scenario.write_text(ONE_JOB)
+    env = cli_env(home)
+    async with SimFleet({"n1": str(scenario)}, interval=0.2, workdir=home / "fleet") as fleet:
+        agent = ["--fake", str(scenario), "--scontrol", str(scontrol)]
+        config = Config(hosts=fleet.host_configs(agent_args=agent),
+                        storage=StorageConfig(path=str(home / "gpufleet.db")),
+                        api=ApiConfig(socket=str(home / "gpufleet.sock")))
+        collector = Collector(config)
+        await collector.start()
+        try:
+            async def recorded() -> Any:
+                r = await run_cli("jobs", "--socket", collector.api_socket, "--json", env=env)
+                jobs = json.loads(r.out) if r.rc == 0 else []
+                return next((j for j in jobs if j["key"] == "slurm:800"), None)
+
+            job = await until(recorded, timeout=40)
+
+            async def reported() -> Any:  # the report's Slurm accounts, as the store sums them (unrounded)
+                now = time.time()
+                rows = await collector.store.slurm_usage("account", since=now - 7200, until=now)
+                return next((a for a in rows if a.name == "vision"), None)
+
+            account = await until(reported)
+            r = await run_cli("report", "--socket", collector.api_socket, "--since", "2h", env=env)
+            assert r.rc == 0 and "vision" in r.out, r.out
+        finally:
+            await collector.stop()
+    assert job["gpu_hours"] > 0 and job["waste_pct"] == pytest.approx(100.0)  # idle from start to end
+    assert account.jobs == 1
+    assert account.gpu_hours_held == pytest.approx(job["gpu_hours"], rel=1e-9, abs=0), (account, job)
+    wasted = job["gpu_hours"] * job["waste_pct"] / 100
+    assert account.gpu_hours_wasted == pytest.approx(wasted, rel=1e-9, abs=0)

@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import FakeClock
-from cli_testkit import StandinCollector, cli_env, run_cli
-from gpufleet.collector import query
-from gpufleet.collector.api import QueryServer
 from gpufleet.collector.errors import QueryError
-from test_api import ask
+from gpufleet.collector.faces.api.server import QueryServer
+from gpufleet.collector.model import codec
+
+from tests.builders import FakeClock
+from tests.cli.cli_testkit import StandinCollector, cli_env, run_cli
+from tests.cli.test_api import ask
 
 TTL = 0.5
 
@@ -32,7 +33,7 @@ async def cached(standin: StandinCollector, home: Path, clock: FakeClock) -> Asy
 
 
 def names(result: dict[str, Any]) -> list[str]:
-    return [h.name for h in query.fleet_view_from_dict(result).hosts]
+    return [h.name for h in codec.fleet_view_from_dict(result).hosts]
 
 
 async def status(srv: QueryServer, **args: Any) -> dict[str, Any]:
@@ -78,7 +79,7 @@ async def test_each_form_has_its_own_entry(cached: QueryServer, clock: FakeClock
     objects = await status(cached)
     rows = await status(cached, form="rows")
     assert "form" not in objects and rows["form"] == "rows"
-    assert query.fleet_view_from_dict(rows) == query.fleet_view_from_dict(objects)
+    assert codec.fleet_view_from_dict(rows) == codec.fleet_view_from_dict(objects)
     assert await status(cached) == objects and await status(cached, form="rows") == rows
 
 
@@ -103,11 +104,11 @@ async def test_rows_form_matches_objects_for_every_filter(cached: QueryServer) -
         objects = await status(cached, **args)
         rows = await status(cached, **args, form="rows")
         assert rows["columns"]["gpu"][-1] == "processes"
-        assert query.fleet_view_from_dict(rows) == query.fleet_view_from_dict(objects)
+        assert codec.fleet_view_from_dict(rows) == codec.fleet_view_from_dict(objects)
 
 
 async def test_rows_from_another_collector_version_are_read_by_column_name(cached: QueryServer) -> None:
-    objects = query.fleet_view_from_dict(await status(cached))
+    objects = codec.fleet_view_from_dict(await status(cached))
     rows = await status(cached, form="rows")
     # a newer collector: an extra column in front of each kind of row; the reader goes by name
     for kind in ("host", "gpu", "proc"):
@@ -118,21 +119,21 @@ async def test_rows_from_another_collector_version_are_read_by_column_name(cache
                 p.insert(0, "x")
             g.insert(0, "x")
         h.insert(0, "x")
-    assert query.fleet_view_from_dict(json.loads(json.dumps(rows))) == objects
+    assert codec.fleet_view_from_dict(json.loads(json.dumps(rows))) == objects
     rows["hosts"][0].pop()  # a row shorter than its columns
     with pytest.raises(QueryError, match="malformed fleet view"):
-        query.fleet_view_from_dict(rows)
+        codec.fleet_view_from_dict(rows)
 
 
 async def test_piped_status_json_is_what_the_decoded_answer_encodes_to(
     cached: QueryServer, home: Path
 ) -> None:
     """--json into a pipe passes the collector's bytes through: compact JSON of the answer, as the collector's
-    encoder writes it (query.to_json), with the values the decoded answer has."""
+    encoder writes it (codec.to_json), with the values the decoded answer has."""
     objects = await status(cached)
     env = cli_env(home, GPUFLEET_SOCKET=str(cached.path))
     for extra in ((), ("--host", "n2,n3")):
         r = await run_cli("status", "--json", *extra, env=env)
         assert r.rc == 0, r.err
         expect = objects if not extra else await status(cached, host=["n2", "n3"])
-        assert json.loads(r.out) == expect and r.out == query.to_json(expect).decode() + "\n"
+        assert json.loads(r.out) == expect and r.out == codec.to_json(expect).decode() + "\n"

@@ -20,8 +20,9 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from cli_testkit import cli_env, start_collector, until, write_config
 from gpufleet.collector.simfleet import SimFleet
+
+from tests.cli.cli_testkit import cli_env, start_collector, until, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +43,10 @@ async def test_truncated_shm_is_logged_and_loses_no_committed_sample(home: Path)
         proc = await start_collector(cfg, env)
         try:
             async def stored() -> int:
-                return _samples(db) if db.exists() else 0
+                try:
+                    return _samples(db)
+                except sqlite3.OperationalError:  # no file yet, or no tables in it yet
+                    return 0
 
             before = await until(stored)
             os.truncate(db.with_name(db.name + "-shm"), 0)

@@ -10,8 +10,9 @@ import uuid
 from pathlib import Path
 
 import pytest
-from cli_testkit import gpufleet_argv
-from gpufleet.collector.api import QueryServer
+from gpufleet.collector.faces.api.server import QueryServer
+
+from tests.cli.cli_testkit import gpufleet_argv
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux not installed")
 
@@ -70,7 +71,7 @@ async def test_status_watch_in_tmux(server: QueryServer, home: Path) -> None:
 
 async def test_status_watch_quits_on_q(server: QueryServer, home: Path) -> None:
     """`q` ends the watch screen (exit 0), no Ctrl-C needed; the terminal is left in its normal mode."""
-    from cli_testkit import pane_until, tmux_env, tmux_start
+    from tests.cli.cli_testkit import pane_until, tmux_env, tmux_start
 
     sock = f"gf-{uuid.uuid4().hex[:8]}"
     cmd = (

@@ -5,15 +5,17 @@ from __future__ import annotations
 import time
 
 import pytest
-from cli_testkit import StandinAlerts, synthetic_live
 from gpufleet.cli.keys import decode
 from gpufleet.cli.top import TopState, detail_screen, list_screen
-from gpufleet.collector import query
+from gpufleet.collector.fleet import query
+from gpufleet.collector.model import views
+
+from tests.cli.cli_testkit import StandinAlerts, synthetic_live
 
 
-def fleet() -> query.FleetView:
+def fleet() -> views.FleetView:
     live = synthetic_live({"n1": "busy", "n2": "wasting", "n3": "down", "n4": "idle"}, gpus=3)
-    return query.build_fleet_view(live.hosts.values(), StandinAlerts(live).flags, now=time.time())
+    return query.build_fleet_view(live.hosts.values(), StandinAlerts(live).firing(), now=time.time())
 
 
 def test_keys_decode_sequences_and_a_lone_esc() -> None:
@@ -22,7 +24,7 @@ def test_keys_decode_sequences_and_a_lone_esc() -> None:
     assert decode("/ab\x7f") == ["/", "a", "b", "backspace"] and decode("\x1b[99Zq") == ["q"]
 
 
-def rows_of(st: TopState, view: query.FleetView) -> list[tuple[str, int | None]]:
+def rows_of(st: TopState, view: views.FleetView) -> list[tuple[str, int | None]]:
     return [r.key for r in st.visible_rows(view)]
 
 

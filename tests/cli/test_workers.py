@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cli_testkit import cli_env, run_cli, start_collector, stop_collector, until, write_config
 from gpufleet.collector.shards import shard_of
 from gpufleet.collector.simfleet import SimFleet
+
+from tests.cli.cli_testkit import cli_env, run_cli, start_collector, stop_collector, until, write_config
 
 pytestmark = pytest.mark.slow
 NAMES = [f"n{i}" for i in range(6)]

@@ -24,7 +24,7 @@ def test_diagnosis_rules_load_with_durations_and_defaults(load: Any) -> None:
     assert r["idle_peers"].params["min_gpus"] == 3 and r["idle_peers"].select.exclude_users == ["svc"]
     assert r["near_oom"].severity == "critical" and r["near_oom"].params["memory_at_least_pct"] == 97.5
     rules = build_rules(cfg.rules)
-    assert rules["near_oom"].param_float("memory_at_least_pct", 0) == 97.5
+    assert rules["near_oom"].p.memory_at_least_pct == 97.5
 
 
 def test_diagnosis_rule_mistakes_are_errors_with_file_line(fail: Any) -> None:
@@ -46,7 +46,7 @@ def test_diagnosis_rule_mistakes_are_errors_with_file_line(fail: Any) -> None:
 
 
 def test_multi_signal_thresholds_load_and_reach_the_classification(load: Any, fail: Any) -> None:
-    from gpufleet.collector.classify import thresholds_of
+    from gpufleet.collector.model.thresholds import thresholds_of
 
     cfg = load("""
         rules:

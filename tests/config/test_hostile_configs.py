@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from gpufleet.collector.config import expand_hostlist, load_config
+from gpufleet.collector.config import expand_hostlist, hosts, load_config
 from gpufleet.collector.config.hostlist import hostlist_size
 
 
@@ -82,7 +82,7 @@ def test_max_hosts_is_configurable(load: Any, fail: Any) -> None:
 
 
 def test_same_address_and_port_is_a_warning(load: Any, tmp_path: Path) -> None:
-    """Literal duplicates are found without any lookup; names only with resolve_addresses (loopback)."""
+    """Literal duplicates are found without a lookup; names only with a resolver (the system's, loopback)."""
     text = """
         defaults: {host_key_policy: accept-new}
         hosts:
@@ -95,7 +95,7 @@ def test_same_address_and_port_is_a_warning(load: Any, tmp_path: Path) -> None:
     cfg = load(text)
     assert len(cfg.warnings) == 1 and "gpu-a-copy" in cfg.warnings[0] and "gpu-a-alias" not in cfg.warnings[0]
     path = tmp_path / "gpufleet.yaml"
-    cfg = load_config(path, env={}, resolve_addresses=True)
+    cfg = load_config(path, env={}, resolver=hosts.system_resolver)
     assert [w.split(":")[1] for w in cfg.warnings] == ["4", "5"]
     alias, copy = cfg.warnings
     assert alias.startswith(f"{path}:4: hosts[gpu-a-alias].address: warning: 'gpu-a-alias' (localhost port "
@@ -109,8 +109,6 @@ def test_a_hung_name_lookup_does_not_hold_up_the_check(monkeypatch: pytest.Monke
     """A resolver that never answers (a dead DNS server) costs the check its timeout, not forever."""
     import socket
 
-    from gpufleet.collector.config import hosts
-
     real = socket.getaddrinfo
 
     def lookup(host: str, *args: Any, **kw: Any) -> Any:
@@ -120,6 +118,6 @@ def test_a_hung_name_lookup_does_not_hold_up_the_check(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(socket, "getaddrinfo", lookup)
     t0 = time.monotonic()
-    got = hosts._resolve_all({("hangs.invalid", 22), ("127.0.0.1", 22)}, timeout=0.3)
+    got = hosts.system_resolver({("hangs.invalid", 22), ("127.0.0.1", 22)}, timeout=0.3)
     assert time.monotonic() - t0 < 2
     assert got == {("127.0.0.1", 22): {("127.0.0.1", 22)}}

@@ -11,13 +11,12 @@ import pytest
 from gpufleet.collector.config import (
     default_config,
     expand_hostlist,
-    find_config,
     load_config,
     parse_config,
     parse_duration,
 )
 from gpufleet.collector.errors import ConfigError
-from gpufleet.collector.settings import DEFAULT_RULES, HostConfig
+from gpufleet.collector.settings import DEFAULT_RULES, HostConfig, find_config
 
 FULL = """
 defaults:

@@ -1,5 +1,5 @@
-"""``workers: N`` (collector/workers.py): worker I is shard I/N of one config, with its own database, socket
-and metrics port; the config key's errors; what `config check` prints (issue 13: capacity grows with
+"""``workers: N`` (collector/service/workers.py): worker I is shard I/N of one config, with its own database,
+socket and metrics port; the config key's errors; what `config check` prints (issue 13: capacity grows with
 cores)."""
 
 from __future__ import annotations
@@ -10,9 +10,12 @@ from pathlib import Path
 
 import pytest
 from gpufleet.collector.config import load_config
+from gpufleet.collector.config.split import worker_addresses, worker_config
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.settings import ApiConfig, Config, HostConfig, MetricsConfig, StorageConfig
-from gpufleet.collector.shards import Shard, shard_of, worker_addresses, worker_config
+from gpufleet.collector.shards import Shard, shard_of
+
+from tests.cli.cli_testkit import run_cli_here
 
 NAMES = [f"gpu{i:04d}" for i in range(60)]
 
@@ -60,14 +63,13 @@ def test_config_check_prints_each_worker(tmp_path: Path) -> None:
     f = tmp_path / "g.yaml"
     f.write_text("hosts: [" + ", ".join(NAMES[:20]) + f"]\nworkers: 2\nstorage:\n  path: {tmp_path}/f.db\n"
                  f"api:\n  socket: {tmp_path}/q.sock\n")
-    r = subprocess.run([sys.executable, "-m", "gpufleet.cli.main", "config", "check", "-c", str(f)],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
+    r = run_cli_here("config", "check", "-c", str(f))  # no DNS: the host names are made up
+    assert r.rc == 0, r.err
     for i in (1, 2):
         mine = sum(1 for n in NAMES[:20] if shard_of(n, 2) == i)
         assert (f"worker {i}/2: {mine} hosts, socket {tmp_path}/q.w{i}.sock, database {tmp_path}/f.w{i}.db"
-                in r.stdout), r.stdout
-    assert "2 workers (sockets and databases above)" in r.stdout
+                in r.out), r.out
+    assert "2 workers (sockets and databases above)" in r.out
 
 
 def test_worker_flag_needs_a_config_with_workers(tmp_path: Path) -> None:

@@ -10,8 +10,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import fakelib
 from gpufleet.agent import wire
+
+from tests.fakenvml import fakelib
 
 
 def run_agent(

@@ -8,11 +8,7 @@ from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:  # importlib mode: make the helper module importable as `fakelib`
-    sys.path.insert(0, str(HERE))
-
-import fakelib  # noqa: E402
+from tests.fakenvml import fakelib
 
 
 @pytest.fixture(scope="session")

@@ -7,10 +7,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import fakelib
 import pytest
-from agentrun import run_agent, run_once, streaming
 from gpufleet.agent import wire
+
+from tests.fakenvml import fakelib
+from tests.fakenvml.agentrun import run_agent, run_once, streaming
 
 GIB = 1 << 30
 

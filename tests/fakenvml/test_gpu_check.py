@@ -12,8 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import fakelib
 import pytest
+
+from tests.fakenvml import fakelib
 
 TESTS = Path(__file__).resolve().parent.parent
 SCRIPT = TESTS / "gpu_check.sh"

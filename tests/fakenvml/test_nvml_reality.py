@@ -18,11 +18,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import fakelib
 import pynvml
 import pytest
-from agentrun import run_agent, run_once, streaming
 from gpufleet.agent import wire
+
+from tests.fakenvml import fakelib
+from tests.fakenvml.agentrun import run_agent, run_once, streaming
 
 GIB = 1 << 30
 NO_PERMISSION, UNKNOWN = 4, 999

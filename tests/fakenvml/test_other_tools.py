@@ -12,9 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import fakelib
 import pytest
 from gpufleet.agent import wire
+
+from tests.fakenvml import fakelib
 
 GIB = 1 << 30
 NVITOP_PROBE = """

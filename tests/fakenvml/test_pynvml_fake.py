@@ -10,9 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import fakelib
 import pynvml
 import pytest
+
+from tests.fakenvml import fakelib
 
 if not hasattr(pynvml, "nvmlDeviceGetTemperatureV"):
     pytest.skip("this file checks the fake library through nvidia-ml-py 13.x's own wrappers (their names and "

@@ -12,9 +12,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import fakelib
 import pytest
 from gpufleet.agent import wire
+
+from tests.fakenvml import fakelib
 
 SECRETS = ("ROOTtoken12345", "hunter2", "pgsecret42", "urlsecret", "ghp_abcdef", "Bearer-xyz", "mine99")
 ARGV = ["--api-token=ROOTtoken12345", "--password", "hunter2", "PGPASSWORD=pgsecret42",

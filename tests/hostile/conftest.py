@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
-if str(HERE) not in sys.path:  # importlib mode: make the helper module importable
-    sys.path.insert(0, str(HERE))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import shlex
 import shutil
@@ -16,7 +17,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from gpufleet.collector.daemon import Collector
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import (
     ApiConfig,
     Config,
@@ -25,6 +26,7 @@ from gpufleet.collector.settings import (
     StorageConfig,
     default_rules,
 )
+from gpufleet.collector.store.store import Tuning
 
 AGENT = Path(__file__).parent / "hostile_agent.py"
 
@@ -81,9 +83,10 @@ async def http_get(url: str, timeout: float = 20.0) -> tuple[int, str]:
 @asynccontextmanager
 async def collector_over(scripts: dict[str, Iterable[str]], *, ts_offsets: dict[str, float] | None = None,
                          repeat: Iterable[str] = (), floods: dict[str, float] | None = None,
-                         **config: Any) -> AsyncIterator[Fleet]:
+                         accrue_interval: float = 0.0, **config: Any) -> AsyncIterator[Fleet]:
     """A started collector with one local host per script (name -> frame lines); hosts in ``repeat`` keep
-    printing their script's last line."""
+    printing their script's last line. GPU-hours and spans reach the file with every batch
+    (``accrue_interval`` 0; the daemon's is 10 s), so a test that reads the file waits for no interval."""
     home = Path(tempfile.mkdtemp(prefix="gfhost-", dir="/tmp"))
     hosts = []
     for name, lines in scripts.items():
@@ -94,7 +97,8 @@ async def collector_over(scripts: dict[str, Iterable[str]], *, ts_offsets: dict[
     cfg = Config(hosts=hosts, storage=StorageConfig(path=str(home / "db.sqlite")),
                  api=ApiConfig(socket=str(home / "run" / "gpufleet.sock")),
                  metrics=MetricsConfig("127.0.0.1:0"), rules=default_rules(), **config)
-    collector = Collector(cfg)
+    collector = Collector(cfg, store_tuning=dataclasses.replace(Tuning.for_fleet(len(hosts)),
+                                                                accrue_interval=accrue_interval))
     await collector.start()
     try:
         yield Fleet(collector, home)

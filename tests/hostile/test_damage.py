@@ -10,20 +10,16 @@ import asyncio
 import json
 import os
 import shutil
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from builders import overwrite_pages
 from gpufleet.cli.render_alerts import render_alerts
 from gpufleet.collector.settings import WebConfig
-from hostile_testkit import Fleet, collector_over, http_get, snapshot
 from rich.console import Console
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "cli"))
-
-from cli_testkit import cli_env, run_cli  # noqa: E402
+from tests.builders import overwrite_pages
+from tests.cli.cli_testkit import cli_env, run_cli  # noqa: E402
+from tests.hostile.hostile_testkit import Fleet, collector_over, http_get, snapshot
 
 #: Every op of the query API with arguments it accepts (the live ones answer from memory).
 LIVE_OPS: list[tuple[str, dict[str, Any]]] = [

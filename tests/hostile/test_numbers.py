@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from gpufleet.agent import wire
-from hostile_testkit import collector_over, snapshot
+
+from tests.hostile.hostile_testkit import collector_over, snapshot
 
 HUGE = 10 ** 30  # passes json, not SQLite's INTEGER
 

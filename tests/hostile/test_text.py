@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import sqlite3
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "cli"))
-
-from cli_testkit import cli_env, run_cli  # noqa: E402
-from hostile_testkit import collector_over, snapshot  # noqa: E402
+from tests.cli.cli_testkit import cli_env, run_cli
+from tests.hostile.hostile_testkit import collector_over, snapshot
 
 BAD_USER = "\ud800"  # valid JSON ("\\ud800"), not encodable as UTF-8
 NUL_USER = "bo\x00b"

@@ -5,15 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-import sys
 import time
 from pathlib import Path
 
-from hostile_testkit import collector_over, snapshot
-
-sys.path.insert(0, str(Path(__file__).parent.parent / "cli"))
-
-from cli_testkit import cli_env, run_cli  # noqa: E402
+from tests.cli.cli_testkit import cli_env, run_cli
+from tests.hostile.hostile_testkit import collector_over, snapshot
 
 YEARS_10 = 10 * 365.25 * 86400
 

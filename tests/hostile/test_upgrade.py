@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 from gpufleet.agent import wire
-from hostile_testkit import collector_over, line, snapshot
 
-sys.path.insert(0, str(Path(__file__).parent.parent / "cli"))
-
-from cli_testkit import cli_env, run_cli  # noqa: E402
+from tests.cli.cli_testkit import cli_env, run_cli
+from tests.hostile.hostile_testkit import collector_over, line, snapshot
 
 HELLO_1_9 = line({"type": "hello", "proto": "1.9", "agent_version": "9.0", "hostname": "new", "ts": 0.0,
                   "backend": "fake", "gpus": [{"index": 0, "uuid": "GPU-new-0", "nvlink": [1, 2]}],

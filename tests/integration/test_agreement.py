@@ -9,9 +9,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpufleet.collector import query
-from gpufleet.collector.daemon import Collector
-from gpufleet.collector.report import build_report
+from gpufleet.collector.fleet import query
+from gpufleet.collector.fleet.report import build_report
+from gpufleet.collector.model import summary
+from gpufleet.collector.model.firing import Firing
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import AlertingConfig, ApiConfig, Config, StorageConfig, default_rules
 from gpufleet.collector.simfleet import SimFleet
 
@@ -50,7 +52,7 @@ async def test_status_alerts_and_report_agree_on_waste(tmp_path: Path) -> None:
             await collector.store.flush()
             report = await build_report(collector.store, since=now - 3600, until=now + 60)
             view = query.build_fleet_view(collector.live.hosts.values(),
-                                          query.flags_from_alerts(collector.alerts.active()), now=now)
+                                          Firing(collector.alerts.active()), now=now)
         finally:
             await collector.stop()
 
@@ -58,7 +60,7 @@ async def test_status_alerts_and_report_agree_on_waste(tmp_path: Path) -> None:
     assert (alert.labels["host"], alert.labels["gpu"], alert.labels.get("user")) == ("w1", "0", "alice")
     flagged = {(h.name, g.index) for h in view.hosts for g in h.gpus if "wasted" in g.flags}
     assert flagged == {("w1", 0)}
-    users = {u.user: u for u in query.by_user(view)}
+    users = {u.user: u for u in summary.by_user(view)}
     assert users["alice"].wasted == 1 and users["bob"].wasted == 0
     wasters = {u.name: u.wasted for u in report.by_user if u.wasted > 0}
     assert set(wasters) == {"alice"}, wasters

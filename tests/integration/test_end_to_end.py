@@ -6,14 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import pytest
-from gpufleet.collector.daemon import Collector
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import (
     AlertingConfig,
     ApiConfig,
@@ -24,38 +20,7 @@ from gpufleet.collector.settings import (
 )
 from gpufleet.collector.simfleet import SimFleet
 
-
-class Receiver:
-    """A webhook endpoint on 127.0.0.1 that records every JSON body it is sent."""
-
-    def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        received = self.bodies
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server API
-                length = int(self.headers.get("Content-Length", "0"))
-                received.append(json.loads(self.rfile.read(length)))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def alerts(self, rule: str, status: str = "firing") -> list[dict[str, Any]]:
-        return [a for body in self.bodies for a in body.get("alerts", [])
-                if a["labels"].get("rule") == rule and a["status"] == status]
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    r = Receiver()
-    yield r
-    r.server.shutdown()
+from tests.webhook import Webhook
 
 
 def _config(fleet: SimFleet, tmp_path: Path, url: str) -> Config:
@@ -78,7 +43,7 @@ async def _until(predicate: Any, what: str, timeout: float = 30.0) -> None:
         await asyncio.sleep(0.1)
 
 
-async def test_fleet_to_history_to_webhook_and_restart(tmp_path: Path, receiver: Receiver) -> None:
+async def test_fleet_to_history_to_webhook_and_restart(tmp_path: Path, receiver: Webhook) -> None:
     hosts = {"n1": "wasting", "n2": "zombie", "n3": "busy"}
     async with SimFleet(hosts, interval=0.2) as fleet:
         cfg = _config(fleet, tmp_path, receiver.url)
@@ -94,7 +59,7 @@ async def test_fleet_to_history_to_webhook_and_restart(tmp_path: Path, receiver:
             wasted = receiver.alerts("wasted")[0]
             assert wasted["labels"]["host"] == "n1" and wasted["labels"]["user"] == "alice"
             assert "alice" in json.dumps(wasted["annotations"])
-            assert all(a["labels"]["host"] != "n3" for body in receiver.bodies for a in body["alerts"])
+            assert not receiver.alerts(status=None, host="n3")
 
             await collector.store.flush()
             latest = (await collector.store.latest("n1"))["n1"].gpus

@@ -12,13 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from gpufleet.collector.daemon import Collector
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import ApiConfig, Config, HostConfig, StorageConfig
 
 # An agent whose sampler is stuck: one hello, then only heartbeats (what gpufleet-agent sends then).
 HEARTBEATS_ONLY = """
 import sys, time
-sys.path[:0] = {path!r}
 from gpufleet.agent import wire
 out = sys.stdout.buffer
 out.write(wire.encode(wire.Hello(agent_version="9.9", hostname="stuck", ts=time.time())) + b"\\n")
@@ -34,7 +33,7 @@ while True:
 
 async def test_heartbeats_reach_the_store(tmp_path: Path) -> None:
     script = tmp_path / "agent.py"
-    script.write_text(HEARTBEATS_ONLY.format(path=sys.path))
+    script.write_text(HEARTBEATS_ONLY)
     host = HostConfig(name="stuck", transport="local", agent_command=f"{sys.executable} {script}",
                       interval=0.2)
     cfg = Config(hosts=[host], storage=StorageConfig(path=str(tmp_path / "f.db"), batch_max_delay=0.05),

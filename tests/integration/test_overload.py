@@ -10,16 +10,15 @@ import sys
 import time
 from pathlib import Path
 
-from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.daemon import Collector
+from gpufleet.collector.model import sample
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import ApiConfig, Config, HostConfig, StorageConfig
+
+from tests.builders import gpu, snap
 
 
 def _snapshot(ts: float) -> sample.Snapshot:
-    return sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=int(ts), gpus=[
-        sample.GpuSample(index=i, uuid=f"GPU-{i}", util_gpu=50, memory_used=1 << 30, memory_total=80 << 30)
-        for i in range(8)])
+    return snap(*(gpu(i, uuid=f"GPU-{i}", util=50, mem=1 << 30) for i in range(8)), ts=ts)
 
 
 async def test_a_burst_past_capacity_is_shed_evenly_and_reported(tmp_path: Path) -> None:

@@ -14,13 +14,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import fakelib
 import pytest
-import realagent
-from builders import FakeClock
 from gpufleet.agent.k8s import RESCAN_AFTER, KubeletLogs
 from gpufleet.agent.procinfo import ProcReader
-from k8s.kubelet_tree import Pod, add_pod, container_id
+
+from tests import realagent
+from tests.builders import FakeClock
+from tests.fakenvml import fakelib
+from tests.k8s.kubelet_tree import Pod, add_pod, container_id
 
 CGROUP = Path("/sys/fs/cgroup")
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from builders import FakeClock
 from gpufleet.agent.k8s import RESCAN_AFTER, KubeletLogs, PodNames, kubelet_logs_for
-from k8s.kubelet_tree import Pod, add_pod, container_id
+
+from tests.builders import FakeClock
+from tests.k8s.kubelet_tree import Pod, add_pod, container_id
 
 TRAINER = Pod("research", "trainer-7f9c-0", {"pytorch": container_id("pytorch"),
                                              "metrics-sidecar": container_id("sidecar")}, restarts=1)

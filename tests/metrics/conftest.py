@@ -1,17 +1,12 @@
-"""Fixtures for the metrics tests. Helpers live in metrics_testkit.py, put on sys.path here because the
-suite runs with --import-mode=importlib (the module name is unique to avoid clashing with other dirs)."""
+"""Fixtures for the metrics tests (their helpers: tests/metrics/metrics_testkit.py)."""
 
 from __future__ import annotations
 
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from metrics_testkit import StandIn  # noqa: E402
+from tests.metrics.metrics_testkit import StandIn
 
 
 @pytest.fixture

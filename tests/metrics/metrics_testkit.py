@@ -1,17 +1,20 @@
-"""Helpers shared by the metrics tests: a stand-in MetricsSource over hand-built wire snapshots, and
-running promtool. (A plain module, not conftest: tests import it by name.)"""
+"""Helpers shared by the metrics tests: a stand-in running collector over hand-built snapshots, and
+running promtool."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 from pathlib import Path
 
-from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.live import HostState, LiveView
-from gpufleet.collector.metrics import FleetCollector, MetricsSource
+from gpufleet.collector.faces.metrics.exporter import FleetCollector
+from gpufleet.collector.fleet.live import HostState, LiveView
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.firing import Firing
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+from tests.builders import alert, gpu, proc, snap
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -21,29 +24,21 @@ GIB = 1 << 30
 
 def snapshot() -> sample.Snapshot:
     """Two GPUs: gpu0 fully read and busy, gpu1 with most readings missing and held idle by bob."""
-    return sample.Snapshot(proto=wire.PROTO_VERSION, ts=1_700_000_000.0, seq=7, gpus=[
-        sample.GpuSample(
-            index=0, uuid="GPU-aaaa", name="NVIDIA A100-SXM4-80GB", serial="1320",
-            pci_bus_id="00000000:07:00.0",
-            util_gpu=87, util_mem=40, sm_active=42, memory_total=80 * GIB, memory_used=30 * GIB,
-            memory_reserved=512 << 20,
-            temperature=71, temp_slowdown=87, temp_shutdown=92, power_draw=312.5, power_limit=400.0,
-            clock_sm=1410, clock_mem=1593, throttle_reasons=["sw_power_cap"], fan_speed=None,
-            ecc_corrected=3, ecc_uncorrected=0, mig_mode=False,
-            processes=[
-                sample.ProcessSample(pid=100, user="alice", gpu_memory=20 * GIB, command="python train.py"),
-                sample.ProcessSample(pid=101, user="alice", gpu_memory=8 * GIB),
-                sample.ProcessSample(pid=102, user=None, gpu_memory=2 * GIB, attributed=False),
-            ]),
-        sample.GpuSample(
-            index=1, uuid="GPU-bbbb", name="NVIDIA A100-SXM4-80GB", util_gpu=0, memory_total=80 * GIB,
-            memory_used=10 * GIB, temperature=None, power_draw=None,
-            processes=[sample.ProcessSample(pid=200, user="bob", gpu_memory=None)]),
-    ])
+    busy = gpu(0, uuid="GPU-aaaa", name="NVIDIA A100-SXM4-80GB", serial="1320", pci_bus_id="00000000:07:00.0",
+               util=87, util_mem=40, sm_active=42, mem=30 * GIB, memory_reserved=512 << 20, temp=71,
+               temp_slowdown=87, temp_shutdown=92, power=312.5, power_limit=400.0, clock_sm=1410,
+               clock_mem=1593, throttle_reasons=["sw_power_cap"], fan_speed=None, ecc_corrected=3,
+               ecc_uncorrected=0, mig_mode=False,
+               procs=[proc(100, mem=20 * GIB, command="python train.py"),
+                      proc(101, mem=8 * GIB, command=None),
+                      proc(102, None, mem=2 * GIB, command=None, attributed=False)])
+    held = gpu(1, uuid="GPU-bbbb", name="NVIDIA A100-SXM4-80GB", util=0, mem=10 * GIB,
+               procs=[proc(200, "bob", mem_gib=None, command=None)])
+    return snap(busy, held, ts=1_700_000_000.0, seq=7)
 
 
 class StandIn:
-    """Implements MetricsSource over a real LiveView."""
+    """What /metrics reads of a running collector (faces/source.py ``Running``), over a real LiveView."""
 
     def __init__(self) -> None:
         self.live = LiveView()
@@ -58,7 +53,7 @@ class StandIn:
                                                           ("gpu02", 0): {"overheating"}}
         self.counts = {("wasted", "warning", "firing"): 1, ("host_down", "critical", "firing"): 1,
                        ("overheating", "critical", "pending"): 2}
-        self.fail_flags: set[tuple[str, int]] = set()
+        self.fail_flags = False  # the alert engine's answer raises: the gpus section is dropped
         self.stat_values: dict[str, float] = {
             "uptime_seconds": 42.0, "hosts_total": 3.0, "hosts_up": 1.0, "frames_total": 150.0,
             "bad_frames_total": 1.0, "reconnects_total": 1.0, "lag_max_seconds": 0.25,
@@ -72,22 +67,26 @@ class StandIn:
     def alert_counts(self) -> dict[tuple[str, str, str], int]:
         return dict(self.counts)
 
-    def flags(self, host: str, gpu: int) -> set[str]:
-        if (host, gpu) in self.fail_flags:
-            raise RuntimeError(f"rule engine exploded on {host}/{gpu}")
-        return set(self.flag_map.get((host, gpu), set()))
+    def firing(self) -> Firing:
+        if self.fail_flags:
+            raise RuntimeError("rule engine exploded")
+        return Firing([alert(rule, host, gpu) for (host, gpu), rules in self.flag_map.items()
+                       for rule in rules])
+
+    def identity(self) -> tuple[str, str]:
+        return socket.gethostname(), ""
 
     def stats(self) -> dict[str, float]:
         return dict(self.stat_values)
 
 
-def exposition(source: MetricsSource, *, openmetrics: bool = False, dcgm_names: bool = False) -> str:
+def exposition(source: StandIn, *, openmetrics: bool = False, dcgm_names: bool = False) -> str:
     """What a scrape of ``source`` returns (text format 0.0.4, or OpenMetrics), as the server writes it."""
     coll = FleetCollector(source, dcgm_names=dcgm_names)
     return coll.build(coll.freeze()).render(openmetrics=openmetrics).decode()
 
 
-def reference_exposition(source: MetricsSource, *, openmetrics: bool = False,
+def reference_exposition(source: StandIn, *, openmetrics: bool = False,
                          dcgm_names: bool = False) -> str:
     """The same scrape by prometheus_client's own encoders from a registry (the format's reference)."""
     registry = CollectorRegistry()

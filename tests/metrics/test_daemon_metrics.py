@@ -6,11 +6,12 @@ import asyncio
 import urllib.request
 from pathlib import Path
 
-from gpufleet.collector.daemon import Collector
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import ApiConfig, Config, MetricsConfig, StorageConfig, default_rules
 from gpufleet.collector.simfleet import SimFleet
-from metrics_testkit import run_promtool
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.metrics.metrics_testkit import run_promtool
 
 
 def _fetch(url: str) -> tuple[str, str]:

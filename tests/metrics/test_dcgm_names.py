@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import free_port
 from gpufleet.agent import wire
-from gpufleet.collector.daemon import Collector
-from gpufleet.collector.metrics_dcgm import NAMES
+from gpufleet.collector.faces.metrics.dcgm import NAMES
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import ApiConfig, Config, MetricsConfig, StorageConfig, default_rules
 from gpufleet.collector.simfleet import SimFleet
+
+from tests.builders import free_port
 
 PROMETHEUS = shutil.which("prometheus") or shutil.which("prometheus", path="/usr/bin")
 pytestmark = [pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package)"),

@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 import yaml
-from gpufleet.collector.metrics import METRIC_NAMES
-from metrics_testkit import DEPLOY, run_promtool
+from gpufleet.collector.faces.metrics.exporter import METRIC_NAMES
+
+from tests.metrics.metrics_testkit import DEPLOY, run_promtool
 
 NAME = re.compile(r"\bgpufleet_[a-zA-Z0-9_]+")
 
@@ -248,7 +249,7 @@ def test_operator_guide_commands_exist() -> None:
         node: click.Command = cli
         rest = list(cmd)
         while isinstance(node, click.Group) and rest and not rest[0].startswith("-"):
-            sub = node.commands.get(rest[0])
+            sub = node.get_command(click.Context(node), rest[0])
             assert sub is not None, f"gpufleet {' '.join(cmd)}: no command {rest[0]!r}"
             node, rest = sub, rest[1:]
         assert not isinstance(node, click.Group), f"gpufleet {' '.join(cmd)}: incomplete command"

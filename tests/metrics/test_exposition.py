@@ -5,13 +5,26 @@ from __future__ import annotations
 import math
 
 import pytest
-from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.live import HostState, LiveView
-from gpufleet.collector.metrics import METRIC_NAMES, UNATTRIBUTED_USER, FleetCollector, MetricsSource
-from metrics_testkit import GIB, StandIn, exposition, reference_exposition, run_promtool, snapshot
+from gpufleet.collector.faces.metrics.exporter import (
+    METRIC_NAMES,
+    UNATTRIBUTED_USER,
+    FleetCollector,
+)
+from gpufleet.collector.fleet.live import HostState, LiveView
+from gpufleet.collector.model import sample
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests import builders
+from tests.builders import gpu, lost_gpu, proc
+from tests.metrics.metrics_testkit import (
+    GIB,
+    StandIn,
+    exposition,
+    reference_exposition,
+    run_promtool,
+    snapshot,
+)
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -19,7 +32,7 @@ GPU0 = {"host": "gpu01", "gpu": "0", "uuid": "GPU-aaaa", "name": "NVIDIA A100-SX
 GPU1 = {"host": "gpu01", "gpu": "1", "uuid": "GPU-bbbb", "name": "NVIDIA A100-SXM4-80GB"}
 
 
-def samples(source: MetricsSource) -> Samples:
+def samples(source: StandIn) -> Samples:
     out: Samples = {}
     for fam in text_string_to_metric_families(exposition(source)):
         for s in fam.samples:
@@ -102,7 +115,7 @@ def test_host_info_and_tags(source: StandIn) -> None:
 
 def test_flags_wasted_and_lost(source: StandIn) -> None:
     source.live.hosts["gpu01"].snapshot = snap = snapshot()
-    snap.gpus.append(sample.GpuSample(index=2, uuid="GPU-cccc", error="GPU is lost"))
+    snap.gpus.append(lost_gpu(2, uuid="GPU-cccc"))
     source.flag_map[("gpu01", 0)] = {"gpu_lost"}
     s = samples(source)
     assert get(s, "gpufleet_gpu_wasted", **GPU1) == 1
@@ -116,10 +129,8 @@ def test_flags_wasted_and_lost(source: StandIn) -> None:
 
 
 def test_users_are_aggregated_never_per_pid(source: StandIn) -> None:
-    second = HostState(name="gpu04", status="up", snapshot=sample.Snapshot(
-        proto=wire.PROTO_VERSION, ts=1.0, seq=1, gpus=[
-        sample.GpuSample(index=3, uuid="GPU-dddd", processes=[sample.ProcessSample(pid=9, user="alice",
-                                                                               gpu_memory=GIB)])]))
+    held = gpu(3, uuid="GPU-dddd", procs=[proc(9, mem=GIB)])
+    second = HostState(name="gpu04", status="up", snapshot=builders.snap(held, ts=1.0, seq=1))
     source.live.hosts["gpu04"] = second
     text = exposition(source)
     label_names = {k for f in text_string_to_metric_families(text) for smp in f.samples for k in smp.labels}
@@ -172,9 +183,9 @@ def test_collector_totals_fall_back_to_the_live_view(source: StandIn) -> None:
 
 
 def broken() -> StandIn:
-    """A source whose rule engine raises for one GPU."""
+    """A source whose rule engine raises."""
     source = StandIn()
-    source.fail_flags = {("gpu01", 1)}
+    source.fail_flags = True
     return source
 
 
@@ -202,7 +213,7 @@ def full_source() -> StandIn:
     source = StandIn()
     snap = snapshot()
     snap.gpus[0].fan_speed = 40
-    snap.gpus.append(sample.GpuSample(index=2, uuid="GPU-cccc", mig_mode=True, mig_instances=[
+    snap.gpus.append(gpu(2, uuid="GPU-cccc", mig_mode=True, mig_instances=[
         sample.MigInstance(gi_id=1, ci_id=0, profile="1g.10gb", memory_total=10 * GIB, memory_used=GIB)]))
     source.live.hosts["gpu01"].snapshot = snap
     source.live.hosts["gpu09"] = HostState(name="gpu09", status="up", clock_skew=600.0)  # a skewed clock
@@ -229,8 +240,9 @@ def test_promtool_check_metrics_passes(source: StandIn, promtool: str) -> None:
 @pytest.mark.parametrize("dcgm_names", [False, True])
 def test_served_text_is_prometheus_clients_byte_for_byte(source: StandIn, openmetrics: bool,
                                                          dcgm_names: bool) -> None:
-    """The server writes the text itself (collector/exposition.py, for speed); prometheus_client's encoders
-    are the reference, over every kind of source and label values that need escaping."""
+    """The server writes the text itself (collector/faces/metrics/exposition.py, for speed);
+    prometheus_client's encoders are the reference, over every kind of source and label values that need
+    escaping."""
     odd = snapshot()
     odd.gpus[0].name = 'A"B\\C\nD {x="1"}'
     odd.gpus[0].processes[0].user = "jürgen \\ \"q\""

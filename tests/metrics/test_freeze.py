@@ -7,11 +7,13 @@ import threading
 import urllib.request
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.live import HostState
-from gpufleet.collector.metrics import FleetCollector, MetricsServer
-from metrics_testkit import StandIn
+from gpufleet.collector.faces.metrics.exporter import FleetCollector, MetricsServer
+from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.firing import Firing
 from prometheus_client.parser import text_string_to_metric_families
+
+from tests.metrics.metrics_testkit import StandIn
 
 
 def _values(fams: object, name: str) -> dict[tuple[tuple[str, str], ...], float]:
@@ -42,25 +44,23 @@ def test_build_reads_the_frozen_copy_not_the_live_view(source: StandIn) -> None:
     assert [dict(k)["gpu"] for k, v in wasted.items() if v == 1] == ["1"]  # flags as they were at freeze
 
 
-class BulkSource(StandIn):
-    """A source with the optional one-pass gpu_flags(); per-GPU flags() must then not be called."""
+class CountingSource(StandIn):
+    """Counts how often a scrape asks which rules fire."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.per_gpu_calls = 0
+        self.asked = 0
 
-    def flags(self, host: str, gpu: int) -> set[str]:
-        self.per_gpu_calls += 1
-        return super().flags(host, gpu)
-
-    def gpu_flags(self) -> dict[tuple[str, int], set[str]]:
-        return {("gpu01", 0): {"overheating"}}
+    def firing(self) -> Firing:
+        self.asked += 1
+        return super().firing()
 
 
-def test_bulk_gpu_flags_replaces_per_gpu_calls() -> None:
-    src = BulkSource()
+def test_a_scrape_asks_which_rules_fire_once_for_every_gpu() -> None:
+    src = CountingSource()
+    src.flag_map = {("gpu01", 0): {"overheating"}}
     fams = FleetCollector(src).collect()
-    assert src.per_gpu_calls == 0
+    assert src.asked == 1
     flags = _values(fams, "gpufleet_gpu_flag")
     assert [(dict(k)["gpu"], dict(k)["flag"]) for k in flags] == [("0", "overheating")]
     wasted = _values(fams, "gpufleet_gpu_wasted")

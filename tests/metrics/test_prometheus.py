@@ -20,9 +20,10 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from builders import free_port
-from gpufleet.collector.metrics import MetricsServer
-from metrics_testkit import DEPLOY, StandIn
+from gpufleet.collector.faces.metrics.exporter import MetricsServer
+
+from tests.builders import free_port
+from tests.metrics.metrics_testkit import DEPLOY, StandIn
 
 PROMETHEUS = shutil.which("prometheus") or shutil.which("prometheus", path="/usr/bin")
 pytestmark = [pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package)"),

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 import pytest_asyncio
 import yaml
-from builders import free_port
-from gpufleet.collector.metrics import MetricsServer
-from metrics_testkit import DEPLOY, StandIn
-from test_prometheus import _VARS, PROMETHEUS, WAIT
+from gpufleet.collector.faces.metrics.exporter import MetricsServer
+
+from tests.builders import free_port
+from tests.metrics.metrics_testkit import DEPLOY, StandIn
+from tests.metrics.test_prometheus import _VARS, PROMETHEUS, WAIT
 
 pytestmark = [pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package)"),
               pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]

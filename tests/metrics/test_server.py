@@ -10,10 +10,11 @@ from collections.abc import AsyncIterator
 import pytest
 from gpufleet.collector.config import parse_listen
 from gpufleet.collector.errors import ConfigError
-from gpufleet.collector.live import LiveView
-from gpufleet.collector.metrics import MetricsServer
-from metrics_testkit import StandIn
+from gpufleet.collector.faces.metrics.exporter import MetricsServer
+from gpufleet.collector.fleet.live import LiveView
 from prometheus_client import REGISTRY, generate_latest
+
+from tests.metrics.metrics_testkit import StandIn
 
 Response = tuple[int, dict[str, str], bytes]
 

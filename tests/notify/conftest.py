@@ -1,68 +1,25 @@
-"""A real HTTP receiver on 127.0.0.1 (scripted status codes and delays), sample alerts and notifications,
-and a real Alertmanager process when the Debian binary is installed."""
+"""Sample alerts and notifications, and a real Alertmanager process when the Debian binary is installed (the
+webhook receiver is the kit's one, tests/webhook.py, as the root conftest's ``receiver``)."""
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
-import sys
-import threading
 import time
-import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import free_port
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.notify.base import Notification
 from gpufleet.collector.settings import NotifierConfig
-from gpufleet.collector.store.records import AlertRecord
 
-sys.path.insert(0, str(Path(__file__).parent))  # importlib mode: notify_servers for tests and the bench
-
-from notify_servers import AM_BIN, Received, Receiver  # noqa: E402
+from tests.builders import free_port
+from tests.notify.alertmanager import AM_BIN, ready
+from tests.webhook import Webhook
 
 T0 = 1_700_000_000.0
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    state = Receiver(url="")
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            length = int(self.headers.get("Content-Length", "0"))
-            raw = self.rfile.read(length)
-            state.requests.append(Received(self.path, dict(self.headers.items()), json.loads(raw)))
-            if state.delay:
-                time.sleep(state.delay)
-            status = state.next_status()
-            body = b'{"ok":true}' if status < 400 else b'{"error":"scripted"}'
-            try:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-            except OSError:
-                pass  # the client gave up (timeout test)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    state.url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        yield state
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def alert(rule: str = "wasted", state: str = "firing", *, severity: str = "warning",
@@ -119,14 +76,14 @@ def alertmanager(tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
-def alertmanager_to_receiver(tmp_path: Path, receiver: Receiver) -> Iterator[str]:
+def alertmanager_to_receiver(tmp_path: Path, receiver: Webhook) -> Iterator[str]:
     """A real Alertmanager that routes everything at once to ``receiver`` (path /am) with send_resolved, so a
     test sees what Alertmanager itself made of our alerts, resolved ones included."""
     yield from _run_alertmanager(tmp_path, (
         "route:\n  receiver: hook\n  group_by: [alertname, host]\n  group_wait: 0s\n"
         "  group_interval: 1s\n  repeat_interval: 1h\n"
         "receivers:\n  - name: hook\n    webhook_configs:\n"
-        f"      - url: {receiver.url}/am\n        send_resolved: true\n"))
+        f"      - url: {receiver.base}/am\n        send_resolved: true\n"))
 
 
 def _run_alertmanager(tmp_path: Path, config_text: str) -> Iterator[str]:
@@ -146,14 +103,7 @@ def _run_alertmanager(tmp_path: Path, config_text: str) -> Iterator[str]:
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
-        while True:
-            try:
-                opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-                with opener.open(f"{base}/-/ready", timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
+        while not ready(base):
             if proc.poll() is not None or time.monotonic() > deadline:
                 log.close()
                 pytest.fail(f"alertmanager did not become ready: {(tmp_path / 'am.log').read_text()[-2000:]}")

@@ -10,13 +10,12 @@ import urllib.request
 from typing import Any
 
 import pytest
-from builders import FakeClock
-from gpufleet.agent import wire
-from gpufleet.collector import sample
 from gpufleet.collector.alerts.engine import AlertEngine
 from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.notify.dispatcher import NotificationDispatcher
 from gpufleet.collector.settings import AlertingConfig, Config, HostConfig, default_rules
+
+from tests.builders import FakeClock, gpu, snap
 
 
 def am_alerts(base: str, **query: str) -> list[dict[str, Any]]:
@@ -95,8 +94,7 @@ async def overheating_engine(
 async def test_engine_to_alertmanager_with_refresh(alertmanager, w):
     clock, engine, disp = await overheating_engine(alertmanager, w)
     try:
-        gpu = sample.GpuSample(index=0, uuid="GPU-0000", temperature=93, util_gpu=50)
-        engine.frame("n3", sample.Snapshot(proto=wire.PROTO_VERSION, ts=clock.t, seq=1, gpus=[gpu]), clock.t)
+        engine.frame("n3", snap(gpu(0, temp=93, util=50), ts=clock.t, seq=1), clock.t)
         await engine.evaluate()
         assert await disp.join(10)
         [a] = am_alerts(alertmanager)
@@ -104,7 +102,7 @@ async def test_engine_to_alertmanager_with_refresh(alertmanager, w):
         assert a["annotations"]["summary"] == "n3 GPU 0 at 93 C (threshold 85 C) for 0s"
         first_end = a["endsAt"]
         clock.t += 61  # a refresh re-posts firing alerts with a later endsAt
-        engine.frame("n3", sample.Snapshot(proto=wire.PROTO_VERSION, ts=clock.t, seq=2, gpus=[gpu]), clock.t)
+        engine.frame("n3", snap(gpu(0, temp=93, util=50), ts=clock.t, seq=2), clock.t)
         await engine.evaluate()
         assert await disp.join(10)
         [a] = am_alerts(alertmanager)
@@ -135,16 +133,14 @@ async def test_resolved_alert_reaches_alertmanager_with_ends_at(alertmanager_to_
     """Engine -> Alertmanager API -> Alertmanager's own webhook: the resolution arrives with our endsAt."""
     clock, engine, disp = await overheating_engine(alertmanager_to_receiver, w, group_interval=0.0)
     try:
-        hot = sample.GpuSample(index=0, uuid="GPU-0000", temperature=93, util_gpu=50)
-        engine.frame("n3", sample.Snapshot(proto=wire.PROTO_VERSION, ts=clock.t, seq=1, gpus=[hot]), clock.t)
+        engine.frame("n3", snap(gpu(0, temp=93, util=50), ts=clock.t, seq=1), clock.t)
         await engine.evaluate()
         assert await disp.join(10)
         [fired] = await _am_webhooks(receiver, "firing")
         assert fired["alerts"][0]["labels"]["alertname"] == "overheating"
         assert fired["alerts"][0]["endsAt"] == "0001-01-01T00:00:00Z", "no end shown while firing"
         clock.t = time.time()
-        cool = sample.GpuSample(index=0, uuid="GPU-0000", temperature=60, util_gpu=50)
-        engine.frame("n3", sample.Snapshot(proto=wire.PROTO_VERSION, ts=clock.t, seq=2, gpus=[cool]), clock.t)
+        engine.frame("n3", snap(gpu(0, temp=60, util=50), ts=clock.t, seq=2), clock.t)
         await engine.evaluate()
         assert await disp.join(10)
         resolved_at = clock.t

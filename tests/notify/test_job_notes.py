@@ -9,11 +9,12 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from gpufleet.collector.daemon import Collector
-from gpufleet.collector.jobnotes import job_note
+from gpufleet.collector.model.records import JobRecord
+from gpufleet.collector.notify.jobnotes import job_note
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import AlertingConfig, ApiConfig, Config, HostConfig, StorageConfig
-from gpufleet.collector.store.records import JobRecord
-from notify_servers import Receiver
+
+from tests.webhook import Webhook
 
 GIB = 1 << 30
 NOTES = AlertingConfig(notify_users=True, user_email_domain="example.org", user_notifier="json://x",
@@ -76,13 +77,13 @@ gpus:
 """
 
 
-async def test_a_finished_job_reaches_its_user_over_http(tmp_path: Path, receiver: Receiver) -> None:
+async def test_a_finished_job_reaches_its_user_over_http(tmp_path: Path, receiver: Webhook) -> None:
     """Real agent (fake backend) -> collector -> job record -> user notifier (apprise json://) -> HTTP."""
     scenario = tmp_path / "n1.yaml"
     scenario.write_text(textwrap.dedent(SCENARIO))
     host = HostConfig(name="n1", transport="local", interval=0.2,
                       agent_command=f"{sys.executable} -m gpufleet.agent --fake {scenario} --interval 0.2")
-    url = receiver.url.replace("http://", "json://") + "/notes"
+    url = receiver.base.replace("http://", "json://") + "/notes"
     alerting = AlertingConfig(notify_users=True, user_emails={"alice": "alice@example.org"},
                               user_notifier=url, job_notes=True, job_notes_min_gpu_hours=0.0,
                               retry_backoff=0.05)

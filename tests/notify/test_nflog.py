@@ -14,7 +14,8 @@ from gpufleet.collector.notify.build import build_notifiers
 from gpufleet.collector.notify.dispatcher import NotificationDispatcher
 from gpufleet.collector.settings import AlertingConfig, StorageConfig
 from gpufleet.collector.store.store import Store
-from notify_servers import answering, trickling
+
+from tests.webhook import trickling, webhook
 
 WAIT = 30.0  # a failure bound, not a timing assert
 
@@ -31,7 +32,7 @@ def hooks(w, *urls: str, **kw) -> list[Notifier]:
 
 
 async def test_outage_longer_than_the_retries_is_delivered_when_the_receiver_is_back(w):
-    with answering() as server:
+    with webhook() as server:
         server.statuses = [503] * 8  # more failures than retries (2) + 1: the old dispatcher gave up
         disp = NotificationDispatcher(hooks(w, server.url, retries=2), backoff=0.01, max_backoff=0.05)
         await disp.start()
@@ -48,7 +49,7 @@ async def test_outage_longer_than_the_retries_is_delivered_when_the_receiver_is_
 
 
 async def test_a_newer_state_supersedes_the_undelivered_one(w):
-    with answering() as server:
+    with webhook() as server:
         server.down_until = time.time() + 3600
         disp = NotificationDispatcher(hooks(w, server.url, retries=0), backoff=0.01, max_backoff=0.05)
         await disp.start()
@@ -67,7 +68,7 @@ async def test_a_newer_state_supersedes_the_undelivered_one(w):
 
 async def test_a_restart_goes_on_retrying(w, tmp_path: Path):
     cfg = StorageConfig(path=str(tmp_path / "g.db"))
-    with answering() as server:
+    with webhook() as server:
         server.down_until = time.time() + 3600
         store = await Store.open(cfg)
         disp = NotificationDispatcher(hooks(w, server.url, retries=0), backoff=0.01, store=store)
@@ -96,7 +97,7 @@ async def test_a_trickling_receiver_does_not_hold_up_the_others(w):
     import os
 
     stuck = min(32, (os.cpu_count() or 1) + 4)
-    with trickling(every=0.5) as slow_url, answering() as good:
+    with trickling(every=0.5) as slow_url, webhook() as good:
         notifiers = hooks(w, *[slow_url] * stuck, good.url, timeout=2.0, retries=0)
         disp = NotificationDispatcher(notifiers, backoff=0.01, max_backoff=1.0)
         await disp.start()
@@ -113,7 +114,7 @@ async def test_a_trickling_receiver_does_not_hold_up_the_others(w):
 async def test_a_group_state_already_delivered_is_not_sent_again_before_its_repeat(w):
     """Alertmanager's dedup (issue 11.4): the same firing set goes again only after repeat_interval; a newly
     resolved alert, or all of them resolved, is news."""
-    with answering() as server:
+    with webhook() as server:
         disp = NotificationDispatcher(hooks(w, server.url, retries=0), backoff=0.01)
         await disp.start()
 

@@ -16,20 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import free_port
 from gpufleet.collector.simfleet import SimFleet
-from notify_servers import AM_BIN, Receiver
+
+from tests.builders import free_port
+from tests.notify.alertmanager import AM_BIN, ready
+from tests.webhook import Webhook
 
 pytestmark = pytest.mark.slow
-
-
-def _am_ready(base: str) -> bool:
-    try:
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        with opener.open(f"{base}/-/ready", timeout=1) as r:
-            return r.status == 200
-    except OSError:
-        return False
 
 
 def _am_alerts(base: str) -> list[dict[str, Any]]:
@@ -57,7 +50,7 @@ def _start_cluster(tmp: Path, hook: str) -> tuple[list[subprocess.Popen[bytes]],
             stdout=(tmp / f"am{i}.log").open("wb"), stderr=subprocess.STDOUT))
         bases.append(f"http://127.0.0.1:{web}")
     deadline = time.monotonic() + 30
-    while not all(_am_ready(b) for b in bases):
+    while not all(ready(b) for b in bases):
         if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
             raise AssertionError("alertmanager cluster did not start: "
                                  + (tmp / "am0.log").read_text()[-1500:])
@@ -79,10 +72,10 @@ def _replica_yaml(fleet: SimFleet, d: Path, ams: list[str]) -> Path:
     return path
 
 
-async def test_replicas_page_once_through_an_alertmanager_cluster(tmp_path: Path, receiver: Receiver) -> None:
+async def test_replicas_page_once_through_an_alertmanager_cluster(tmp_path: Path, receiver: Webhook) -> None:
     if not Path(AM_BIN).exists():
         pytest.skip(f"{AM_BIN} is not installed (Debian package prometheus-alertmanager)")
-    am_procs, bases = _start_cluster(tmp_path, receiver.url)
+    am_procs, bases = _start_cluster(tmp_path, receiver.base)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUFLEET_", "XDG_"))}
     env["HOME"] = str(tmp_path)
     try:

@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 from gpufleet.agent import wire
-from gpufleet.collector import sample
+from gpufleet.collector.fleet.report import build_report, render_report
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.records import AlertRecord, CapacityRow, EventRow, SlurmUsageRow, UsageRow
 from gpufleet.collector.notify.build import build_notifiers
-from gpufleet.collector.report import build_report, render_report, send_report
+from gpufleet.collector.notify.reports import send_report
 from gpufleet.collector.settings import AlertingConfig, StorageConfig
-from gpufleet.collector.store.records import AlertRecord, CapacityRow, EventRow, SlurmUsageRow, UsageRow
+
+from tests.builders import gpu, proc, snap
 
 SINCE, UNTIL = 1_700_000_000.0 - 7 * 86400, 1_700_000_000.0
 
@@ -113,7 +116,7 @@ async def test_empty_period():
 
 async def test_sent_through_webhook_not_alertmanager(receiver, w):
     report = await build_report(Usage(ROWS), since=SINCE, until=UNTIL, now=UNTIL)
-    notifiers = build_notifiers([w.config("hook", urls=[receiver.url + "/r"]),
+    notifiers = build_notifiers([w.config("hook", urls=[receiver.base + "/r"]),
                                  w.config("am", "alertmanager", urls=["http://127.0.0.1:9/"])],
                                 AlertingConfig())
     result = await send_report(report, notifiers, fmt="markdown")
@@ -143,14 +146,14 @@ async def test_report_through_a_command_has_no_alert_status(tmp_path: Path, w):
 async def test_report_failure_is_reported(w, receiver):
     receiver.statuses = [400]
     report = await build_report(Usage(ROWS), since=SINCE, until=UNTIL)
-    notifiers = build_notifiers([w.config("hook", urls=[receiver.url + "/r"])], AlertingConfig())
+    notifiers = build_notifiers([w.config("hook", urls=[receiver.base + "/r"])], AlertingConfig())
     result = await send_report(report, notifiers)
     assert result["hook"] is not None and "HTTP 400" in result["hook"]
 
 
 async def test_report_from_the_real_store(tmp_path: Path):
     try:
-        from gpufleet.collector.store import Store
+        from gpufleet.collector.store.store import Store
     except ImportError as exc:
         pytest.skip(f"gpufleet.collector.store.Store is not importable yet: {exc}")
     store = await Store.open(StorageConfig(path=str(tmp_path / "g.db")))
@@ -159,12 +162,9 @@ async def test_report_from_the_real_store(tmp_path: Path):
         gib = 1 << 30
         for i in range(61):  # 60 intervals of 5 s = 300 s
             ts = t0 + 5 * i
-            gpus = [sample.GpuSample(index=0, uuid="GPU-0", util_gpu=0, memory_used=20 * gib, processes=[
-                        sample.ProcessSample(pid=1, user="alice", gpu_memory=20 * gib)]),
-                    sample.GpuSample(index=1, uuid="GPU-1", util_gpu=100, memory_used=20 * gib, processes=[
-                        sample.ProcessSample(pid=2, user="bob", gpu_memory=20 * gib)])]
-            store.submit_snapshot("n3", sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=i, gpus=gpus),
-                                  ts)
+            idle = gpu(0, util=0, mem=20 * gib, procs=[proc(1, mem=20 * gib)])
+            busy = gpu(1, util=100, mem=20 * gib, procs=[proc(2, "bob", mem=20 * gib)])
+            store.submit_snapshot("n3", snap(idle, busy, ts=ts, seq=i), ts)
         await store.flush()
         report = await build_report(store, since=t0 - 3600, until=t0 + 7200)
     finally:
@@ -194,31 +194,27 @@ async def test_cli_report_since_7d_end_to_end(tmp_path: Path):
     import sys
     import time
 
-    from gpufleet.collector.store import Store
+    from gpufleet.collector.store.store import Store
 
     db = tmp_path / "g.db"
     gib = 1 << 30
 
     def p(pid: int, user: str, mem: float) -> sample.ProcessSample:
-        return sample.ProcessSample(pid=pid, user=user, gpu_memory=int(mem * gib), command="python train.py")
+        return proc(pid, user, mem_gib=mem, command="python train.py")
 
     store = await Store.open(StorageConfig(path=str(db)))
     try:
         t0 = math.floor((time.time() - 3 * 86400) / 3600) * 3600  # three days ago, on an hour boundary
         for i in range(721):
             ts = t0 + 10 * i
-            n3 = [sample.GpuSample(index=0, uuid="n3-0", util_gpu=0, memory_used=20 * gib,
-                                 processes=[p(1, "alice", 20)]),
-                  sample.GpuSample(index=1, uuid="n3-1", util_gpu=50, memory_used=10 * gib,
-                                 processes=[p(2, "bob", 10)]),
-                  sample.GpuSample(index=2, uuid="n3-2", util_gpu=2, memory_used=31 * gib,
-                                 processes=[p(3, "alice", 1), p(4, "carol", 30)])]
-            store.submit_snapshot("n3", sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=i, gpus=n3), ts)
+            n3 = snap(gpu(0, util=0, mem=20 * gib, procs=[p(1, "alice", 20)], host="n3"),
+                      gpu(1, util=50, mem=10 * gib, procs=[p(2, "bob", 10)], host="n3"),
+                      gpu(2, util=2, mem=31 * gib, procs=[p(3, "alice", 1), p(4, "carol", 30)], host="n3"),
+                      ts=ts, seq=i)
+            store.submit_snapshot("n3", n3, ts)
             if i <= 360:
-                n4 = [sample.GpuSample(index=0, uuid="n4-0", util_gpu=100, memory_used=5 * gib,
-                                     processes=[p(9, "bob", 5)])]
-                store.submit_snapshot("n4", sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=i, gpus=n4),
-                                      ts)
+                n4 = snap(gpu(0, util=100, mem=5 * gib, procs=[p(9, "bob", 5)], host="n4"), ts=ts, seq=i)
+                store.submit_snapshot("n4", n4, ts)
         await store.flush()
     finally:
         await store.close()
@@ -229,12 +225,12 @@ async def test_cli_report_since_7d_end_to_end(tmp_path: Path):
     env.update(HOME=str(tmp_path), XDG_DATA_HOME=str(tmp_path / "data"),
                XDG_RUNTIME_DIR=str(tmp_path / "run"), XDG_CONFIG_HOME=str(tmp_path / "config"),
                COLUMNS="120", TERM="dumb")
-    proc = await asyncio.create_subprocess_exec(
+    child = await asyncio.create_subprocess_exec(
         *argv, "--db", str(db), "report", "--since", "7d", env=env, cwd=str(tmp_path),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out_b, err_b = await asyncio.wait_for(proc.communicate(), 60)
+    out_b, err_b = await asyncio.wait_for(child.communicate(), 60)
     out, err = out_b.decode(), err_b.decode()
-    assert proc.returncode == 0, err
+    assert child.returncode == 0, err
     assert f"showing stored data from {db}" in err, "says the collector is down and where numbers come from"
     lines = out.splitlines()
     assert lines[0].startswith("gpufleet waste report, all hosts: ") and lines[0].endswith(" (7d00h)")
@@ -258,18 +254,15 @@ async def test_cli_report_since_7d_end_to_end(tmp_path: Path):
 
 async def test_report_has_idle_capacity_alerts_and_faults(tmp_path: Path):
     """From a real store: free GPU time is idle capacity, a fired alert and an Xid are summarised."""
-    from gpufleet.collector.store import Store
+    from gpufleet.collector.store.store import Store
 
     store = await Store.open(StorageConfig(path=str(tmp_path / "g.db")))
     t0 = 1_700_000_000.0 - 3600
     try:
         for i in range(61):
             ts = t0 + 5 * i
-            gpus = [sample.GpuSample(index=0, uuid="GPU-0", util_gpu=0, memory_used=0),
-                    sample.GpuSample(index=1, uuid="GPU-1", util_gpu=0, memory_used=20 << 30, processes=[
-                        sample.ProcessSample(pid=2, user="bob", gpu_memory=20 << 30)])]
-            store.submit_snapshot("n3", sample.Snapshot(proto=wire.PROTO_VERSION, ts=ts, seq=i, gpus=gpus),
-                                  ts)
+            held = gpu(1, util=0, mem=20 << 30, procs=[proc(2, "bob", mem=20 << 30)])
+            store.submit_snapshot("n3", snap(gpu(0, util=0, mem=0), held, ts=ts, seq=i), ts)
         store.submit_event("n3", wire.Event(ts=t0 + 60, kind="xid", message="Xid 79", gpu_index=1, xid=79),
                            t0 + 60)
         await store.flush()

@@ -71,7 +71,7 @@ async def test_unexpected_exception_text_and_traceback_are_scrubbed(w, caplog):
 
 async def test_alertmanager_basic_auth_and_5xx(w, receiver, caplog):
     receiver.statuses = [502, 503]
-    base = receiver.url.replace("http://", f"http://gpufleet:{SECRET}@")
+    base = receiver.base.replace("http://", f"http://gpufleet:{SECRET}@")
     [n] = build_notifiers([w.config("am", "alertmanager", urls=[base], retries=1,
                                     headers={"X-Scope-OrgID": "tenant-" + SECRET})], AlertingConfig())
     caplog.set_level(logging.DEBUG)
@@ -89,7 +89,7 @@ async def test_alertmanager_basic_auth_and_5xx(w, receiver, caplog):
 async def test_apprise_debug_log_does_not_show_the_url(w, receiver, caplog):
     pytest.importorskip("apprise")
     receiver.statuses = [500, 500]
-    url = receiver.url.replace("http://", "json://") + f"/notify/{SECRET}"
+    url = receiver.base.replace("http://", "json://") + f"/notify/{SECRET}"
     [n] = build_notifiers([w.config("chat", "apprise", urls=[url], retries=1)], AlertingConfig())
     caplog.set_level(logging.DEBUG)
     disp = await run_once([n], w.notification())

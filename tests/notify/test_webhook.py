@@ -12,7 +12,7 @@ from gpufleet.collector.settings import AlertingConfig
 
 
 def make(w, receiver, path: str = "/hook/s3cr3t-path", **kw):
-    [notifier] = build_notifiers([w.config(urls=[receiver.url + path], **kw)], AlertingConfig())
+    [notifier] = build_notifiers([w.config(urls=[receiver.base + path], **kw)], AlertingConfig())
     return notifier, NotificationDispatcher([notifier], backoff=0.01)
 
 
@@ -117,7 +117,7 @@ async def test_a_url_that_can_never_work_is_not_retried(w):
 
 
 async def test_secrets_never_reach_the_logs(w, receiver, monkeypatch, caplog):
-    monkeypatch.setenv("HOOK_URL", receiver.url + "/services/T000/B000/topsecretpath")
+    monkeypatch.setenv("HOOK_URL", receiver.base + "/services/T000/B000/topsecretpath")
     monkeypatch.setenv("HOOK_TOKEN", "Bearer very-secret-token")
     receiver.statuses = [500, 400]
     [notifier] = build_notifiers([w.config(urls=["env:HOOK_URL"], headers={"Authorization": "env:HOOK_TOKEN"},

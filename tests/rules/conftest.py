@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import builders
 import pytest
 from gpufleet.agent import wire
-from gpufleet.collector import sample
+from gpufleet.collector.model import sample
 from gpufleet.collector.rules.base import Condition, HostContext, Rule
 from gpufleet.collector.rules.registry import RULE_TYPES
 from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig, Selector
 
-sys.path.insert(0, str(Path(__file__).parent))  # rules_corpus.py (the suite runs --import-mode=importlib)
+from tests import builders
 
 GIB = builders.GIB
 proc, gpu, snap = builders.proc, builders.gpu, builders.snap

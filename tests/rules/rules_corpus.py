@@ -14,10 +14,11 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpufleet.agent import wire
-from gpufleet.collector import sample
 from gpufleet.collector.alerts.engine import AlertEngine
+from gpufleet.collector.model import sample
 from gpufleet.collector.settings import Config, HostConfig, default_rules
+
+from tests.builders import gpu, proc, snap
 
 GIB = 1 << 30
 TOTAL = 80 * GIB
@@ -165,15 +166,14 @@ def snapshot(case: Case, t: int, rng: random.Random) -> sample.Snapshot:
         power = spec.power(t, util, rng) if spec.power else IDLE_W + (LIMIT - IDLE_W) * util / 100 * 0.9
         pid = spec.pid_at(t) if spec.pid_at else 1000 + i
         held = spec.proc_gib * GIB or used * GIB - 0.4 * GIB  # 0: all the memory but the context
-        procs = [] if pid is None else [sample.ProcessSample(
-            pid=pid, user="alice", gpu_memory=int(held), command=f"python train.py --rank {i}",
-            start_time=5000.0 + pid, ppid=999, state="S", job=case.job)]
-        gpus.append(sample.GpuSample(index=i, uuid=f"GPU-{case.name}-{i}", name="A100", util_gpu=util,
-                                   memory_total=TOTAL, memory_used=int(used * GIB), power_draw=power,
-                                   power_limit=LIMIT, temperature=60, processes=procs,
-                                   util_mem=spec.mem_bw(t, rng) if spec.mem_bw else None,
-                                   sm_active=spec.sm_active(t, rng) if spec.sm_active else None))
-    return sample.Snapshot(proto=wire.PROTO_VERSION, ts=float(t), seq=t, gpus=gpus)
+        command = f"python train.py --rank {i}"
+        procs = [] if pid is None else [proc(pid, "alice", mem=int(held), command=command, start=5000.0 + pid,
+                                             ppid=999, state="S", job=case.job)]
+        gpus.append(gpu(i, uuid=f"GPU-{case.name}-{i}", util=util, memory_total=TOTAL, mem=int(used * GIB),
+                        power=power, power_limit=LIMIT, temp=60, procs=procs,
+                        util_mem=spec.mem_bw(t, rng) if spec.mem_bw else None,
+                        sm_active=spec.sm_active(t, rng) if spec.sm_active else None))
+    return snap(*gpus, ts=float(t), seq=t)
 
 
 def default_config() -> Config:

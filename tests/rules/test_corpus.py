@@ -6,7 +6,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-import rules_corpus as corpus
+
+from tests.rules import rules_corpus as corpus
 
 
 def test_each_rule_fires_on_its_own_case_and_no_other(capsys: pytest.CaptureFixture[str]) -> None:

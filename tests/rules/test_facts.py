@@ -1,5 +1,5 @@
-"""The snapshot facts (collector/facts.py) are classify's and jobkey's answers, worked out once per snapshot
-for every rule and the job tracker; and the bucketed window mean the underused rule keeps."""
+"""The snapshot facts (collector/model/facts.py) are classify's and jobkey's answers, worked out once per
+snapshot for every rule and the job tracker; and the bucketed window mean the underused rule keeps."""
 
 from __future__ import annotations
 
@@ -7,19 +7,20 @@ import random
 import statistics
 
 import pytest
-from builders import gpu, proc, scenario_frames, snap
-from gpufleet.collector import classify, facts, sample
 from gpufleet.collector.alerts.engine import AlertEngine
-from gpufleet.collector.jobkey import group_key, job_key
-from gpufleet.collector.jobs import JobTracker
-from gpufleet.collector.live import LiveView
+from gpufleet.collector.fleet.jobs import JobTracker
+from gpufleet.collector.fleet.live import LiveView
+from gpufleet.collector.model import classify, facts, sample, thresholds
+from gpufleet.collector.model.jobkey import group_key, job_key
 from gpufleet.collector.rules.series import WindowMean
 from gpufleet.collector.settings import Config, HostConfig, default_rules
 
-STRICT = classify.Thresholds(stuck_power_ratio=0.2, min_memory_bytes=1 << 30)
+from tests.builders import gpu, proc, scenario_frames, snap
+
+STRICT = thresholds.Thresholds(stuck_power_ratio=0.2, min_memory_bytes=1 << 30)
 
 
-@pytest.mark.parametrize("t", [classify.DEFAULT_THRESHOLDS, STRICT], ids=["defaults", "strict"])
+@pytest.mark.parametrize("t", [thresholds.DEFAULT_THRESHOLDS, STRICT], ids=["defaults", "strict"])
 def test_facts_are_classify_and_jobkey_on_every_scenario(t):
     """Over every bundled scenario's samples the facts equal the one classification, GPU by GPU."""
     checked = 0
@@ -52,7 +53,7 @@ def test_one_build_per_snapshot_for_the_rules_and_the_job_tracker(monkeypatch):
 
     monkeypatch.setattr(facts.SnapshotFacts, "build", classmethod(counting))
     config = Config(hosts=[HostConfig(name="n3", address="127.0.0.1")], rules=default_rules())
-    shared = facts.FleetFacts(classify.thresholds_of(config.rules))
+    shared = facts.FleetFacts(thresholds.thresholds_of(config.rules))
     tracker = JobTracker(None, facts=shared)
     live = LiveView([AlertEngine(config, None, facts=shared), tracker])
     live.add_host("n3", since=0.0)
@@ -67,7 +68,7 @@ def test_one_build_per_snapshot_for_the_rules_and_the_job_tracker(monkeypatch):
 def test_keys_carried_over_are_the_keys_worked_out_afresh():
     """FleetFacts reuses a process's keys from the host's previous snapshot only while everything they
     depend on is unchanged: over the scenarios' samples and through changes of job, start and parent."""
-    fleet = facts.FleetFacts(classify.DEFAULT_THRESHOLDS)
+    fleet = facts.FleetFacts(thresholds.DEFAULT_THRESHOLDS)
     frames = [f for f in map(sample.from_wire, scenario_frames(samples=6))
               if isinstance(f, sample.Snapshot)]
     changed = [
@@ -94,7 +95,7 @@ def test_a_rule_with_its_own_thresholds_does_not_read_the_shared_facts():
 
     rule = build_rules(default_rules(), STRICT)["wasted"]
     s = snap(gpu(0, util=0, procs=[proc(7, mem_gib=0.5)]))
-    shared = facts.SnapshotFacts.build("n3", s, classify.DEFAULT_THRESHOLDS)
+    shared = facts.SnapshotFacts.build("n3", s, thresholds.DEFAULT_THRESHOLDS)
     ctx = HostContext(name="n3", snapshot=s, facts=shared)
     got = rule.facts(ctx, s)
     assert got.thresholds == STRICT and got.gpus[0].holders == {}, "0.5 GiB is under STRICT's 1 GiB"

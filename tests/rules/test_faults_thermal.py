@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.live import HostState
+from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.rules.base import matchers_match, selector_matches
 from gpufleet.collector.settings import Selector
-from gpufleet.collector.store.records import AlertRecord
+
+from tests.builders import lost_gpu
 
 
 def test_overheating_uses_the_lower_of_threshold_and_slowdown(runner, w):
@@ -28,7 +29,7 @@ def test_overheating_slowdown_from_hello(runner, w):
 
 
 def test_overheating_resolved_message_gives_current_temperature(runner, w):
-    from gpufleet.collector.store.records import AlertRecord
+    from gpufleet.collector.model.records import AlertRecord
 
     r = runner("overheating")
     r.feed(w.snap(w.gpu(0, temperature=71)), 10.0)
@@ -46,7 +47,7 @@ def test_throttling_only_watched_reasons(runner, w):
 
 def test_gpu_lost_from_sample_error_and_event_until_normal(runner, w):
     r = runner("gpu_lost")
-    conds = r.feed(w.snap(w.gpu(0), sample.GpuSample(index=1, uuid="GPU-0001", error="GPU is lost")), 0.0)
+    conds = r.feed(w.snap(w.gpu(0), lost_gpu(1)), 0.0)
     assert conds and conds[0].labels == {"host": "n3", "gpu": "1", "uuid": "GPU-0001"}
     assert "lost: GPU is lost" in conds[0].summary
     assert r.feed(w.snap(w.gpu(0), w.gpu(1)), 1.0) == []

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpufleet.collector.jobkey import group_key, job_key
+from gpufleet.collector.model.jobkey import group_key, job_key
 from gpufleet.collector.rules.base import HostContext
 from gpufleet.collector.rules.patterns import _GpuTrack
 from gpufleet.collector.rules.series import Window, WindowMean

@@ -1,11 +1,12 @@
-"""Multi-signal verdicts (collector/classify.py activity): util is one signal, and where NVML reports them,
-memory bandwidth, GPM SM activity and power confirm or deny it."""
+"""Multi-signal verdicts (collector/model/classify.py activity): util is one signal, and where NVML reports
+them, memory bandwidth, GPM SM activity and power confirm or deny it."""
 
 from __future__ import annotations
 
 import pytest
-from gpufleet.collector.classify import Thresholds, activity
-from gpufleet.collector.rules.base import DURATION
+from gpufleet.collector.model.classify import activity
+from gpufleet.collector.model.thresholds import Thresholds
+from gpufleet.collector.rules.wording import DURATION
 
 POWER_ON = Thresholds(stuck_power_ratio=0.2)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gpufleet.collector.rules.base import DURATION
+from gpufleet.collector.rules.wording import DURATION
 from gpufleet.collector.settings import Selector
 
 

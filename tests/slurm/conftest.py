@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from realagent import fake_nvml_lib  # noqa: F401 - the fixture, offered to this directory
-from slurm import realslurm
+
+from tests.realagent import fake_nvml_lib  # noqa: F401 - the fixture, offered to this directory
+from tests.slurm import realslurm
 
 
 @pytest.fixture(scope="session")

@@ -8,10 +8,11 @@ import logging
 from pathlib import Path
 
 import pytest
-from builders import FakeClock
 from gpufleet.agent.slurm import FOUND_TTL, SlurmJob, SlurmLookupError, SlurmResolver, resolver_for
 from gpufleet.agent.slurm_node import NodeJobs, cgroup_bases, cgroup_jobs, slurm_conf
 from gpufleet.agent.wire import SlurmAllocation
+
+from tests.builders import FakeClock
 
 
 class Slurm:

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import fakelib
 import pytest
-import realagent
 from gpufleet.agent import wire
 from gpufleet.agent.slurm import Scontrol
 from gpufleet.agent.slurm_node import NodeJobs
-from slurm.realslurm import SlurmCluster
+
+from tests import realagent
+from tests.fakenvml import fakelib
+from tests.slurm.realslurm import SlurmCluster
 
 GIB = 1 << 30
 

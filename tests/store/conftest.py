@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import Store, Tuning
+from gpufleet.collector.store.store import Store, Tuning
 
 FAST = Tuning(retry_interval=0.05, close_timeout=10.0)
 

@@ -10,9 +10,9 @@ import asyncio
 import sys
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
+from gpufleet.collector.model import sample
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import Store
+from gpufleet.collector.store.store import Store
 
 
 def snapshot(seq: int) -> sample.Snapshot:

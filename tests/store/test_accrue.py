@@ -8,10 +8,11 @@ import asyncio
 import sqlite3
 from pathlib import Path
 
-from builders import cap_store_pages, proc, snap
-from builders import store_gpu as gpu
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import Store, Tuning
+from gpufleet.collector.store.store import Store, Tuning
+
+from tests.builders import cap_store_pages, proc, snap
+from tests.builders import store_gpu as gpu
 
 Rows = list[tuple[object, ...]]
 

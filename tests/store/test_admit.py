@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import gpu, heartbeat, hello, proc, snap
 from gpufleet.agent import wire
-from gpufleet.collector.live import HostState
+from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import Store
+from gpufleet.collector.store.store import Store
+
+from tests.builders import gpu, heartbeat, hello, proc, snap
 
 YEARS_10 = 10 * 365.25 * 86400
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from gpufleet.collector.model.records import AlertRecord, SilenceRecord
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import Store
-from gpufleet.collector.store.records import AlertRecord, SilenceRecord
+from gpufleet.collector.store.store import Store
 
 
 def _alert(fp: str, state: str = "firing", **kw: object) -> AlertRecord:

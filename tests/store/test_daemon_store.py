@@ -10,11 +10,12 @@ import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 
-from builders import cap_store_pages
-from gpufleet.collector.daemon import Collector
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import ApiConfig, Config, StorageConfig, default_rules
 from gpufleet.collector.simfleet import SimFleet
-from gpufleet.collector.store import Store
+from gpufleet.collector.store.store import Store
+
+from tests.builders import cap_store_pages
 
 
 async def _until(predicate: Callable[[], bool], what: str, timeout: float = 30.0) -> None:

@@ -14,14 +14,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from builders import cap_store_pages, snap
-from builders import store_gpu as gpu
-from builders import store_proc as proc
-from gpufleet.collector import sample
 from gpufleet.collector.errors import StorageError, StorageFull
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import Store, Tuning
-from gpufleet.collector.store.records import AlertRecord
+from gpufleet.collector.store.store import Store, Tuning
+
+from tests.builders import cap_store_pages, snap
+from tests.builders import store_gpu as gpu
+from tests.builders import store_proc as proc
 
 FAST = Tuning(retry_interval=0.05, close_timeout=5.0)
 CHILD = Path(__file__).with_name("ingest_child.py")

@@ -13,12 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-from builders import snap
-from builders import store_gpu as gpu
-from gpufleet.collector.daemon import Collector
 from gpufleet.collector.errors import StorageError
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import ApiConfig, Config, StorageConfig
-from gpufleet.collector.store import Store
+from gpufleet.collector.store.store import Store
+
+from tests.builders import snap
+from tests.builders import store_gpu as gpu
 
 
 async def test_second_writer_on_one_file_is_refused(config: StorageConfig) -> None:

@@ -6,17 +6,19 @@ import dataclasses
 import sqlite3
 
 import pytest
-from builders import GIB, MIB, hello, snap
-from builders import store_gpu as gpu
-from builders import store_proc as proc
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.classify import Thresholds
-from gpufleet.collector.live import HostState
-from gpufleet.collector.model import HostRecord
+from gpufleet.collector.fleet.accounting import GAP_FACTOR
+from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model import sample, thresholds
+from gpufleet.collector.model.facts import FleetFacts
+from gpufleet.collector.model.thresholds import Thresholds
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import Store, Tuning
-from gpufleet.collector.store.usage import GAP_FACTOR
+from gpufleet.collector.store import ingest
+from gpufleet.collector.store.store import Store, Tuning
+
+from tests.builders import GIB, MIB, hello, lost_gpu, snap
+from tests.builders import store_gpu as gpu
+from tests.builders import store_proc as proc
 
 
 def _count(config: StorageConfig, sql: str) -> int:
@@ -41,7 +43,7 @@ async def test_host_state_and_hello(store: Store) -> None:
 
 
 async def test_a_host_record_goes_in_and_comes_back_whole(store: Store) -> None:
-    """One host record both ways (collector/model.py): what the writer stores of a HostState is what the
+    """One host record both ways (collector/model/views.py): what the writer stores of a HostState is what the
     store's ``hosts`` answers, every field (the carry-over after a restart reads it)."""
     state = HostState(name="h9", status="down", reason="ssh: refused", since=900.0, last_seen=950.0,
                       tags=["h100"], agent_version="0.2.0", driver_version="550.54", nvml_version="12.550",
@@ -49,7 +51,7 @@ async def test_a_host_record_goes_in_and_comes_back_whole(store: Store) -> None:
     store.submit_host_state(state)
     await store.flush()
     (back,) = [h for h in await store.hosts() if h.name == "h9"]
-    assert back == HostRecord.of(state)
+    assert back == state.record()
 
 
 async def test_latest_is_newest_sample_with_its_processes(store: Store) -> None:
@@ -209,23 +211,19 @@ async def test_usage_reads_the_loops_classification_when_it_is_the_stores(
         config: StorageConfig, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the daemon's shared facts the writer credits waste from them (no second classification) and the
     figures are the same; facts under other thresholds are not read (the store judges by its own)."""
-    from gpufleet.collector import classify
-    from gpufleet.collector.facts import FleetFacts
-    from gpufleet.collector.store import usage
-
     calls: list[int] = []
-    real = usage.waste_users
+    real = ingest.waste_users
 
-    def counting(g: sample.GpuSample, t: Thresholds = classify.DEFAULT_THRESHOLDS) -> list[str]:
+    def counting(g: sample.GpuSample, t: Thresholds = thresholds.DEFAULT_THRESHOLDS) -> list[str]:
         calls.append(g.index)
         return real(g, t)
 
-    monkeypatch.setattr(usage, "waste_users", counting)
+    monkeypatch.setattr(ingest, "waste_users", counting)
     frames = [snap(gpu(0, util=1, procs=[proc(1, mem=2 * GIB)]), gpu(1, util=90, procs=[proc(2, user="bob")]),
                    ts=100.0 + i) for i in range(11)]
     strict = Thresholds(min_memory_bytes=4 * GIB)  # alice's 2 GiB is not holding under these
     results = []
-    for shared in (None, FleetFacts(classify.DEFAULT_THRESHOLDS), FleetFacts(strict)):
+    for shared in (None, FleetFacts(thresholds.DEFAULT_THRESHOLDS), FleetFacts(strict)):
         fresh = dataclasses.replace(config, path=config.path.replace("gpufleet.db", f"run{len(results)}.db"))
         s = await Store.open(fresh)  # the default thresholds
         s.facts = shared
@@ -317,7 +315,7 @@ async def test_same_uuid_on_two_hosts_is_two_gpus(store: Store, config: StorageC
 
 
 async def test_unreadable_gpu_still_gets_a_sample(store: Store) -> None:
-    bad = sample.GpuSample(index=1, uuid="GPU-0001", error="GPU is lost")
+    bad = lost_gpu(1)
     store.submit_snapshot("h1", snap(gpu(0), bad, ts=8000.0), 0.0)
     await store.flush()
     latest = {g.index: g for g in (await store.latest("h1"))["h1"].gpus}

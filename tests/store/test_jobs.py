@@ -6,13 +6,16 @@ from __future__ import annotations
 import functools
 import sqlite3
 
-import builders
 import pytest
-from builders import GIB, snap
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.jobs import GONE_INTERVALS, QUIET_AFTER, JobTracker
-from gpufleet.collector.store import Store, schema
+from gpufleet.collector.fleet.jobs import GONE_INTERVALS, QUIET_AFTER, JobTracker
+from gpufleet.collector.model import sample
+from gpufleet.collector.model.firing import Firing
+from gpufleet.collector.store import schema
+from gpufleet.collector.store.store import Store
+
+from tests import builders
+from tests.builders import GIB, alert, snap
 
 #: a Slurm-like job's process: 10 GiB, started at t=100, a child of its launcher
 JOB_PROC = {"mem_gib": 10.0, "start": 100.0, "command": "python train.py", "ppid": 50, "state": "S"}
@@ -23,8 +26,8 @@ proc = functools.partial(builders.proc, **JOB_PROC)
 
 
 async def test_a_job_across_two_hosts_is_recorded_once_when_it_releases_its_gpus(store: Store) -> None:
-    flags = {("n2", 0): {"idle_peers", "wasted"}}
-    tracker = JobTracker(store.save_jobs, flags=lambda: flags)
+    firing = Firing([alert("idle_peers", "n2", 0), alert("wasted", "n2", 0)])
+    tracker = JobTracker(store.save_jobs, firing=lambda: firing)
     for t in range(1000, 1601):  # 10 minutes: n1 computes (90 %, peak 99), n2's GPU idles (0 %)
         tracker.frame("n1", snap(gpu(0, util=99 if t == 1300 else 90, procs=[proc(1, job="77", mem_gib=30)]),
                                  ts=t), t)
@@ -78,7 +81,7 @@ async def test_schema_v4_has_the_jobs_table(store: Store) -> None:
 
 
 async def test_job_records_are_kept_as_long_as_hourly_rollups(store: Store) -> None:
-    from gpufleet.collector.store.records import JobRecord
+    from gpufleet.collector.model.records import JobRecord
 
     year = store.config.hour_retention
     await store.save_jobs([JobRecord(key="slurm:1", user="a", started=0.0, ended=100.0),

@@ -6,12 +6,12 @@ from __future__ import annotations
 import gc
 import tracemalloc
 
-from gpufleet.collector import wirefast
-from gpufleet.collector.classify import DEFAULT_THRESHOLDS
-from gpufleet.collector.facts import FleetFacts
+from gpufleet.collector.model.facts import FleetFacts
+from gpufleet.collector.model.thresholds import DEFAULT_THRESHOLDS
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.simfleet import FrameGenerator
-from gpufleet.collector.store import Store, Tuning
+from gpufleet.collector.store.store import Store, Tuning
+from gpufleet.collector.transport import wirefast
 
 
 async def test_the_queue_counts_what_its_snapshots_and_their_facts_hold(tmp_path) -> None:

@@ -7,12 +7,14 @@ import sqlite3
 from statistics import mean
 
 import pytest
-from builders import GIB, snap
-from builders import store_gpu as gpu
-from builders import store_proc as proc
 from gpufleet.agent import wire
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import Store, Tuning, rollup, schema
+from gpufleet.collector.store import rollup, schema
+from gpufleet.collector.store.store import Store, Tuning
+
+from tests.builders import GIB, snap
+from tests.builders import store_gpu as gpu
+from tests.builders import store_proc as proc
 
 T0 = 36000.0  # an hour boundary
 STEP = 10.0

@@ -8,12 +8,14 @@ import stat
 from pathlib import Path
 
 import pytest
-from builders import snap
-from builders import store_gpu as gpu
-from builders import store_proc as proc
 from gpufleet.collector.errors import StorageError
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import Store, schema
+from gpufleet.collector.store import schema
+from gpufleet.collector.store.store import Store
+
+from tests.builders import snap
+from tests.builders import store_gpu as gpu
+from tests.builders import store_proc as proc
 
 TABLES = {"meta", "hosts", "gpus", "gpu_placements", "samples", "samples_1m", "samples_1h", "processes",
           "usage", "events", "alerts", "silences"}

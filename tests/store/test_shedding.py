@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from builders import snap
-from builders import store_gpu as gpu
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import Store, Tuning, shedding
+from gpufleet.collector.store import shedding
 from gpufleet.collector.store.shedding import Shedder, keep_one_in
+from gpufleet.collector.store.store import Store, Tuning
+
+from tests.builders import snap
+from tests.builders import store_gpu as gpu
 
 
 def test_ladder_and_even_shedding_per_host() -> None:

@@ -8,10 +8,12 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from builders import gpu, proc, snap
-from gpufleet.collector import sample
+from gpufleet.collector.model import sample
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import Store, schema
+from gpufleet.collector.store import schema
+from gpufleet.collector.store.store import Store
+
+from tests.builders import gpu, proc, snap
 
 
 def _v4_file(path: Path) -> None:
@@ -96,7 +98,7 @@ def test_rows_are_written_only_on_change() -> None:
 
 async def test_a_finished_slurm_job_is_listed_under_its_name(store: Store) -> None:
     from gpufleet.cli.render_jobs import render_jobs
-    from gpufleet.collector.store.records import JobRecord
+    from gpufleet.collector.model.records import JobRecord
     from rich.console import Console
 
     named = _slurm_proc(1, "7", name="train-llm", account="nlp", partition="h100")

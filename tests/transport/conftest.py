@@ -2,21 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import pytest
+from gpufleet.collector.fleet.live import LiveView
+from gpufleet.collector.settings import HostConfig
+from gpufleet.collector.simfleet import SimFleet
+from gpufleet.collector.transport.manager import FleetTransport
 
-HERE = Path(__file__).parent
-if str(HERE) not in sys.path:  # importlib mode: make the helper module importable as `sshtestlib`
-    sys.path.insert(0, str(HERE))
-
-from gpufleet.collector.live import LiveView  # noqa: E402
-from gpufleet.collector.settings import HostConfig  # noqa: E402
-from gpufleet.collector.simfleet import SimFleet  # noqa: E402
-from gpufleet.collector.transport.manager import FleetTransport  # noqa: E402
-from sshtestlib import FAST, REAL, STANDIN, CollectingSink, real_agent_works  # noqa: E402
+from tests.transport.sshtestlib import FAST, REAL, STANDIN, CollectingSink, real_agent_works
 
 
 @pytest.fixture(scope="session")

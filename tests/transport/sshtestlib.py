@@ -1,4 +1,4 @@
-"""Helpers shared by the transport tests (``sshtestlib``: conftest puts this directory on sys.path)."""
+"""Helpers shared by the transport tests."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.live import HostState
+from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model import sample
 
 if TYPE_CHECKING:
     from gpufleet.collector.transport.manager import FleetTransport

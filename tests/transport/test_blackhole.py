@@ -17,7 +17,8 @@ from collections.abc import Iterator
 import pytest
 from gpufleet.collector.settings import HostConfig
 from gpufleet.collector.simfleet import SimFleet
-from sshtestlib import CollectingSink, MakeTransport
+
+from tests.transport.sshtestlib import CollectingSink, MakeTransport
 
 LOOPBACK = "127.0.0.1"
 

@@ -14,7 +14,8 @@ from gpufleet.agent import wire
 from gpufleet.collector.settings import HostConfig
 from gpufleet.collector.simfleet import SimFleet
 from gpufleet.collector.transport.manager import FleetTransport
-from sshtestlib import CollectingSink, MakeTransport
+
+from tests.transport.sshtestlib import CollectingSink, MakeTransport
 
 
 def _alive(pid: int) -> bool:

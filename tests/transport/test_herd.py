@@ -3,10 +3,14 @@ together comes back spread over the backoff window (full jitter), not in one wav
 
 from __future__ import annotations
 
+import socket
 import time
 
+import pytest
 from gpufleet.collector.simfleet import SimFleet
-from sshtestlib import CollectingSink, MakeTransport
+from gpufleet.collector.transport import ssh
+
+from tests.transport.sshtestlib import CollectingSink, MakeTransport
 
 N = 200
 
@@ -33,9 +37,17 @@ async def test_connect_bound_limits_handshakes_in_flight(sink: CollectingSink,
         assert fleet.handshakes.peak <= 8, (peak_at_start, fleet.handshakes.peak)
 
 
-async def test_fleet_that_drops_together_returns_spread_out(sink: CollectingSink,
-                                                           transport_for: MakeTransport) -> None:
+async def test_fleet_that_drops_together_returns_spread_out(
+        sink: CollectingSink, transport_for: MakeTransport, monkeypatch: pytest.MonkeyPatch) -> None:
     window = 3.0  # the first retry after a drop waits uniform(0, window)
+    dials: list[float] = []  # when a host's backoff ended and it dialled (reached for the server)
+    reach = ssh.reach
+
+    async def timed_reach(address: str, port: int, timeout: float) -> socket.socket:
+        dials.append(time.monotonic())
+        return await reach(address, port, timeout)
+
+    monkeypatch.setattr(ssh, "reach", timed_reach)
     async with SimFleet(N, mode="inproc", interval=0.5, shared_server=True) as fleet:
         t = transport_for(fleet.host_configs(), sink, max_concurrent_connects=N, backoff_base=window,
                           backoff_cap=window)
@@ -45,13 +57,15 @@ async def test_fleet_that_drops_together_returns_spread_out(sink: CollectingSink
         assert fleet.drop() == N  # a switch reboots: every connection gone in the same instant
         await sink.wait_for(lambda: all(h.connects == 2 for h in t.states().values()), timeout=30,
                             what="all 200 back")
-        back = sorted(fleet.hosts[n].session_times[1] - dropped_at for n in fleet.hosts)
         assert all(len(h.session_times) == 2 for h in fleet.hosts.values())  # one reconnect each
-        # A herd would land all 200 within the time it takes to handshake them (well under a second here).
-        # Full jitter spreads them over the window: the busiest half second sees about 200 / 6 of them.
+        # A herd would dial all 200 at once. Full jitter spreads the dials over the window: the busiest half
+        # second sees about 200 / 6 of them. (The dials, not the sessions the server saw start: the server
+        # shares this process, and on a loaded machine it finishes queued handshakes in bursts.)
+        back = sorted(d - dropped_at for d in dials if d >= dropped_at)
+        assert len(back) >= N, len(back)
         busiest = max(sum(1 for b in back if start <= b < start + 0.5) for start in back)
         assert busiest <= N * 0.4, (busiest, back[:5], back[-5:])
         p10, p90 = back[N // 10], back[N * 9 // 10]
         assert p90 - p10 >= window * 0.4, (p10, p90)
-        # and nobody waited past the window (plus the handshake itself) or flapped through down twice
+        # and nobody flapped through down twice
         assert sum(1 for n in fleet.hosts if sink.statuses(n) != ["connecting", "up", "down", "up"]) == 0

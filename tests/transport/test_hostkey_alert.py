@@ -3,52 +3,15 @@
 
 from __future__ import annotations
 
-import json
-import threading
-from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
-import pytest
-from gpufleet.collector.daemon import Collector
+from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import AlertingConfig, ApiConfig, Config, NotifierConfig, StorageConfig
 from gpufleet.collector.simfleet import SimFleet
-from gpufleet.collector.store.records import AlertRecord
-from sshtestlib import CollectingSink
 
-
-class Hook:
-    """A JSON webhook on 127.0.0.1 that keeps every alert it is sent."""
-
-    def __init__(self) -> None:
-        self.alerts: list[dict[str, Any]] = []
-        got = self.alerts
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server API
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
-                got.extend(body.get("alerts", []))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def host_down(self, host: str) -> list[dict[str, Any]]:
-        return [a for a in self.alerts if a["labels"].get("rule") == "host_down"
-                and a["labels"].get("host") == host and a["status"] == "firing"]
-
-
-@pytest.fixture
-def hook() -> Iterator[Hook]:
-    h = Hook()
-    yield h
-    h.server.shutdown()
+from tests.transport.sshtestlib import CollectingSink
+from tests.webhook import Webhook
 
 
 def _collector(fleet: SimFleet, tmp_path: Path, url: str, group_wait: float) -> Collector:
@@ -65,10 +28,10 @@ def _host_key_alert(c: Collector, host: str) -> AlertRecord | None:
                  and a.state == "firing" and a.annotations.get("kind") == "host_key"), None)
 
 
-async def test_changed_key_at_start_fires_a_host_key_alert(tmp_path: Path, hook: Hook) -> None:
+async def test_changed_key_at_start_fires_a_host_key_alert(tmp_path: Path, receiver: Webhook) -> None:
     async with SimFleet(3, mode="inproc", interval=0.2) as fleet:
         await fleet.rekey("sim-002")  # reinstalled while the collector was off
-        c = _collector(fleet, tmp_path, hook.url, group_wait=0.0)
+        c = _collector(fleet, tmp_path, receiver.url, group_wait=0.0)
         await c.start()
         try:
             wait = CollectingSink().wait_for
@@ -84,8 +47,8 @@ async def test_changed_key_at_start_fires_a_host_key_alert(tmp_path: Path, hook:
                                       f"another key"), summary
             assert summary.endswith("(collector refuses to connect)"), summary
             assert alert.severity == "critical"
-            await wait(lambda: bool(hook.host_down("sim-002")), what="the notification")
-            sent = hook.host_down("sim-002")[0]
+            await wait(lambda: bool(receiver.alerts("host_down", host="sim-002")), what="the notification")
+            sent = receiver.alerts("host_down", host="sim-002")[0]
             assert sent["annotations"]["summary"] == summary
             assert sent["annotations"]["kind"] == "host_key"
             # and the reason still carries the fix, whole
@@ -99,11 +62,11 @@ async def test_changed_key_at_start_fires_a_host_key_alert(tmp_path: Path, hook:
             await c.stop()
 
 
-async def test_key_change_while_running_becomes_the_alert(tmp_path: Path, hook: Hook) -> None:
+async def test_key_change_while_running_becomes_the_alert(tmp_path: Path, receiver: Webhook) -> None:
     async with SimFleet(3, mode="inproc", interval=0.2) as fleet:
         # the default group_wait (30 s) batches the drop and the refused reconnect into one first message;
         # a few seconds do the same here, since the reconnect follows the drop within the first backoff (1 s)
-        c = _collector(fleet, tmp_path, hook.url, group_wait=4.0)
+        c = _collector(fleet, tmp_path, receiver.url, group_wait=4.0)
         await c.start()
         try:
             wait = CollectingSink().wait_for
@@ -114,18 +77,18 @@ async def test_key_change_while_running_becomes_the_alert(tmp_path: Path, hook: 
             assert state.status == "down" and state.reason is not None
             port = fleet.hosts["sim-003"].port
             assert state.reason.startswith(f"host key changed: 127.0.0.1:{port} offers ")
-            await wait(lambda: bool(hook.host_down("sim-003")), what="the notification")
-            first = hook.host_down("sim-003")[0]
+            await wait(lambda: bool(receiver.alerts("host_down", host="sim-003")), what="the notification")
+            first = receiver.alerts("host_down", host="sim-003")[0]
             assert first["annotations"]["kind"] == "host_key", first["annotations"]
             assert first["annotations"]["summary"].startswith("sim-003: host key changed:")
-            assert not hook.host_down("sim-001") and not hook.host_down("sim-002")
+            assert not [a for a in receiver.alerts("host_down") if a["labels"]["host"] != "sim-003"]
         finally:
             await c.stop()
 
 
-async def test_stopping_the_collector_is_not_a_host_down(tmp_path: Path, hook: Hook) -> None:
+async def test_stopping_the_collector_is_not_a_host_down(tmp_path: Path, receiver: Webhook) -> None:
     async with SimFleet(2, mode="inproc", interval=0.2) as fleet:
-        c = _collector(fleet, tmp_path, hook.url, group_wait=0.0)
+        c = _collector(fleet, tmp_path, receiver.url, group_wait=0.0)
         await c.start()
         try:
             await CollectingSink().wait_for(lambda: all(h.status == "up" for h in c.live.hosts.values()))
@@ -136,11 +99,11 @@ async def test_stopping_the_collector_is_not_a_host_down(tmp_path: Path, hook: H
         assert [a.annotations.get("summary") for a in c.alerts.active()] == []
 
 
-async def test_a_second_stop_does_nothing(tmp_path: Path, hook: Hook) -> None:
+async def test_a_second_stop_does_nothing(tmp_path: Path, receiver: Webhook) -> None:
     """serve_forever stops again after a start that failed (and stopped): nothing is saved twice."""
     async with SimFleet(1, mode="inproc", interval=0.2) as fleet:
         await fleet.rekey("sim-001")
-        c = _collector(fleet, tmp_path, hook.url, group_wait=0.0)
+        c = _collector(fleet, tmp_path, receiver.url, group_wait=0.0)
         await c.start()
         try:
             await CollectingSink().wait_for(lambda: _host_key_alert(c, "sim-001") is not None)

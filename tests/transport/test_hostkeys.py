@@ -7,12 +7,13 @@ import dataclasses
 
 import pytest
 from gpufleet.collector.errors import ConfigError, HostKeyError
-from gpufleet.collector.live import LiveView
+from gpufleet.collector.fleet.live import LiveView
 from gpufleet.collector.simfleet import SimFleet
 from gpufleet.collector.transport.hostkeys import KnownHostsStore
 from gpufleet.collector.transport.manager import FleetTransport
 from gpufleet.collector.transport.ssh import SshContext, open_connection
-from sshtestlib import CollectingSink, MakeTransport
+
+from tests.transport.sshtestlib import CollectingSink, MakeTransport
 
 
 async def test_changed_host_key_is_refused_and_only_that_host(fleet: SimFleet, sink: CollectingSink,

@@ -9,7 +9,8 @@ import sys
 
 from gpufleet.collector.settings import HostConfig
 from gpufleet.collector.transport.local import local_argv
-from sshtestlib import STANDIN, CollectingSink, MakeTransport, real_agent_works
+
+from tests.transport.sshtestlib import STANDIN, CollectingSink, MakeTransport, real_agent_works
 
 
 def _local(**kw: object) -> HostConfig:

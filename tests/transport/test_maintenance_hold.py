@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 
 from gpufleet.collector.simfleet import SimFleet
-from sshtestlib import CollectingSink, MakeTransport
+
+from tests.transport.sshtestlib import CollectingSink, MakeTransport
 
 
 def _running(pid: int) -> bool:

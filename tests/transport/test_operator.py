@@ -17,7 +17,8 @@ import pytest
 from gpufleet.collector.config import load_config
 from gpufleet.collector.simfleet import SimFleet
 from gpufleet.collector.transport.manager import quiet_asyncssh
-from sshtestlib import CollectingSink, MakeTransport
+
+from tests.transport.sshtestlib import CollectingSink, MakeTransport
 
 GPUFLEET = [sys.executable, "-m", "gpufleet.cli.main"]
 

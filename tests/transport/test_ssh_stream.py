@@ -7,11 +7,12 @@ import contextlib
 import dataclasses
 
 from gpufleet.agent import wire
-from gpufleet.collector import sample
-from gpufleet.collector.live import LiveView
+from gpufleet.collector.fleet.live import LiveView
+from gpufleet.collector.model import sample
 from gpufleet.collector.simfleet import SimFleet
 from gpufleet.collector.transport.manager import FleetTransport
-from sshtestlib import CollectingSink, MakeTransport
+
+from tests.transport.sshtestlib import CollectingSink, MakeTransport
 
 
 async def test_three_hosts_stream_to_the_sink(fleet: SimFleet, sink: CollectingSink,
@@ -117,7 +118,7 @@ async def test_through_a_jump_host(fleet: SimFleet, sink: CollectingSink,
 
 async def test_a_cancelled_session_does_not_dial_on_behind_it(sink: CollectingSink) -> None:
     """Cancelling run_ssh while it waits for a connect slot cancels the dial too: no late handshake."""
-    from gpufleet.collector.live import HostState
+    from gpufleet.collector.fleet.live import HostState
     from gpufleet.collector.transport.ssh import SshContext, run_ssh
     from gpufleet.collector.transport.stream import AgentStream
 

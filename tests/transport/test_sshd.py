@@ -16,10 +16,11 @@ from pathlib import Path
 
 import asyncssh
 import pytest
-from builders import free_port
 from gpufleet.agent import wire
 from gpufleet.collector.settings import HostConfig
-from sshtestlib import STANDIN, CollectingSink, MakeTransport, real_agent_works
+
+from tests.builders import free_port
+from tests.transport.sshtestlib import STANDIN, CollectingSink, MakeTransport, real_agent_works
 
 SSHD = "/usr/sbin/sshd"
 REPO = Path(__file__).resolve().parents[2]

@@ -29,7 +29,7 @@ def test_importing_the_ssh_modules_prints_nothing(module: str) -> None:
 
 def test_only_that_warning_is_silenced() -> None:
     """The filter names asyncssh's DSA warning alone: others from anywhere still show."""
-    from gpufleet.collector.sshlib import asyncssh
+    from gpufleet.collector.transport.sshlib import asyncssh
 
     assert asyncssh.__version__
     with warnings.catch_warnings(record=True) as seen:

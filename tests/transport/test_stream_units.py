@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 from gpufleet.agent import wire
-from gpufleet.collector.live import HostState, LiveView
+from gpufleet.collector.fleet.live import HostState, LiveView
 from gpufleet.collector.transport.backoff import Backoff
 from gpufleet.collector.transport.stream import AgentStream, LineFramer
-from sshtestlib import CollectingSink
+
+from tests.transport.sshtestlib import CollectingSink
 
 
 def test_framer_joins_chunks_and_splits_lines() -> None:

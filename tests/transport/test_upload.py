@@ -11,7 +11,8 @@ import gpufleet.agent
 import pytest
 from gpufleet.collector.simfleet import SimFleet
 from gpufleet.collector.transport.zipapp import build_agent_zipapp, remote_path
-from sshtestlib import CollectingSink, MakeTransport, real_agent_works
+
+from tests.transport.sshtestlib import CollectingSink, MakeTransport, real_agent_works
 
 needs_agent = pytest.mark.skipif(not real_agent_works(), reason="the real agent is not runnable yet")
 

@@ -4,7 +4,6 @@ chromedriver the browser tests skip."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,9 +11,7 @@ from typing import Any
 import pytest
 from gpufleet.collector.settings import WebConfig
 
-sys.path.insert(0, str(Path(__file__).parent))
-
-from web_testkit import CHROMEDRIVER, CHROMIUM, TOKEN, Site  # noqa: E402
+from tests.web.web_testkit import CHROMEDRIVER, CHROMIUM, TOKEN, Site
 
 
 def _site(tmp_path_factory: pytest.TempPathFactory, name: str, web: WebConfig) -> Iterator[Site]:

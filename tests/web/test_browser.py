@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import overwrite_pages
-from gpufleet.collector.live import HostState
+from gpufleet.collector.faces.web.server import WebServer
+from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.settings import StorageConfig, WebConfig
-from gpufleet.collector.store import Store
-from gpufleet.collector.web import WebServer
-from web_testkit import TOKEN, LoopThread, Site, Source
+from gpufleet.collector.store.store import Store
+
+from tests.builders import overwrite_pages
+from tests.web.web_testkit import TOKEN, LoopThread, Site, Source
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,9 @@ import urllib.request
 from typing import Any
 
 import pytest
-from gpufleet.collector.api.ops import Args, LiveOps, encode
-from web_testkit import Site
+from gpufleet.collector.faces.api.ops import Args, LiveOps, encode
+
+from tests.web.web_testkit import Site
 
 pytestmark = pytest.mark.slow
 

@@ -12,12 +12,14 @@ import time
 from typing import Any
 
 import pytest
-from gpufleet.collector.classify import thresholds_of
 from gpufleet.collector.errors import ConfigError
+from gpufleet.collector.faces.web import model
+from gpufleet.collector.faces.web.server import WebServer
+from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.model.thresholds import thresholds_of
 from gpufleet.collector.settings import WebConfig
-from gpufleet.collector.store.records import AlertRecord
-from gpufleet.collector.web import WebServer, model
-from web_testkit import Source
+
+from tests.web.web_testkit import Source
 
 
 def state_of(src: Source) -> model.State:

@@ -7,12 +7,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from builders import GIB, LoopThread, gpu, proc, snap
-from gpufleet.collector.daemon import Collector
-from gpufleet.collector.live import HostState, LiveView
+from gpufleet.collector.fleet.live import HostState, LiveView
+from gpufleet.collector.model.records import AlertRecord
+from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import ApiConfig, Config, StorageConfig, WebConfig, default_rules
 from gpufleet.collector.simfleet import SimFleet
-from gpufleet.collector.store.records import AlertRecord
+
+from tests.builders import GIB, LoopThread, gpu, proc, snap
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"

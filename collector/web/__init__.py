@@ -1,5 +1,0 @@
-"""The collector's read-only web page (``web:`` in gpufleet.yaml): see :mod:`.server`."""
-
-from gpufleet.collector.web.server import WebServer
-
-__all__ = ["WebServer"]

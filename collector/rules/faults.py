@@ -71,8 +71,8 @@ class GpuLostRule(Rule):
         one_gpu = event.gpu_index is not None or bool(event.uuid)
         if event.kind in ("gpu_lost", "gpu_hung") or (event.kind == "driver_error" and one_gpu):
             uuid = _uuid(ctx, event.uuid, event.gpu_index)
-            default = {"gpu_lost": "GPU is lost", "gpu_hung": "an NVML read does not return"}.get(
-                event.kind, "driver error")
+            default = ("driver error" if event.kind == "driver_error"
+                       else "an NVML read does not return" if event.kind == "gpu_hung" else "GPU is lost")
             lost.setdefault(self._key(uuid, event.gpu_index),
                             _Lost(now, event.message or default, event.gpu_index, uuid))
             return True

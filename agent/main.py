@@ -4,11 +4,12 @@ Stdout carries frames and nothing else: the real fd 1 is kept for frames and fd 
 stderr, so a stray print (ours, a library's, the C library's) cannot corrupt the stream. Logs go to stderr.
 
 Lifecycle: ``hello`` first, then a ``snapshot`` every ``--interval`` (seq increasing), ``event`` frames as
-things happen (Xid from a watcher thread, gpu_lost, driver_error). Liveness: every frame counts; a
-``heartbeat`` goes out only when no frame was written for ``--heartbeat`` seconds (a stalled NVML call, or
-NVML re-initialising after a driver error). Exit 0 on stdin EOF (watched only when stdin is a pipe or
-socket), SIGTERM, SIGINT or a broken stdout pipe; exit 2 when NVML is unusable at start-up or the scenario
-is invalid.
+things happen (Xid from a watcher thread, gpu_lost, driver_error). Protocol 1.3 (agent/delta.py): once the
+collector writes its "accept" line on stdin, snapshots go as a keyframe and deltas (what changed). Liveness:
+every frame counts; a ``heartbeat`` goes out only when no frame was written for ``--heartbeat`` seconds (a
+stalled NVML call, or NVML re-initialising after a driver error). Exit 0 on stdin EOF (watched only when
+stdin is a pipe or socket), SIGTERM, SIGINT or a broken stdout pipe; exit 2 when NVML is unusable at
+start-up or the scenario is invalid.
 """
 
 from __future__ import annotations
@@ -181,7 +182,10 @@ class FrameWriter:
         self.frames = 0
 
     def write(self, frame: wire.Frame) -> bool:
-        data = wire.encode(frame)
+        return self.write_line(wire.encode(frame))
+
+    def write_line(self, data: bytes) -> bool:
+        """One encoded frame (newline included)."""
         with self.lock:
             if self.broken:
                 return False
@@ -210,8 +214,10 @@ def _claim_stdout() -> IO[bytes]:
     return os.fdopen(fd, "wb")
 
 
-def _watch_stdin(stop: threading.Event) -> bool:
-    """Exit on stdin EOF, but only when stdin is a pipe or socket (under systemd it is /dev/null)."""
+def _watch_stdin(stop: threading.Event, on_line: Callable[[bytes], None] | None = None) -> bool:
+    """Exit on stdin EOF, but only when stdin is a pipe or socket (under systemd it is /dev/null). Each line
+    read before it goes to ``on_line`` (the collector's control lines, agent/delta.py); a line longer than
+    delta.CONTROL_MAX is skipped whole."""
     try:
         mode = os.fstat(0).st_mode
     except OSError:
@@ -220,14 +226,29 @@ def _watch_stdin(stop: threading.Event) -> bool:
         return False
 
     def run() -> None:
+        from gpufleet.agent.delta import CONTROL_MAX
+
+        pending = bytearray()
+        skipping = False  # inside a line that grew past CONTROL_MAX
         while True:
             try:
-                if not os.read(0, 65536):
-                    break
+                data = os.read(0, 65536)
             except InterruptedError:
                 continue
             except OSError:
                 break
+            if not data:
+                break
+            pending += data
+            while (end := pending.find(b"\n")) >= 0:
+                line = bytes(pending[:end])
+                del pending[:end + 1]
+                if not skipping and on_line is not None:
+                    on_line(line)
+                skipping = False
+            if len(pending) > CONTROL_MAX:
+                pending.clear()
+                skipping = True
         log.info("stdin closed; exiting")
         stop.set()
 
@@ -253,8 +274,14 @@ class Agent:
         max_frames: int | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        encoder: Any = None,
     ) -> None:
+        from gpufleet.agent.delta import DeltaEncoder
+
         self.sampler = sampler
+        #: full snapshots until the collector accepts deltas (agent/delta.py); None: the agent cannot hear
+        #: the collector (no stdin watch), so its hello does not offer them
+        self.encoder: DeltaEncoder | None = encoder
         self.writer = writer
         self.stop = stop
         self.hostname = hostname
@@ -301,7 +328,10 @@ class Agent:
             self.writer.write(ev)
         if sum(len(g.processes) for g in snapshot.gpus) > 500:
             snapshot = shrink_to_fit(snapshot)
-        self.writer.write(snapshot)
+        if self.encoder is not None:
+            self.writer.write_line(self.encoder.encode(snapshot))
+        else:
+            self.writer.write(snapshot)
         self.last_seq = snapshot.seq
         self.snapshots += 1
         if self.max_frames is not None and self.snapshots >= self.max_frames:
@@ -362,7 +392,9 @@ class Agent:
                 first = self.sampler.sample()  # before hello, so hello can say whether pids resolve
             except DriverError as exc:
                 pending = exc
-            if not self.writer.write(self.sampler.hello(self.hostname, __version__, ts=started)):
+            hello = self.sampler.hello(self.hostname, __version__, ts=started)
+            hello.delta = True if self.encoder is not None else None
+            if not self.writer.write(hello):
                 return EXIT_OK  # stdout already gone
             if self.heartbeat > 0:
                 threading.Thread(target=self._heartbeats, name="heartbeat", daemon=True).start()
@@ -485,8 +517,20 @@ def main(argv: list[str] | None = None, stdout: IO[bytes] | None = None) -> int:
     out = stdout if stdout is not None else _claim_stdout()
     if args.once:
         return _once(sampler, hostname, out, args.json)
-    if not args.no_stdin_watch:
-        _watch_stdin(stop)
+    from gpufleet.agent.delta import DeltaEncoder, parse_control
+
+    encoder = DeltaEncoder()
+
+    def on_line(line: bytes) -> None:
+        kind = parse_control(line)
+        if kind == "accept":
+            log.info("the collector takes deltas (protocol %s)", wire.PROTO_VERSION)
+            encoder.accept()
+        elif kind == "resync":
+            log.info("the collector asks for a full snapshot")
+            encoder.resync()
+
+    watching = not args.no_stdin_watch and _watch_stdin(stop, on_line)
     writer = FrameWriter(out, on_broken=stop.set)
     agent = Agent(
         sampler,
@@ -496,6 +540,7 @@ def main(argv: list[str] | None = None, stdout: IO[bytes] | None = None) -> int:
         interval=args.interval,
         heartbeat=args.heartbeat,
         max_frames=args.max_frames,
+        encoder=encoder if watching else None,
     )
     code = agent.run()
     try:

@@ -7,6 +7,8 @@ Frames are JSON objects, one per line, each with ``"type"`` and ``"proto"`` ("MA
 - ``hello``: sent once first. Agent/driver/NVML/CUDA versions, hostname (informational only: the
   collector identifies a host by the address it dialled), GPU inventory.
 - ``snapshot``: a sample of every GPU with its processes.
+- ``delta`` (1.3): a sample as what changed since the frame before it (:mod:`gpufleet.agent.delta`: the
+  format, the agent's encoder and the negotiation on the agent's stdin). Only after the collector asked.
 - ``event``: something that happened between samples (Xid, GPU lost, driver errors).
 - ``heartbeat``: liveness when there is nothing else to say.
 
@@ -40,13 +42,19 @@ PROTO_MAJOR: Final = 1
 #: ProcessSample gi_id/ci_id and kind "mps"; MigInstance sm_active; the "gpu_hung" event. Issue 37: Snapshot
 #: allocations (the GPUs Slurm gave each running job here, used or not); ProcessSample pod_namespace,
 #: pod_name, container_name (Kubernetes names from the kubelet's log directories).
-PROTO_MINOR: Final = 2
+#: 1.3: send only what changed (issue 33): hello ``delta``; the ``delta`` frame once the collector accepts it
+#: on the agent's stdin (agent/delta.py). Snapshot, event and heartbeat frames are unchanged.
+PROTO_MINOR: Final = 3
 PROTO_VERSION: Final = f"{PROTO_MAJOR}.{PROTO_MINOR}"
+#: The version the frames that did not change in 1.3 carry (snapshot, event, heartbeat): their format is
+#: 1.2's, and a 1.2 collector takes a frame of its own version on its fast path (collector/transport/
+#: wirefast.py), so a 1.3 agent talking to it in full frames costs it no more than a 1.2 agent did.
+FRAME_PROTO: Final = "1.2"
 
 #: Default bound on one line (bytes, newline included). Larger lines close the stream.
 MAX_LINE_BYTES: Final = 1 << 20
 
-FrameType = Literal["hello", "snapshot", "event", "heartbeat"]
+FrameType = Literal["hello", "snapshot", "delta", "event", "heartbeat"]
 EventKind = Literal["xid", "gpu_lost", "gpu_hung", "driver_error", "nvml_error", "agent_error"]
 EVENT_KINDS: Final = ("xid", "gpu_lost", "gpu_hung", "driver_error", "nvml_error", "agent_error")
 
@@ -266,6 +274,8 @@ class Hello:
     gpus: list[GpuInfo] = field(default_factory=list)
     type: Literal["hello"] = "hello"
     proto: str = PROTO_VERSION
+    #: 1.3: the agent sends ``delta`` frames once the collector accepts them on its stdin (agent/delta.py)
+    delta: bool | None = None
 
 
 @dataclass(slots=True)
@@ -292,7 +302,7 @@ class Snapshot:
     seq: int
     gpus: list[GpuSample] = field(default_factory=list)
     type: Literal["snapshot"] = "snapshot"
-    proto: str = PROTO_VERSION
+    proto: str = FRAME_PROTO
     #: the Slurm jobs holding GPUs on this host (agent/slurm.py; refreshed every 30 s, off the sampling
     #: path); absent: none, or no Slurm here
     allocations: list[SlurmAllocation] = field(default_factory=list)
@@ -307,7 +317,7 @@ class Event:
     uuid: str | None = None
     xid: int | None = None
     type: Literal["event"] = "event"
-    proto: str = PROTO_VERSION
+    proto: str = FRAME_PROTO
 
 
 @dataclass(slots=True)
@@ -315,17 +325,44 @@ class Heartbeat:
     ts: float
     seq: int = 0
     type: Literal["heartbeat"] = "heartbeat"
+    proto: str = FRAME_PROTO
+
+
+@dataclass(slots=True)
+class GpuChange:
+    """One GPU of a :class:`Delta` (agent/delta.py has the rules): ``sample`` holds its readings now (every
+    field but the GPU's constants and its processes; ``uuid`` is ""), ``pids`` its processes in order when
+    they changed, ``changed`` its processes that are new or changed (but for their utilization), ``util``
+    [pid, sm_util, mem_util] of those whose utilization alone changed."""
+
+    sample: GpuSample
+    pids: list[int] | None = None
+    changed: list[ProcessSample] = field(default_factory=list)
+    util: list[tuple[int, int | None, int | None]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Delta:
+    """A sample as what changed since the frame of seq ``base`` (1.3, agent/delta.py). ``allocations`` None:
+    as before."""
+
+    ts: float
+    seq: int
+    base: int
+    gpus: list[GpuChange] = field(default_factory=list)
+    allocations: list[SlurmAllocation] | None = None
+    type: Literal["delta"] = "delta"
     proto: str = PROTO_VERSION
 
 
-Frame = Hello | Snapshot | Event | Heartbeat
+Frame = Hello | Snapshot | Delta | Event | Heartbeat
 
-_FRAME_TYPES: Final[dict[str, type]] = {"hello": Hello, "snapshot": Snapshot, "event": Event,
+_FRAME_TYPES: Final[dict[str, type]] = {"hello": Hello, "snapshot": Snapshot, "delta": Delta, "event": Event,
                                        "heartbeat": Heartbeat}
 #: Field names each object may carry; anything else is a newer minor version's, ignored and counted.
 _KNOWN: Final[dict[type, frozenset[str]]] = {
     cls: frozenset(f.name for f in fields(cls))
-    for cls in (Hello, Snapshot, Event, Heartbeat, GpuSample, GpuInfo, ProcessSample, MigInstance,
+    for cls in (Hello, Snapshot, Delta, Event, Heartbeat, GpuSample, GpuInfo, ProcessSample, MigInstance,
                 SlurmAllocation)
 }
 
@@ -692,6 +729,10 @@ def from_object(obj: Any, notes: DecodeNotes | None = None) -> Frame:
             allocations=[_allocation(a, f"snapshot.allocations[{i}]", n)
                          for i, a in enumerate(_list(o, "allocations", "snapshot"))],
         )
+    if kind == "delta":
+        from gpufleet.agent.delta import delta_from_object  # the module that owns the delta format
+
+        return delta_from_object(o, proto, n)
     if kind == "heartbeat":
         return Heartbeat(proto=proto, ts=_ts(o, "heartbeat"), seq=_ident(o, "seq", "heartbeat", U63) or 0)
     if kind == "event":
@@ -715,6 +756,7 @@ def from_object(obj: Any, notes: DecodeNotes | None = None) -> Frame:
             cuda_version=_ident(o, "cuda_version", "hello", PID_MAX),
             backend=_typed(o, "backend", _STR, "hello") or "nvml",
             pid_namespace_ok=_typed(o, "pid_namespace_ok", _BOOL, "hello"),
+            delta=_typed(o, "delta", _BOOL, "hello"),
             gpus=[_gpu_info(g, f"hello.gpus[{i}]", n) for i, g in enumerate(_list(o, "gpus", "hello"))],
         )
     raise MalformedFrame(f"unknown frame type {kind!r}")

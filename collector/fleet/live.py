@@ -55,6 +55,7 @@ class HostState:
     dropped_frames: int = 0  # lines over the host's bytes budget, dropped unparsed
     dropped_bytes: int = 0
     dropped_events: int = 0  # events over the host's events budget
+    delta_mismatches: int = 0  # 1.3 deltas that did not apply to the connection's base: dropped, resynced
     over_budget: bool = False  # something was dropped in the last summary_interval (transport/budget.py)
     #: GPU UUIDs this host reported since ``uuids_since`` (wall time), across connections: bounded by the
     #: budget's max_gpus per UUID_WINDOW, so new UUIDs every frame cannot grow the GPU table without end

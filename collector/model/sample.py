@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Annotated, Any, ClassVar, Final, Literal
 
 import msgspec
-from gpufleet.agent import wire
-from msgspec import Meta
+from gpufleet.agent import delta, wire
+from msgspec import UNSET, Meta, UnsetType
 
 #: The protocol versions whose every field this side knows (this major; this minor or an older one). A frame
 #: of another version goes to the reference decoder, which counts the fields this side does not know.
@@ -164,7 +164,43 @@ class Heartbeat(_Sample, tag_field="type", tag="heartbeat"):
     seq: Seq = 0
 
 
+class GpuDelta(GpuSample, omit_defaults=True):
+    """One GPU of a :class:`Delta` (1.3, agent/delta.py): its readings as a GpuSample, and its process
+    changes. Its constants (delta.GPU_CONSTANTS) and processes are UNSET in a delta: a line that carries any
+    (even as null) fails here and goes to the reference decoder, which ignores and counts them. The host's
+    edge (collector/transport/delta.py) sets them from its base and hands the object on as the GPU's sample:
+    it *is* a GpuSample (field for field, plus the three delta fields, then None)."""
+
+    uuid: UnsetType = UNSET  # type: ignore[assignment]
+    name: UnsetType = UNSET  # type: ignore[assignment]
+    serial: UnsetType = UNSET  # type: ignore[assignment]
+    pci_bus_id: UnsetType = UNSET  # type: ignore[assignment]
+    memory_total: UnsetType = UNSET  # type: ignore[assignment]
+    power_limit: UnsetType = UNSET  # type: ignore[assignment]
+    temp_slowdown: UnsetType = UNSET  # type: ignore[assignment]
+    temp_shutdown: UnsetType = UNSET  # type: ignore[assignment]
+    mig_mode: UnsetType = UNSET  # type: ignore[assignment]
+    processes: UnsetType = UNSET  # type: ignore[assignment]
+    pids: list[Pid] | None = None
+    changed: list[ProcessSample] | None = None
+    util: list[tuple[Pid, Percent | None, Percent | None]] | None = None
+
+
+class Delta(_Sample, tag_field="type", tag="delta"):
+    """A sample as what changed since the frame of seq ``base`` (wire.Delta). The stream's edge turns it
+    into a :class:`Snapshot`: no one past it sees a delta."""
+
+    type: ClassVar[Literal["delta"]] = "delta"
+    proto: Proto
+    ts: Seconds
+    seq: Seq
+    base: Seq
+    gpus: list[GpuDelta] = msgspec.field(default_factory=list)
+    allocations: list[SlurmAllocation] | None = None  # None: as before
+
+
 #: Every frame the collector handles: the samples as Structs, the rare frames as the wire's dataclasses.
+#: (A Delta never gets past the stream's edge, which makes it a Snapshot.)
 Frame = Snapshot | Heartbeat | wire.Hello | wire.Event
 
 _NAMES: Final[dict[type[_Sample], tuple[str, ...]]] = {
@@ -182,9 +218,23 @@ def _gpu(g: wire.GpuSample) -> GpuSample:
     return GpuSample(**values)
 
 
-def from_wire(frame: wire.Frame) -> Frame:
-    """The collector's frame for one the reference decoder (or a test) built: snapshots and heartbeats
-    become Structs with the same values, unchecked (the reference has decided); others pass as they are."""
+def _gpu_delta(change: wire.GpuChange) -> GpuDelta:
+    values = {k: v for k, v in _values(change.sample, GpuSample).items() if k in delta.READINGS}
+    values["mig_instances"] = [MigInstance(**_values(m, MigInstance)) for m in change.sample.mig_instances]
+    return GpuDelta(**values, pids=change.pids,
+                    changed=[ProcessSample(**_values(p, ProcessSample)) for p in change.changed] or None,
+                    util=list(change.util) or None)
+
+
+def from_wire(frame: wire.Frame) -> Frame | Delta:
+    """The collector's frame for one the reference decoder (or a test) built: snapshots, deltas and
+    heartbeats become Structs with the same values, unchecked (the reference has decided); others pass as
+    they are."""
+    if isinstance(frame, wire.Delta):
+        allocations = None if frame.allocations is None else [
+            SlurmAllocation(**_values(a, SlurmAllocation)) for a in frame.allocations]
+        return Delta(ts=frame.ts, seq=frame.seq, base=frame.base, proto=frame.proto,
+                     gpus=[_gpu_delta(c) for c in frame.gpus], allocations=allocations)
     if isinstance(frame, wire.Snapshot):
         allocations = [SlurmAllocation(**_values(a, SlurmAllocation)) for a in frame.allocations]
         return Snapshot(ts=frame.ts, seq=frame.seq, gpus=[_gpu(g) for g in frame.gpus], proto=frame.proto,

@@ -93,6 +93,9 @@ async def run_local(host: HostConfig, stream: AgentStream) -> str:
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True)
     except OSError as exc:
         raise AgentError(host.name, f"cannot start the agent ({shlex.join(argv)}): {exc}") from None
+    stdin = transport.get_pipe_transport(0)
+    if isinstance(stdin, asyncio.WriteTransport):
+        stream.attach_control(stdin.write)  # the agent's stdin: delta negotiation (agent/delta.py)
     stream.started()
     try:
         ended: str = await stream.wait(host.effective_read_timeout)

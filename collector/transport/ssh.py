@@ -282,6 +282,7 @@ async def run_ssh(host: HostConfig, stream: AgentStream, ctx: SshContext) -> str
         except (asyncssh.Error, OSError) as exc:
             raise AgentError(host.name, f"cannot start the agent ({command}): {exc}") from None
         log.debug("%s: running %s", host.name, command)
+        stream.attach_control(chan.write)  # the agent's stdin: delta negotiation (agent/delta.py)
         stream.started()
         ended = await stream.wait(host.effective_read_timeout)
         await _close_channel(chan, stream)

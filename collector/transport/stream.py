@@ -8,6 +8,12 @@ this side does not know (a newer agent in a rolling upgrade) are skipped and cou
 Any violation ends the stream with a reason; the host is the one the collector dialled, whatever the
 frames claim.
 
+Protocol 1.3 (agent/delta.py): when the hello says the agent can send deltas, the stream accepts them on the
+agent's stdin (:meth:`AgentStream.attach_control` gives it the writer) and turns each delta into a whole
+snapshot against the connection's base (collector/transport/delta.py), which also keeps a GPU's process
+list one object while its processes stay the same: no one past this module sees a delta. A delta that does
+not apply is dropped and counted (``HostState.delta_mismatches``), and the agent is asked for a keyframe.
+
 Time: the collector's receive time bounds a frame's time. Once a frame is stamped more than
 ``max_clock_skew`` seconds from its receive time, the stream re-stamps it with the receive time and keeps
 that offset for the frames after it (so their spacing is the agent's) until the agent's own stamps agree
@@ -24,12 +30,13 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 
-from gpufleet.agent import wire
+from gpufleet.agent import delta, wire
 from gpufleet.collector.fleet.live import FleetSink, HostState
 from gpufleet.collector.model import sample
 from gpufleet.collector.settings import DEFAULT_MAX_CLOCK_SKEW, HostBudget
 from gpufleet.collector.transport import wirefast
 from gpufleet.collector.transport.budget import UUID_WINDOW, StreamBudget
+from gpufleet.collector.transport.delta import DeltaBase, DeltaMismatch
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +113,29 @@ class AgentStream:
         self.timed_out = False  # ended by the read deadline: the agent may be stopped or hung
         self._stderr = bytearray()
         self._timer: asyncio.TimerHandle | None = None
+        self.base = DeltaBase()  # what this connection's deltas apply to
+        self._control: Callable[[bytes], object] | None = None  # writes to the agent's stdin
+        self._control_pending: list[bytes] = []  # lines to write once the transport attached it
+        self._resync_asked = False  # a keyframe was asked for and has not come yet
+
+    # ------------------------------------------------------------------------------------------- control
+
+    def attach_control(self, write: Callable[[bytes], object]) -> None:
+        """The transport's writer to the agent's stdin (the SSH channel, the local pipe): lines the stream
+        wants to send (delta negotiation, resyncs) go through it, those before it was attached first."""
+        self._control = write
+        pending, self._control_pending = self._control_pending, []
+        for line in pending:
+            self._send_control(line)
+
+    def _send_control(self, line: bytes) -> None:
+        if self._control is None:
+            self._control_pending.append(line)
+            return
+        try:
+            self._control(line)
+        except Exception as exc:  # noqa: BLE001 - a closing channel: the stream ends on its own
+            log.debug("%s: cannot write to the agent's stdin: %s", self.state.name, exc)
 
     # ------------------------------------------------------------------------------------------- input
 
@@ -227,10 +257,21 @@ class AgentStream:
         state = self.state
         skew_changed = self._bound_time(frame, received)
         state.noted(notes)
-        if isinstance(frame, wire.Hello):
+        if isinstance(frame, sample.Delta):
+            try:
+                frame = self.base.apply(frame, frame.ts + self.max_clock_skew)
+            except DeltaMismatch as exc:
+                self._mismatch(exc)
+                return
+        elif isinstance(frame, sample.Snapshot):
+            frame = self.base.full(frame, frame.ts + self.max_clock_skew)
+            self._resync_asked = False
+        elif isinstance(frame, wire.Hello):
             if self.hello is not None:
                 raise wire.MalformedFrame("second 'hello' on one stream")
             self.hello = frame
+            if frame.delta:
+                self._send_control(delta.ACCEPT)
         try:
             self.sink.frame(state.name, frame, received)  # the live view records it (once) and passes it on
         except Exception:  # noqa: BLE001 - a broken consumer must not take the host down
@@ -240,9 +281,17 @@ class AgentStream:
         elif skew_changed and state.status == "up":
             self._emit_state()  # a host flag changed: the live view's listeners learn it now
 
-    def _bound_time(self, frame: sample.Frame, received: float) -> bool:
+    def _mismatch(self, exc: DeltaMismatch) -> None:
+        """A delta that does not apply: dropped, counted, and a keyframe asked for (once until it comes)."""
+        self.state.delta_mismatches += 1
+        if not self._resync_asked:
+            self._resync_asked = True
+            log.info("%s: %s; asking the agent for a full snapshot", self.state.name, exc)
+            self._send_control(delta.RESYNC)
+
+    def _bound_time(self, frame: sample.Frame | sample.Delta, received: float) -> bool:
         """Re-stamp ``frame`` if the agent's clock is off (module docstring); True if the host's
-        ``clock_skew`` flag changed."""
+        ``clock_skew`` flag changed. (A snapshot's process start times are bounded by its base.)"""
         bound = self.max_clock_skew
         ts = frame.ts + self.offset
         if abs(ts - received) > bound:
@@ -254,12 +303,6 @@ class AgentStream:
                             self.state.name, abs(raw), "behind" if raw > 0 else "ahead of")
         if self.offset:
             frame.ts = ts
-        if isinstance(frame, sample.Snapshot):
-            latest = ts + bound
-            for g in frame.gpus:
-                for p in g.processes:
-                    if p.start_time is not None and p.start_time > latest:
-                        p.start_time = None  # started after it was seen: "start unknown", not a bogus span
         state = self.state
         skew = self.offset or None
         if (skew is None) == (state.clock_skew is None):

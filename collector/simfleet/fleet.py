@@ -24,7 +24,6 @@ import logging
 import os
 import shlex
 import signal
-import socket
 import stat
 import sys
 import tempfile
@@ -33,8 +32,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from gpufleet.agent import wire
+from gpufleet.agent import delta
 from gpufleet.collector.settings import HostConfig
+from gpufleet.collector.simfleet.frames import FrameGenerator
 from gpufleet.collector.transport.hostkeys import host_pattern
 from gpufleet.collector.transport.local import signal_name
 from gpufleet.collector.transport.sshlib import asyncssh
@@ -196,8 +196,9 @@ class SimFleet:
                  interval: float = 1.0, scenario: str = "busy", shared_server: bool = False,
                  workdir: str | Path | None = None, agent_argv: Sequence[str] | None = None,
                  exec_commands: bool = False, gpus: int = 4, claimed_hostname: str | None = None,
-                 procs: int = 1) -> None:
+                 procs: int = 1, deltas: bool = True) -> None:
         self.mode = mode
+        self.deltas = deltas  # in-process hosts offer 1.3 deltas (False: they speak 1.2, full frames)
         self.procs = procs  # processes per GPU in the in-process frames (a realistic host has several)
         self.interval = interval
         self.shared_server = shared_server
@@ -433,7 +434,8 @@ class SimFleet:
                     dst.write(chunk)
 
         async def watch_stdin() -> None:
-            # the collector sends nothing but EOF (and maybe a signal); forward both to the agent
+            # the collector's control lines (agent/delta.py), a signal, then EOF: forward them to the agent
+            assert agent.stdin is not None
             while True:
                 try:
                     data = await process.stdin.read(65536)
@@ -444,7 +446,8 @@ class SimFleet:
                     data = b""
                 if not data:
                     break
-            assert agent.stdin is not None
+                with contextlib.suppress(Exception):  # an agent that exited: its pipe is gone
+                    agent.stdin.write(data)
             agent.stdin.close()
             # a stopped agent never reads EOF: like a host whose sshd session ended, reap it
             await asyncio.sleep(2.0)
@@ -470,11 +473,15 @@ class SimFleet:
                 process.exit(code)
 
     async def _generate(self, sess: SimSession, interval: float) -> None:
-        """In-process agent: hello, then one snapshot per interval, until EOF or a simulated kill."""
+        """In-process agent: hello, then one frame per interval, until EOF or a simulated kill. Like the real
+        agent (agent/delta.py) it sends full snapshots until the collector's accept on stdin, then a
+        keyframe and deltas (a keyframe again when the collector asks for a resync)."""
         process = sess.process
         host = sess.host
-        gen = FrameGenerator(host.name, self.gpus, self.claimed_hostname, procs=self.procs)
+        gen = FrameGenerator(host.name, self.gpus, self.claimed_hostname, procs=self.procs,
+                             deltas=self.deltas)
         sess.write(gen.hello())
+        mode = {"deltas": False, "key": True}
 
         async def ticker() -> None:
             seq = 0
@@ -484,18 +491,35 @@ class SimFleet:
                 await asyncio.sleep(max(0.0, next_at - time.monotonic()))
                 if not sess.paused:
                     seq += 1
-                    sess.write(gen.snapshot(seq))
+                    if not mode["deltas"]:
+                        sess.write(gen.snapshot(seq))
+                    elif mode["key"]:
+                        mode["key"] = False
+                        sess.write(gen.keyframe(seq))
+                    else:
+                        sess.write(gen.delta(seq))
 
         async def eof() -> None:
+            pending = b""
             while True:
                 try:
-                    if not await process.stdin.read(65536):
-                        return
+                    data = await process.stdin.read(65536)
                 except asyncssh.SignalReceived:
                     sess.killed.set()
                     return
                 except Exception:  # noqa: BLE001
                     return
+                if not data:
+                    return
+                *lines, pending = (pending + data).split(b"\n")
+                if len(pending) > delta.CONTROL_MAX:
+                    pending = b""
+                for line in lines:
+                    kind = delta.parse_control(line)
+                    if kind == "accept" and self.deltas:
+                        mode["deltas"] = mode["key"] = True
+                    elif kind == "resync":
+                        mode["key"] = True
 
         tasks = [asyncio.create_task(ticker()), asyncio.create_task(eof()),
                  asyncio.create_task(sess.killed.wait())]
@@ -545,44 +569,6 @@ def _kill(sess: SimSession) -> None:
     sess.killed.set()
 
 
-class FrameGenerator:
-    """Cheap wire frames for the in-process mode: the snapshot body is encoded once, ts/seq patched in."""
-
-    def __init__(self, name: str, gpus: int, claimed_hostname: str | None = None, procs: int = 1) -> None:
-        self.name = name
-        self.claimed = claimed_hostname or f"{socket.gethostname()}-{name}"
-        self.gpu_info = [wire.GpuInfo(index=i, uuid=f"GPU-sim-{name}-{i}", name="Simulated H100",
-                                      memory_total=80 << 30, power_limit=700.0, temp_slowdown=87,
-                                      temp_shutdown=92) for i in range(gpus)]
-        samples = []
-        for i in range(gpus):
-            # the first process trains; the others (procs > 1) are small helpers of other users
-            on_gpu = [wire.ProcessSample(
-                pid=10_000 + 100 * i + j, gpu_memory=((20 + i) if j == 0 else 1) << 30,
-                sm_util=90 if j == 0 else 5, user="alice" if j == 0 else f"user{j}", uid=1000 + j,
-                command=f"python train.py --rank {j} --config cfg.yaml", start_time=1.7e9 + j, state="R")
-                for j in range(max(1, procs))]
-            samples.append(wire.GpuSample(index=i, uuid=f"GPU-sim-{name}-{i}", name="Simulated H100",
-                                          util_gpu=95, util_mem=40, memory_total=80 << 30,
-                                          memory_used=(20 + i) << 30, temperature=60 + i, power_draw=450.5,
-                                          power_limit=700.0, clock_sm=1980, clock_mem=2619,
-                                          throttle_reasons=[], ecc_corrected=0, ecc_uncorrected=0,
-                                          processes=on_gpu))
-        body = wire.encode(wire.Snapshot(ts=0.0, seq=0, gpus=samples))
-        obj = json.loads(body)
-        self._gpus = json.dumps(obj["gpus"], separators=(",", ":")).encode()
-        self._tail = f',"type":"snapshot","proto":"{wire.PROTO_VERSION}"}}\n'.encode()
-
-    def hello(self) -> bytes:
-        line: bytes = wire.encode(wire.Hello(agent_version="sim", hostname=self.claimed, ts=time.time(),
-                                             driver_version="550.54.15", nvml_version="12.550.54.15",
-                                             cuda_version=12040, backend="fake", gpus=self.gpu_info))
-        return line
-
-    def snapshot(self, seq: int) -> bytes:
-        return b'{"ts":%.6f,"seq":%d,"gpus":' % (time.time(), seq) + self._gpus + self._tail
-
-
 # -------------------------------------------------------------------------------------------- serve
 
 
@@ -612,7 +598,8 @@ def collector_yaml(fleet: SimFleet, path: Path) -> Path:
 
 async def _serve(args: argparse.Namespace) -> None:
     fleet = SimFleet(args.hosts, mode=args.mode, interval=args.interval, scenario=args.scenario,
-                     shared_server=args.shared, workdir=args.dir, gpus=args.gpus, procs=args.procs)
+                     shared_server=args.shared, workdir=args.dir, gpus=args.gpus, procs=args.procs,
+                     deltas=args.proto != "1.2")
     async with fleet:
         configs = [dataclasses.asdict(c) for c in fleet.host_configs()]
         written = collector_yaml(fleet, Path(args.config).resolve()) if args.config else None
@@ -659,6 +646,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--dir", default=None, help="where keys and known_hosts go (default: a temp dir)")
     p.add_argument("--gpus", type=int, default=4, help="GPUs per host (inproc mode)")
     p.add_argument("--procs", type=int, default=1, help="processes per GPU (inproc mode)")
+    p.add_argument("--proto", choices=["1.2", "1.3"], default="1.3",
+                   help="what in-process hosts speak: 1.3 offers deltas, 1.2 sends full frames only")
     p.add_argument("--config", metavar="FILE", default=None,
                    help="also write a gpufleet.yaml for this fleet (for `gpufleet collector run -c FILE`)")
     args = p.parse_args(argv)

@@ -13,6 +13,10 @@ report and in its job record.
 - *Orphaned memory* (in use with no process visible) stays held and wasted by the GPU's last holding
   users; not by their jobs: the job's processes are gone, so the job has ended (its record is written).
 The store keeps the sums per hour (store/usage.py, store/slurm.py); the job tracker per job (fleet/jobs.py).
+
+Per change (issue 33): who a GPU's processes charge (:class:`Holding`) depends only on the processes, so
+readers work it out once per process list (collector/model/facts.py's Roster memo) and, while it stands, a
+sample's charge to each of them is :func:`held_charge` of its seconds, util and whether the GPU idles.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from gpufleet.collector.model.classify import holds_memory, orphaned_bytes, user_of
+from gpufleet.collector.model.facts import GpuFacts
 from gpufleet.collector.model.jobkey import job_key
-from gpufleet.collector.model.sample import GpuSample
+from gpufleet.collector.model.sample import GpuSample, ProcessSample
 from gpufleet.collector.model.thresholds import Thresholds
 
 #: Never charge more than this many seconds for one sample, however long the gap before it.
@@ -91,6 +96,63 @@ class GpuClock:
 
 
 @dataclass(slots=True)
+class Holding:
+    """Who one GPU's processes charge, as long as they stay the same: each user and job with a process
+    holding memory (classify.holds_memory), in process order, each job's users, and what it holds."""
+
+    users: dict[str, None]  # the users, in order (a dict as an ordered set)
+    jobs: dict[str, set[str]]  # job key (model/jobkey.py) -> the users of its holding processes
+    memory: dict[str, int]  # job key -> bytes its processes hold on the GPU (None counts 0)
+    first: dict[str, ProcessSample]  # job key -> its first holding process
+
+
+def holding(host: str, processes: Collection[ProcessSample],
+            jobs: Mapping[int, str] | None = None) -> Holding:
+    """The :class:`Holding` of a GPU's processes on ``host``; ``jobs``: each pid's job key when known."""
+    out = Holding({}, {}, {}, {})
+    for p in processes:
+        if not holds_memory(p):
+            continue
+        user = user_of(p)
+        out.users[user] = None
+        key = jobs[p.pid] if jobs is not None else job_key(host, p)
+        held = out.memory.get(key)
+        if held is None:
+            out.first[key] = p
+            out.jobs[key] = set()
+        out.jobs[key].add(user)
+        out.memory[key] = (held or 0) + (p.gpu_memory or 0)
+    return out
+
+
+def holding_of(host: str, gf: GpuFacts) -> Holding:
+    """:func:`holding` of a classified GPU sample, once per process list (kept in the facts' memo)."""
+    held: Holding | None = gf.memo.get("holding")
+    if held is None:
+        held = gf.memo["holding"] = holding(host, gf.gpu.processes, gf.jobs)
+    return held
+
+
+def wastes(users: Collection[str], waste: Collection[str]) -> bool:
+    """Is a holder with these users wasting, when ``waste`` (classify.waste_of) is the sample's waste?"""
+    return any(user in waste for user in users)
+
+
+def wasted_seconds(seconds: float, idle: float, waste_idle: bool, waste_busy: bool) -> float:
+    """What samples totalling ``seconds``, ``idle`` of them idle or stuck, charge a holder as wasted, when it
+    wastes in idle samples (``waste_idle``) and in the others (``waste_busy``): the sum of held_charge's
+    wasted over them, for one set of processes (a facts Roster's two waste lists)."""
+    return (idle if waste_idle else 0.0) + (seconds - idle if waste_busy else 0.0)
+
+
+def held_charge(seconds: float, util: int | None, wasting: bool) -> Hours:
+    """What a sample charges one holder: ``seconds`` held, ``seconds x util`` used, and wasted when it
+    wastes (the charge of :func:`charge` to each user and job)."""
+    used = seconds * util / 100.0 if util is not None else 0.0
+    return seconds, used, seconds if wasting else 0.0
+
+
+@dataclass(slots=True)
 class Charge:
     """What one GPU sample charges."""
 
@@ -101,26 +163,19 @@ class Charge:
 
 def charge(host: str, gpu: GpuSample, seconds: float, waste: Collection[str], *,
            jobs: Mapping[int, str] | None = None, last_holders: frozenset[str] = frozenset(),
-           thresholds: Thresholds) -> Charge:
+           thresholds: Thresholds, held: Holding | None = None) -> Charge:
     """The charges of one sample of ``gpu`` on ``host`` for ``seconds``: ``waste`` is the users whose holding
     is waste (classify.waste_of, as model/facts.py worked it out); ``jobs`` each process's job key by pid
-    (the facts' keys; worked out here when not given); ``last_holders`` those of the GPU's previous sample."""
+    (the facts' keys; worked out here when not given); ``last_holders`` those of the GPU's previous sample;
+    ``held`` the processes' :class:`Holding` when the caller has it."""
     out = Charge(holders=last_holders)
     if seconds <= 0 or gpu.error is not None:
         return out
+    h = held if held is not None else holding(host, gpu.processes, jobs)
     util = gpu.util_gpu
-    used = seconds * util / 100.0 if util is not None else 0.0
-    job_waste: dict[str, bool] = {}
-    for p in gpu.processes:
-        if not holds_memory(p):
-            continue
-        user = user_of(p)
-        wasting = user in waste
-        out.users[user] = (seconds, used, seconds if wasting else 0.0)
-        key = jobs[p.pid] if jobs is not None else job_key(host, p)
-        job_waste[key] = job_waste.get(key, False) or wasting
-    if out.users:
-        out.jobs = {key: (seconds, used, seconds if wasting else 0.0) for key, wasting in job_waste.items()}
+    if h.users:
+        out.users = {user: held_charge(seconds, util, user in waste) for user in h.users}
+        out.jobs = {key: held_charge(seconds, util, wastes(users, waste)) for key, users in h.jobs.items()}
         out.holders = frozenset(out.users)
     elif last_holders and orphaned_bytes(gpu, thresholds) is not None:
         # their process is gone from the list; its memory is not

@@ -26,11 +26,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from gpufleet.collector.fleet.accounting import GpuClock, charge
+from gpufleet.collector.fleet.accounting import GpuClock, holding_of, wasted_seconds, wastes
 from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.model import sample
 from gpufleet.collector.model.classify import holds_memory, processes_unknown, user_of
-from gpufleet.collector.model.facts import FleetFacts
+from gpufleet.collector.model.facts import FleetFacts, GpuFacts, Roster
 from gpufleet.collector.model.firing import Firing
 from gpufleet.collector.model.procname import short_command
 from gpufleet.collector.model.records import JobRecord
@@ -80,6 +80,73 @@ class _Job:
             diagnoses=sorted(self.diagnoses))
 
 
+@dataclass(slots=True)
+class _Stretch:
+    """One GPU's samples while its processes stay the same (one facts Roster): what they charge the jobs on
+    it, added up per GPU and handed to the jobs when the stretch ends (its processes changed, the GPU
+    failed or left) or someone reads the jobs (:meth:`JobTracker.settle`). Each sample costs the same
+    whatever the number of jobs on the GPU: the charge of a sample to a job (accounting.charge) is its
+    seconds held, and wasted when one of the job's users is in the sample's waste, which with the same
+    processes depends only on whether the GPU idles (facts.Roster's two waste lists)."""
+
+    roster: Roster
+    host: str
+    #: each job on the GPU: the job, whether it wastes when the GPU idles (or is stuck), and otherwise
+    jobs: list[tuple[_Job, bool, bool]]
+    seconds: float = 0.0  # what its samples charged (accounting.GpuClock, by the samples' time)
+    idle: float = 0.0  # ... of it in samples whose activity was idle or stuck
+    util_seconds: float = 0.0
+    util_held: float = 0.0
+    peak_util: float | None = None
+    fired: set[str] = field(default_factory=set)  # the rules that fired on the GPU in its samples
+    last_fired: object = None  # the last Firing.on() set added (the same object while flags stand)
+    last: float = 0.0  # our time of its latest sample
+
+    def add(self, seconds: float, idle: bool, util: int | None, fired: set[str] | frozenset[str],
+            now: float) -> None:
+        self.seconds += seconds
+        if idle:
+            self.idle += seconds
+        if util is not None:
+            self.util_seconds += seconds * util
+            self.util_held += seconds
+            if self.peak_util is None or util > self.peak_util:
+                self.peak_util = float(util)
+        if fired and fired is not self.last_fired:
+            self.fired |= fired
+            self.last_fired = fired
+        self.last = now
+
+    def settle(self) -> None:
+        """Hand what the samples since the last settle charged to the jobs."""
+        for job, waste_idle, waste_busy in self.jobs:
+            job.held += self.seconds
+            job.wasted += wasted_seconds(self.seconds, self.idle, waste_idle, waste_busy)
+            job.util_seconds += self.util_seconds
+            job.util_held += self.util_held
+            if self.peak_util is not None and (job.peak_util is None or self.peak_util > job.peak_util):
+                job.peak_util = self.peak_util
+            if self.fired:
+                job.diagnoses |= self.fired
+            seen = job.seen.get(self.host)
+            if seen is None or self.last > seen:
+                job.seen[self.host] = self.last
+        self.seconds = self.idle = self.util_seconds = self.util_held = 0.0
+        self.peak_util = None
+        self.fired = set()
+        self.last_fired = None
+
+
+@dataclass(slots=True)
+class _Gpu:
+    """One GPU of one host: its accounting clock (by the samples' time), when it last sampled (our time),
+    and its stretch."""
+
+    clock: GpuClock
+    seen: float
+    stretch: _Stretch | None = None
+
+
 class JobTracker:
     """Follows the jobs on the fleet's GPUs and saves each one's record when it ends."""
 
@@ -92,15 +159,28 @@ class JobTracker:
         self.intervals = intervals or {}  # host -> sampling interval (default 1 s)
         #: a snapshot's job keys and waste, shared with the alert engine (whoever asks first works them out)
         self.facts = facts if facts is not None else FleetFacts(DEFAULT_THRESHOLDS)
-        self.jobs: dict[str, _Job] = {}
+        self._jobs: dict[str, _Job] = {}
         self._on_host: dict[str, set[str]] = {}  # host -> keys of the jobs it still shows (present)
+        self._leaving: dict[str, set[str]] = {}  # host -> keys present but not shown by its latest snapshot
         self.finished: list[JobRecord] = []  # every record handed to save (tests, metrics)
-        #: (host, uuid) -> the GPU's accounting clock (by the samples' time), and when it last sampled (ours)
-        self._clocks: dict[tuple[str, str], tuple[GpuClock, float]] = {}
+        self._gpus: dict[str, dict[str, _Gpu]] = {}  # host -> uuid -> the GPU
         self._swept = 0.0
         self._fired = Firing()
         self._fired_at = float("-inf")
         self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def jobs(self) -> dict[str, _Job]:
+        """The jobs followed now, each with everything charged to it so far."""
+        self.settle()
+        return self._jobs
+
+    def settle(self) -> None:
+        """Hand every stretch's charges to its jobs."""
+        for gpus in self._gpus.values():
+            for gpu in gpus.values():
+                if gpu.stretch is not None:
+                    gpu.stretch.settle()
 
     # FleetSink
     def host_state(self, state: HostState) -> None:
@@ -119,75 +199,93 @@ class JobTracker:
     def observe(self, host: str, snap: sample.Snapshot, now: float) -> None:
         if self.firing is not None and abs(now - self._fired_at) >= FLAGS_EVERY:
             self._fired, self._fired_at = self.firing(), now
-        shown: set[str] = set()
         on_host = self._on_host.setdefault(host, set())
         facts = self.facts.of(host, snap)
+        changed = False  # did the jobs this host shows change? (else its leaving jobs are as before)
+        unknown: set[str] = set()  # jobs shown by a GPU whose process list could not be read
+        gpus = self._gpus.setdefault(host, {})
         for gf in facts.gpus:
             g = gf.gpu
-            if g.error is None and processes_unknown(g):  # no evidence: the jobs here go on as they were
-                for key in on_host:
-                    job = self.jobs.get(key)
-                    if job is not None and (host, g.index) in job.gpus:
-                        shown.add(key)
-                        job.seen[host] = now
+            gpu = gpus.get(g.uuid)
+            if g.error is not None or processes_unknown(g):
+                if gpu is not None and gpu.stretch is not None:
+                    self._close(gpu)
+                changed = True
+                if g.error is None:  # no evidence: the jobs here go on as they were
+                    for job_key in on_host:
+                        job = self._jobs.get(job_key)
+                        if job is not None and (host, g.index) in job.gpus:
+                            unknown.add(job_key)
+                            job.seen[host] = now
                 continue
-            if g.error is not None:
-                continue
-            known = self._clocks.get((host, g.uuid))
-            clock = known[0] if known is not None else GpuClock()
-            self._clocks[(host, g.uuid)] = (clock, now)
-            seconds = clock.tick(snap.ts) or 0.0  # None: a replayed or late sample charges nothing
-            # job -> the memory its processes hold here (and its first process): one pass, no list per job
-            memory: dict[str, int] = {}
-            first: dict[str, sample.ProcessSample] = {}
-            jobs = gf.jobs
-            for p in g.processes:
-                if holds_memory(p):
-                    key = jobs[p.pid]
-                    held = memory.get(key)
-                    if held is None:
-                        first[key] = p
-                    memory[key] = (held or 0) + (p.gpu_memory or 0)
-            if not memory:
-                continue
-            charged = charge(host, g, seconds, gf.waste, jobs=jobs, thresholds=facts.thresholds).jobs
-            fired = self._fired.on(host, g.index)
-            util = g.util_gpu
-            where = (host, g.index)
-            for key, mem_sum in memory.items():
-                shown.add(key)
-                job = self.jobs.get(key)
-                if job is None:
-                    job = self.jobs[key] = self._new_job(key, first[key], g, jobs, now)
-                job.seen[host] = now
-                job.present.add(host)
-                on_host.add(key)
-                job.gpus.add(where)
-                if job.peak_memory is None or mem_sum > job.peak_memory:
-                    job.peak_memory = mem_sum
-                if util is not None and (job.peak_util is None or util > job.peak_util):
-                    job.peak_util = float(util)
-                if fired:
-                    job.diagnoses |= fired
-                hours = charged.get(key)
-                if hours is not None:
-                    job.held += hours[0]
-                    job.wasted += hours[2]
-                    if util is not None:
-                        job.util_seconds += hours[0] * util
-                        job.util_held += hours[0]
+            if gpu is None:
+                gpu = gpus[g.uuid] = _Gpu(GpuClock(), now)
+            gpu.seen = now
+            seconds = gpu.clock.tick(snap.ts) or 0.0  # None: a replayed or late sample charges nothing
+            stretch = gpu.stretch
+            if stretch is None or stretch.roster is not gf.roster:
+                if stretch is not None:
+                    self._close(gpu)
+                stretch = gpu.stretch = self._open(host, g, gf, now)
+                changed = True
+            if stretch.jobs:
+                fired = self._fired.on(host, g.index)
+                stretch.add(seconds, gf.activity in ("idle", "stuck"), g.util_gpu, fired, now)
+        if len(gpus) != len(facts.gpus):  # a GPU gone from the snapshot shows none of its jobs
+            for gpu in gpus.values():
+                if gpu.stretch is not None and gpu.seen != now:
+                    self._close(gpu)
+                    changed = True
+        leaving = self._leaving.get(host)
+        if changed or leaving is None:
+            shown = set(unknown)
+            for gf in facts.gpus:
+                gpu = gpus.get(gf.gpu.uuid)
+                if gpu is not None and gpu.stretch is not None and gpu.stretch.last == now:
+                    shown.update(job.key for job, _, _ in gpu.stretch.jobs)
+            leaving = self._leaving[host] = {k for k in on_host if k not in shown}
+        if not leaving:
+            return
         gone_after = GONE_INTERVALS * self.intervals.get(host, 1.0)
         ended = []
-        for key in [k for k in on_host if k not in shown]:
-            job = self.jobs.get(key)
+        for key in list(leaving):
+            job = self._jobs.get(key)
             if job is None:
                 on_host.discard(key)
+                leaving.discard(key)
             elif now - job.seen[host] > gone_after:  # released its GPUs on this host
                 job.present.discard(host)
                 on_host.discard(key)
+                leaving.discard(key)
                 if not job.present:
                     ended.append(job)
         self._end(ended)
+
+    def _open(self, host: str, g: sample.GpuSample, gf: GpuFacts, now: float) -> _Stretch:
+        """A stretch for the GPU's processes now: its jobs (created when new), their memory here."""
+        roster = gf.roster
+        held = holding_of(host, gf)
+        on_host = self._on_host.setdefault(host, set())
+        where = (host, g.index)
+        entries = []
+        for key, users in held.jobs.items():
+            job = self._jobs.get(key)
+            if job is None:
+                job = self._jobs[key] = self._new_job(key, held.first[key], g, roster.jobs, now)
+            job.seen.setdefault(host, now)
+            job.present.add(host)
+            on_host.add(key)
+            job.gpus.add(where)
+            mem_sum = held.memory[key]
+            if job.peak_memory is None or mem_sum > job.peak_memory:
+                job.peak_memory = mem_sum
+            entries.append((job, wastes(users, roster.waste_idle), wastes(users, roster.waste_busy)))
+        return _Stretch(roster, host, entries, last=now)
+
+    def _close(self, gpu: _Gpu) -> None:
+        if gpu.stretch is not None:
+            gpu.stretch.settle()
+            gpu.stretch = None
 
     @staticmethod
     def _new_job(key: str, p: sample.ProcessSample, g: sample.GpuSample, jobs: dict[int, str],
@@ -199,21 +297,24 @@ class JobTracker:
         return _Job(key, user_of(p), min(starts, default=now), short_command(p.command, 120), now)
 
     def sweep(self, now: float) -> None:
-        """End the jobs whose hosts went quiet for QUIET_AFTER; drop the GPU clocks of quiet hosts."""
-        for job in self.jobs.values():
+        """End the jobs whose hosts went quiet for QUIET_AFTER; drop the quiet GPUs (their stretches end)."""
+        for gpus in self._gpus.values():
+            for uuid in [u for u, gpu in gpus.items() if now - gpu.seen > QUIET_AFTER]:
+                self._close(gpus.pop(uuid))
+        self.settle()
+        for job in self._jobs.values():
             for host in [h for h in job.present if now - job.seen[h] > QUIET_AFTER]:
                 job.present.discard(host)
                 self._on_host.get(host, set()).discard(job.key)
-        self._end([job for job in self.jobs.values() if not job.present])
-        for key in [k for k, (_, seen) in self._clocks.items() if now - seen > QUIET_AFTER]:
-            del self._clocks[key]
+                self._leaving.get(host, set()).discard(job.key)
+        self._end([job for job in self._jobs.values() if not job.present])
 
     def _end(self, jobs: list[_Job]) -> None:
         if not jobs:
             return
         records = []
         for job in jobs:
-            del self.jobs[job.key]
+            del self._jobs[job.key]
             records.append(job.record())
         self.finished.extend(records)
         del self.finished[:-1000]  # bounded

@@ -10,11 +10,17 @@ after it: collector/service/daemon.py shares one instance).
 
 The answers are classify's and jobkey's, never a second definition: :meth:`SnapshotFacts.build` calls
 :func:`~gpufleet.collector.model.classify.activity`, :func:`~gpufleet.collector.model.classify.holdings`,
-:func:`~gpufleet.collector.model.classify.waste_of` and :func:`~gpufleet.collector.model.jobkey.keys`. Samples
-are not changed after decode, so an answer stays true for its snapshot; a new snapshot (another object) is
-worked out afresh, except each process's job and group keys: they depend only on what identifies the process
-(pid, start time, Slurm job, container, parent, command), so a process seen in the host's previous snapshot
-with all of these the same keeps the keys worked out then (most processes live for many samples).
+:func:`~gpufleet.collector.model.classify.waste_of` and :func:`~gpufleet.collector.model.jobkey.keys`.
+
+Per change, not per sample (issue 33): what depends on a GPU's processes (holders, zombies, job and group
+keys, whose holding is waste when the GPU idles and when it does not) is worked out when they change. A
+GPU whose process list is the very list of the host's previous snapshot (the stream's edge keeps it one
+object while its processes stay the same but for their utilization, collector/transport/delta.py) keeps
+those answers, and its :attr:`GpuFacts.memo`, where each reader keeps what it derives from the processes
+(the job tracker its jobs, the store its span keys): only the activity is worked out per sample. Otherwise
+afresh, except each process's job and group keys: they depend only on what identifies the process (pid,
+start time, Slurm job, container, parent, command), so a process seen in the host's previous snapshot with
+all of these the same keeps the keys worked out then (most processes live for many samples).
 """
 
 from __future__ import annotations
@@ -29,15 +35,54 @@ from gpufleet.collector.model.thresholds import Thresholds
 
 
 @dataclass(slots=True)
+class Roster:
+    """What one GPU's processes say as long as they stay the same (module docstring): shared by every
+    sample of the GPU until they change. Never changed once built; ``memo`` is the readers' (each under its
+    own key), for what they derive from the processes."""
+
+    processes: list[sample.ProcessSample]  # the process list it was worked out from (the edge's object)
+    holders: dict[str, list[sample.ProcessSample]]  # user -> live processes holding min_memory (classify)
+    zombies: list[sample.ProcessSample]
+    jobs: dict[int, str]  # pid -> job key (jobkey.job_key)
+    groups: dict[int, str]  # pid -> group key (jobkey.group_key), for idle_peers
+    waste_idle: list[str]  # waste_of when the GPU is idle or stuck
+    waste_busy: list[str]  # waste_of otherwise (zombies holding memory)
+    memo: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class GpuFacts:
     """One GPU sample, classified. ``jobs`` and ``groups`` are keyed by pid (one entry per process on it)."""
 
     gpu: sample.GpuSample
     activity: Activity | None
-    holders: dict[str, list[sample.ProcessSample]]  # user -> live processes holding min_memory (classify)
-    waste: list[str]  # users whose holding is waste (classify.waste_of): GPU-hours' and jobs' "wasted"
-    jobs: dict[int, str]  # pid -> job key (jobkey.job_key)
-    groups: dict[int, str]  # pid -> group key (jobkey.group_key), for idle_peers
+    roster: Roster
+    #: True when the GPU's processes are not those of the host's previous snapshot (or it had none)
+    changed: bool = True
+
+    @property
+    def holders(self) -> dict[str, list[sample.ProcessSample]]:
+        """user -> live processes holding min_memory (classify.holdings); do not change it (shared)."""
+        return self.roster.holders
+
+    @property
+    def waste(self) -> list[str]:
+        """Users whose holding is waste (classify.waste_of): GPU-hours' and jobs' "wasted"."""
+        r = self.roster
+        return r.waste_idle if self.activity in ("idle", "stuck") else r.waste_busy
+
+    @property
+    def jobs(self) -> dict[int, str]:
+        return self.roster.jobs
+
+    @property
+    def groups(self) -> dict[int, str]:
+        return self.roster.groups
+
+    @property
+    def memo(self) -> dict[str, Any]:
+        """The readers' cache for this roster (same dict while the processes stay the same)."""
+        return self.roster.memo
 
 
 #: every input of jobkey.keys but the host: equal identities have equal keys
@@ -62,25 +107,49 @@ class SnapshotFacts:
               previous: SnapshotFacts | None = None) -> SnapshotFacts:
         """``previous``: the host's last facts, whose processes' keys carry over (module docstring)."""
         gpus = []
-        before = previous.known_keys if previous is not None and previous.host == host else {}
-        known: dict[ProcIdentity, tuple[str, str]] = {}
+        same_host = previous is not None and previous.host == host
+        rosters: dict[int, Roster] = {}  # id(process list) -> its roster, from the previous snapshot
+        if same_host and previous is not None and (previous.thresholds is thresholds
+                                                   or previous.thresholds == thresholds):
+            rosters = {id(gf.roster.processes): gf.roster for gf in previous.gpus}
+        before = previous.known_keys if same_host and previous is not None else {}
+        known: dict[ProcIdentity, tuple[str, str]] | None = None
         for g in snapshot.gpus:
-            kind = activity(g, thresholds)
-            held, zombies = holdings(g, thresholds)
-            jobs, groups = {}, {}
-            for p in g.processes:
-                ident = _identity(p)
-                pair = before.get(ident)
-                if pair is None:
-                    pair = keys(host, p)
-                known[ident] = pair
-                jobs[p.pid], groups[p.pid] = pair
-            gpus.append(GpuFacts(g, kind, held, waste_of(kind, held, zombies, thresholds), jobs, groups))
+            roster = rosters.get(id(g.processes))
+            changed = roster is None or roster.processes is not g.processes
+            if changed:
+                if known is None:
+                    known = {}
+                roster = _roster(host, g, thresholds, before, known)
+            assert roster is not None
+            gpus.append(GpuFacts(g, activity(g, thresholds), roster, changed))
+        if known is None:  # every GPU's processes as before: so are their keys
+            return cls(host, snapshot, thresholds, gpus, before)
+        for gf in gpus:  # the keys of the processes whose GPU did not change, for the next snapshot
+            if not gf.changed:
+                for p in gf.roster.processes:
+                    known[_identity(p)] = (gf.roster.jobs[p.pid], gf.roster.groups[p.pid])
         return cls(host, snapshot, thresholds, gpus, known)
 
     def agrees(self, snapshot: sample.Snapshot, thresholds: Thresholds) -> bool:
         """Are these the facts of this snapshot under these thresholds?"""
         return self.snapshot is snapshot and (self.thresholds is thresholds or self.thresholds == thresholds)
+
+
+def _roster(host: str, g: sample.GpuSample, thresholds: Thresholds,
+            before: dict[ProcIdentity, tuple[str, str]],
+            known: dict[ProcIdentity, tuple[str, str]]) -> Roster:
+    held, zombies = holdings(g, thresholds)
+    jobs, groups = {}, {}
+    for p in g.processes:
+        ident = _identity(p)
+        pair = before.get(ident)
+        if pair is None:
+            pair = keys(host, p)
+        known[ident] = pair
+        jobs[p.pid], groups[p.pid] = pair
+    return Roster(g.processes, held, zombies, jobs, groups, waste_of("idle", held, zombies, thresholds),
+                  waste_of(None, held, zombies, thresholds))
 
 
 class FleetFacts:

@@ -5,6 +5,9 @@ under two names (``gpu-a`` at 127.0.0.1 and ``gpu-a-alias`` at localhost), or tw
 their history. It is still almost always a mistake in the fleet, and every GPU-hour of such a machine is
 counted twice, so it is flagged: one alert per UUID, on the last of the reporting hosts in name order,
 naming all of them. A GPU moved from one host to another is not flagged: the old host stops reporting it.
+
+Per change (issue 33): a host's snapshot costs a comparison of its UUIDs with its last; when a UUID is
+reported by one host only (the normal state) the conditions are none without looking further.
 """
 
 from __future__ import annotations
@@ -23,25 +26,40 @@ class DuplicateGpuRule(Rule):
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
-        self._reported: dict[str, dict[str, float]] = {}  # uuid -> host -> when it last reported it
+        self._reported: dict[str, set[str]] = {}  # uuid -> the hosts whose latest snapshot reports it
+        self._shared: set[str] = set()  # the UUIDs reported by more than one host
         self._latest: dict[str, set[str]] = {}  # host -> the UUIDs of its latest snapshot
+        self._seen: dict[str, float] = {}  # host -> when its latest snapshot came (it reported its UUIDs)
 
     def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
+        host = ctx.name
+        latest = self._latest.get(host)
+        if latest is not None and len(latest) == len(snapshot.gpus) and all(
+                g.uuid in latest for g in snapshot.gpus):
+            self._seen[host] = now  # the same GPUs: each was reported again now
+            return
         uuids = {g.uuid for g in snapshot.gpus if g.uuid}
-        for gone in self._latest.get(ctx.name, set()) - uuids:
-            self._drop(gone, ctx.name)
+        for gone in (latest or set()) - uuids:
+            self._drop(gone, host)
         for uuid in uuids:
-            self._reported.setdefault(uuid, {})[ctx.name] = now
-        self._latest[ctx.name] = uuids
+            reporters = self._reported.setdefault(uuid, set())
+            reporters.add(host)
+            if len(reporters) > 1:
+                self._shared.add(uuid)
+        self._latest[host] = uuids
+        self._seen[host] = now
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
             return None
+        latest = self._latest.get(ctx.name)
+        if not self._shared or not latest or self._shared.isdisjoint(latest):
+            return []  # no UUID of this host is reported by another
         window = self.p.window
         out: list[Condition] = []
         for g in ctx.snapshot.gpus:
-            reporters = self._reported.get(g.uuid, {})
-            fresh = sorted(h for h, t in reporters.items() if now - t <= window)
+            reporters = self._reported.get(g.uuid, set())
+            fresh = sorted(h for h in reporters if now - self._seen[h] <= window)
             if len(fresh) < 2 or fresh[-1] != ctx.name:
                 continue  # not duplicated now, or another host carries the one alert
             names = " and ".join(fresh) if len(fresh) == 2 else ", ".join(fresh)
@@ -60,10 +78,13 @@ class DuplicateGpuRule(Rule):
     def _drop(self, uuid: str, host: str) -> None:
         reporters = self._reported.get(uuid)
         if reporters is not None:
-            reporters.pop(host, None)
+            reporters.discard(host)
+            if len(reporters) < 2:
+                self._shared.discard(uuid)
             if not reporters:
                 del self._reported[uuid]
 
     def forget_host(self, host: str) -> None:
         for uuid in self._latest.pop(host, set()):
             self._drop(uuid, host)
+        self._seen.pop(host, None)

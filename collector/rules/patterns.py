@@ -54,6 +54,18 @@ class _ProcTrack:
     proc: sample.ProcessSample
 
 
+@dataclass(slots=True)
+class _HostTracks:
+    """One host's processes and the means they feed, as its last snapshot with changed processes left them:
+    while the same GPUs (judged: no error, a util) keep the same processes, a sample only adds each mean's
+    value (its GPU's util, or the mean of its GPUs' when a process holds several)."""
+
+    procs: dict[ProcKey, _ProcTrack] = field(default_factory=dict)
+    judged: list[int] = field(default_factory=list)  # positions of the judged GPUs in the snapshot
+    rosters: list[object] = field(default_factory=list)  # their facts rosters
+    feeds: list[tuple[WindowMean, list[int]]] = field(default_factory=list)  # mean, its GPUs' positions
+
+
 class UnderusedRule(Rule):
     name = "underused"
     p: catalog.Underused
@@ -61,22 +73,35 @@ class UnderusedRule(Rule):
 
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
-        self._procs: dict[str, dict[ProcKey, _ProcTrack]] = {}  # host -> process -> track
+        self._hosts: dict[str, _HostTracks] = {}  # host -> its processes' tracks
 
     def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
+        gpus = self.facts(ctx, snapshot).gpus
+        judged = [i for i, gf in enumerate(gpus) if not gf.gpu.error and gf.gpu.util_gpu is not None]
+        old = self._hosts.get(ctx.name)
+        if old is not None and old.judged == judged and all(
+                gpus[i].roster is roster for i, roster in zip(judged, old.rosters, strict=True)):
+            for mean, at in old.feeds:  # the same processes on the same GPUs: one value a mean
+                if len(at) == 1:
+                    mean.add(now, float(gpus[at[0]].gpu.util_gpu or 0))  # judged: never None
+                else:
+                    utils = [float(gpus[i].gpu.util_gpu or 0) for i in at]
+                    mean.add(now, sum(utils) / len(utils))
+            return
         span = self.p.window
-        old = self._procs.get(ctx.name, {})
-        procs = self._procs[ctx.name] = {}  # processes gone from the snapshot drop out
+        before = old.procs if old is not None else {}
+        host = self._hosts[ctx.name] = _HostTracks(judged=judged, rosters=[gpus[i].roster for i in judged])
+        procs = host.procs  # processes gone from the snapshot drop out
         # each process's util this sample: its GPU's, or the mean of its GPUs' when it holds several (rare:
         # a list is made only then). A process whose value parts from its series' takes its own copy here,
         # before any value of this sample is added.
         first: dict[ProcKey, float] = {}
         several: dict[ProcKey, list[float]] = {}
-        for gf in self.facts(ctx, snapshot).gpus:
+        where: dict[ProcKey, list[int]] = {}
+        for i in judged:
+            gf = gpus[i]
             g = gf.gpu
-            if g.error or g.util_gpu is None:
-                continue
-            util = float(g.util_gpu)
+            util = float(g.util_gpu or 0)  # judged: never None
             newcomers: _Series | None = None  # the series of the processes first seen now on this GPU
             for plist in gf.holders.values():
                 for p in plist:
@@ -84,12 +109,14 @@ class UnderusedRule(Rule):
                     seen = first.get(key)
                     if seen is not None:
                         several.setdefault(key, [seen]).append(util)
+                        where[key].append(i)
                         held = procs[key]
                         if held.series.gpu is not None:
                             held.series = held.series.own()
                         continue
                     first[key] = util
-                    track = old.get(key)
+                    where[key] = [i]
+                    track = before.get(key)
                     if track is None:
                         if newcomers is None:
                             newcomers = _Series(WindowMean(span), g.uuid)
@@ -105,22 +132,26 @@ class UnderusedRule(Rule):
             if series.fed is this_sample:
                 continue
             series.fed = this_sample
-            values = several.get(key)
-            series.util.add(now, first[key] if values is None else sum(values) / len(values))
+            shared = several.get(key)
+            series.util.add(now, first[key] if shared is None else sum(shared) / len(shared))
+            host.feeds.append((series.util, where[key]))
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         if ctx.snapshot is None:
             return None
         below = self.p.util_below
         idle_below = self.thresholds.util_below  # under this the GPU is idle: the wasted rule's case
-        out: list[Condition] = []
+        host = self._hosts.get(ctx.name)
+        if host is None:
+            return []
         verdicts: dict[int, float | None] = {}  # id(mean) -> the mean when full, else None: once per series
-        for track in self._procs.get(ctx.name, {}).values():
-            util = track.series.util
-            if id(util) in verdicts:
-                mean = verdicts[id(util)]
-            else:
-                mean = verdicts[id(util)] = util.mean() if util.full() else None
+        for util, _ in host.feeds:
+            verdicts[id(util)] = util.mean() if util.full() else None
+        if not any(mean is not None and idle_below <= mean < below for mean in verdicts.values()):
+            return []
+        out: list[Condition] = []
+        for track in host.procs.values():
+            mean = verdicts[id(track.series.util)]
             if mean is not None and idle_below <= mean < below:
                 out.append(self._condition(ctx.name, track, mean))
         return out
@@ -152,7 +183,7 @@ class UnderusedRule(Rule):
         return self.p.note_once_per
 
     def forget_host(self, host: str) -> None:
-        self._procs.pop(host, None)
+        self._hosts.pop(host, None)
 
 
 @dataclass(slots=True)

@@ -10,6 +10,11 @@ busy, and is an *idle peer* when none is. Stuck GPUs (util high, power idle: a h
 host. Each host's part is kept from its latest snapshot and dropped once the host has not reported for
 ``3 * interval + 5`` seconds, so a host that went away does not keep a job half-busy. An index (job group ->
 hosts) keeps a host's evaluation to its own jobs' hosts, not the fleet.
+
+Per change (issue 33): a GPU's job groups are worked out once per process list (the facts' memo); while
+every GPU of a host keeps its processes (and stays judged), a sample adds each GPU's activity to its window
+and nothing else, and the groups that can have peers (several GPUs, or several hosts) are listed once per
+change of the index, so a host whose every job holds one GPU costs nothing more.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gpufleet.collector.model.classify import user_of
+from gpufleet.collector.model.facts import GpuFacts
 from gpufleet.collector.model.jobkey import job_label
 from gpufleet.collector.model.sample import GpuSample, ProcessSample, Snapshot
 from gpufleet.collector.rules import catalog
@@ -54,6 +60,22 @@ class _HostPart:
     keep_for: float
     gpus: dict[str, _PeerGpu] = field(default_factory=dict)  # uuid -> GPU
     by_group: dict[str, list[_PeerGpu]] = field(default_factory=dict)  # job group -> its GPUs here
+    rosters: list[object] = field(default_factory=list)  # each judged GPU's facts roster, in order
+    #: the groups that may have peers (conditions), and the index version they were listed at
+    candidates: list[str] = field(default_factory=list)
+    listed_at: int = -1
+
+
+def _groups(gf: GpuFacts) -> dict[str, list[ProcessSample]]:
+    """Job group -> its processes holding the GPU, once per process list (the facts' memo)."""
+    groups: dict[str, list[ProcessSample]] | None = gf.memo.get("peer_groups")
+    if groups is None:
+        groups = gf.memo["peer_groups"] = {}
+        keys = gf.groups
+        for procs in gf.holders.values():
+            for p in procs:
+                groups.setdefault(keys[p.pid], []).append(p)
+    return groups
 
 
 class IdlePeersRule(Rule):
@@ -65,24 +87,31 @@ class IdlePeersRule(Rule):
         super().__init__(config)
         self._hosts: dict[str, _HostPart] = {}
         self._members: dict[str, set[str]] = {}  # job group -> the hosts where it holds GPUs
+        self._version = 0  # bumped when _members changes
 
     def observe_snapshot(self, ctx: HostContext, snapshot: Snapshot, now: float) -> None:
-        span = self.p.window
+        gpus = self.facts(ctx, snapshot).gpus
         old = self._hosts.get(ctx.name)
+        if old is not None and len(old.rosters) == len(gpus) and all(
+                gf.activity is not None and gf.roster is roster
+                for gf, roster in zip(gpus, old.rosters, strict=True)):
+            old.seen, old.keep_for = now, 3 * ctx.interval + 5.0  # the same GPUs, the same processes
+            for gf, peer in zip(gpus, old.gpus.values(), strict=True):
+                peer.sample = gf.gpu
+                peer.add(now, gf.activity or "")  # judged (checked above): never None
+            return
+        span = self.p.window
         part = self._hosts[ctx.name] = _HostPart(now, 3 * ctx.interval + 5.0)
-        for gf in self.facts(ctx, snapshot).gpus:
+        for gf in gpus:
             g, kind = gf.gpu, gf.activity
             if kind is None:
                 continue
             prev = old.gpus.get(g.uuid) if old is not None else None
             peer = prev or _PeerGpu(Window(span), g)
-            peer.sample, peer.groups = g, {}
+            peer.sample, peer.groups = g, _groups(gf)
             peer.add(now, kind)
-            groups = gf.groups
-            for procs in gf.holders.values():
-                for p in procs:
-                    peer.groups.setdefault(groups[p.pid], []).append(p)
             part.gpus[g.uuid] = peer
+            part.rosters.append(gf.roster)
             for key in peer.groups:
                 part.by_group.setdefault(key, []).append(peer)
         self._index(ctx.name, old, part)
@@ -92,6 +121,7 @@ class IdlePeersRule(Rule):
         after = new.by_group.keys() if new is not None else set()
         if before == after:
             return  # the same jobs as a sample ago: nothing to move (most samples)
+        self._version += 1
         for key in before - after:
             hosts = self._members.get(key)
             if hosts is not None:
@@ -109,12 +139,14 @@ class IdlePeersRule(Rule):
         if ctx.snapshot is None or mine is None:
             return None
         min_gpus = self.p.min_gpus
+        if mine.listed_at != self._version:
+            mine.listed_at = self._version
+            mine.candidates = [key for key, here in mine.by_group.items()
+                               if not (len(self._members.get(key, ())) == 1 and len(here) < min_gpus)]
         # job group -> every (host, GPU) it holds, across hosts
         members: dict[str, list[tuple[str, _PeerGpu]]] = {}
-        for key, here in mine.by_group.items():
+        for key in mine.candidates:  # not one GPU of one host: those have no peers (a job per GPU)
             hosts = self._members.get(key, ())
-            if len(hosts) == 1 and len(here) < min_gpus:
-                continue  # one GPU of one host: no peers (the common case, a job per GPU)
             gpus = members[key] = []
             for host in sorted(hosts):
                 part = self._hosts.get(host)

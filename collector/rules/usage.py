@@ -49,6 +49,7 @@ from gpufleet.collector.model.classify import (
     orphaned_bytes,
     user_of,
 )
+from gpufleet.collector.model.facts import GpuFacts
 from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.rules import catalog
 from gpufleet.collector.rules.base import Condition, HostContext, Rule, find_gpu
@@ -249,11 +250,21 @@ class StaleRule(Rule):
             return True  # cannot tell: never call it unused
         return g.util_gpu >= self.p.util_below
 
+    def _candidates(self, gf: GpuFacts) -> list[tuple[sample.ProcessSample, bool]]:
+        """The GPU's processes this rule looks at, once per process list (the facts' memo): zombies holding
+        memory (True) and processes re-parented to init (False), in list order."""
+        found: list[tuple[sample.ProcessSample, bool]] | None = gf.memo.get("stale")
+        if found is None:
+            found = gf.memo["stale"] = [(p, is_zombie(p) and holds_memory(p)) for p in gf.gpu.processes
+                                        if p.ppid == 1 or (is_zombie(p) and holds_memory(p))]
+        return found
+
     def observe_snapshot(self, ctx: HostContext, snapshot: sample.Snapshot, now: float) -> None:
         old = self._unused_since.get(ctx.name, {})
         unused = self._unused_since[ctx.name] = {}  # processes gone from the snapshot drop out
-        for g in snapshot.gpus:
-            for p in g.processes:
+        for gf in self.facts(ctx, snapshot).gpus:
+            g = gf.gpu
+            for p, _ in self._candidates(gf):
                 if p.ppid != 1:
                     continue
                 key = (g.uuid, p.pid, p.start_time)
@@ -265,15 +276,14 @@ class StaleRule(Rule):
         idle_needed = self.p.no_session_idle
         out: list[Condition] = []
         unused_since = self._unused_since.get(ctx.name, {})
-        for g in ctx.snapshot.gpus:
-            for p in g.processes:
-                if is_zombie(p) and holds_memory(p):
+        for gf in self.facts(ctx, ctx.snapshot).gpus:
+            g = gf.gpu
+            for p, zombie in self._candidates(gf):
+                if zombie:
                     who = self._who(ctx.name, g, p)
                     out.append(self._cond(ctx.name, g, p, "zombie", f"{who} is a zombie {_holding(p)}",
                                           "The process exited but was not reaped; the GPU memory stays "
                                           "allocated until its parent reaps it or is killed."))
-                    continue
-                if p.ppid != 1:
                     continue
                 since = unused_since.get((g.uuid, p.pid, p.start_time))
                 if since is not None and now - since >= idle_needed:

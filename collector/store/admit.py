@@ -18,11 +18,17 @@ what it refuses:
   model (tests/bench/admit_bench.py: ~0.02 ms for 8 GPUs x 8 processes, half a decode).
 
 A refused frame is dropped whole: a snapshot with one impossible reading is not a sample to average.
+
+Per change (issue 33): a GPU's process list that the writer took with the host's previous snapshot (the
+stream's edge keeps it one object while the processes stay the same, collector/transport/delta.py) was
+checked then; only its utilization changes in place, and that comes from the decoder's checked values. So
+the processes of a list already taken are not checked again (``taken``: (host, GPU index) -> the list).
 """
 
 from __future__ import annotations
 
 import typing
+from collections.abc import Mapping
 from typing import Any, Final
 
 import msgspec
@@ -62,9 +68,9 @@ STORED: Final = {
     sample.ProcessSample: frozenset({"pid", "gpu_memory", "sm_util", "uid", "start_time"}),
 }
 _PROCESS: Final = _numbers(sample.ProcessSample, only=STORED[sample.ProcessSample])
-_GPU: Final = _numbers(sample.GpuSample, [("processes", list[_PROCESS])],  # type: ignore[valid-type]
-                       only=STORED[sample.GpuSample])
-_SNAPSHOT: Final = msgspec.defstruct("SnapshotNumbers", [("gpus", list[_GPU])])  # type: ignore[valid-type]
+_PROCESSES: Final = list[_PROCESS]  # type: ignore[valid-type]
+_GPU: Final = _numbers(sample.GpuSample, only=STORED[sample.GpuSample])  # its processes: _PROCESSES
+_GPUS: Final = list[_GPU]  # type: ignore[valid-type]
 #: hello's GPU facts are a subset of a sample's fields, with the same ranges
 _HELLO_GPUS: Final = list[_numbers(sample.GpuSample,  # type: ignore[misc]
                                    only=frozenset(wire.GpuInfo.__dataclass_fields__))]
@@ -94,8 +100,27 @@ def _numbers_bad(obj: Any, twin: Any, what: str) -> str | None:
     return None
 
 
-def refusal(item: FrameItem | HostRecord, now: float) -> str | None:
-    """Why the store must not write ``item`` (checked against its clock ``now``), or None."""
+def _processes_bad(frame: sample.Snapshot, host: str, taken: Mapping[tuple[str, int], object],
+                   hi: float) -> str | None:
+    """The processes of the GPUs whose list was not taken before (module docstring)."""
+    latest = 0.0
+    for i, g in enumerate(frame.gpus):
+        procs = g.processes
+        if not procs or taken.get((host, g.index)) is procs:
+            continue
+        why = _numbers_bad(procs, _PROCESSES, "a value out of range")
+        if why:
+            return why.replace(" at `$[", f" at `$.gpus[{i}].processes[", 1)
+        latest = max(latest, max((p.start_time for p in procs if p.start_time is not None), default=0.0))
+    if latest > hi + MAX_CLOCK_AHEAD:
+        return f"a process's start time {latest!r:.40} is ahead of the store's window ({WINDOW_TEXT})"
+    return None
+
+
+def refusal(item: FrameItem | HostRecord, now: float,
+            taken: Mapping[tuple[str, int], object] | None = None) -> str | None:
+    """Why the store must not write ``item`` (checked against its clock ``now``), or None. ``taken``: the
+    process list the writer last took per (host, GPU index), whose processes need no second look."""
     lo, hi = window(now)
     if isinstance(item, HostRecord):
         for what, t in (("since", item.since), ("last_seen", item.last_seen)):
@@ -107,14 +132,10 @@ def refusal(item: FrameItem | HostRecord, now: float) -> str | None:
     if why:
         return why
     if isinstance(frame, sample.Snapshot):
-        why = _numbers_bad(frame, _SNAPSHOT, "a value out of range")
+        why = _numbers_bad(frame.gpus, _GPUS, "a value out of range")
         if why:
-            return why
-        latest = max((p.start_time for g in frame.gpus for p in g.processes if p.start_time is not None),
-                     default=0.0)
-        if latest > hi + MAX_CLOCK_AHEAD:
-            return f"a process's start time {latest!r:.40} is ahead of the store's window ({WINDOW_TEXT})"
-        return None
+            return why.replace(" at `$[", " at `$.gpus[", 1)
+        return _processes_bad(frame, item.host, taken or {}, hi)
     if isinstance(frame, wire.Event):
         for name, top in _EVENT:
             value = getattr(frame, name)

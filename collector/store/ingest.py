@@ -34,25 +34,24 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
 from gpufleet.agent import wire
-from gpufleet.collector.fleet.accounting import GpuClock, charge
+from gpufleet.collector.fleet.accounting import GpuClock, charge, holding
 from gpufleet.collector.model import sample
-from gpufleet.collector.model.classify import is_free, waste_users
-from gpufleet.collector.model.facts import SnapshotFacts
-from gpufleet.collector.model.jobkey import SLURM
+from gpufleet.collector.model.classify import activity, holdings, is_free, waste_of
+from gpufleet.collector.model.facts import GpuFacts, SnapshotFacts
 from gpufleet.collector.model.thresholds import Thresholds
 from gpufleet.collector.model.views import HostRecord
 from gpufleet.collector.settings import MAX_CLOCK_AHEAD
 from gpufleet.collector.store import slurm, usage
+from gpufleet.collector.store.accrual import SmRow, SpanAcc, Stretch, int64, note_jobs
 from gpufleet.collector.store.usage import CapacityKey, UsageKey
 
 #: A process without a start time that vanishes for longer than this starts a new span when it returns.
 NOSTART_GAP: Final = 60.0
-_INT64: Final = (1 << 63) - 1
 
 
 @dataclass(slots=True)
@@ -67,6 +66,9 @@ class FrameItem:
     facts: SnapshotFacts | None = None
     #: its running totals were added to ``IngestState.totals`` (a retry after a rollback adds nothing again)
     accrued: bool = False
+    #: each GPU's processes' SM utilization when the snapshot arrived (the edge updates it in place later:
+    #: collector/transport/delta.py); None: read from the processes (a frame no edge shares)
+    sm: list[SmRow] | None = None
 
 
 IngestItem: TypeAlias = FrameItem | HostRecord
@@ -83,31 +85,7 @@ class GpuState:
     clock: GpuClock  # newest sample (committed or in this batch), typical interval: what a sample charges
     nostart: dict[int, list[float]] = field(default_factory=dict)  # pid -> [span start, last seen]
     holders: frozenset[str] = frozenset()  # who held it at the last sample (orphaned memory stays theirs)
-
-
-@dataclass(slots=True)
-class SpanAcc:
-    """One process span's changes within a batch, upserted once per batch."""
-
-    gpu_id: int
-    pid: int
-    start: float
-    known: int
-    host_id: int
-    gpu_idx: int
-    proc: sample.ProcessSample  # latest sample of it in this batch
-    first: float
-    last: float
-    max_mem: int | None
-    sm_sum: float
-    sm_count: int
-
-    def row(self) -> tuple[Any, ...]:
-        p = self.proc
-        return (self.gpu_id, self.pid, self.start, self.known, self.host_id, self.gpu_idx, p.user,
-                _i(p.uid), p.command, p.kind, p.container, p.pod, p.job, int(p.attributed), p.state,
-                self.first, self.last, _i(p.gpu_memory), _i(self.max_mem), _i(p.sm_util), self.sm_sum,
-                self.sm_count)
+    stretch: Stretch | None = None  # its samples with the current process list, added up (store/accrual.py)
 
 
 @dataclass(slots=True)
@@ -139,11 +117,7 @@ class Totals:
 ACCRUE_INTERVAL: Final = 10.0
 
 
-def _i(value: int | None) -> int | None:
-    """SQLite integers are 64-bit; an absurd value from an agent becomes NULL instead of failing a batch."""
-    if value is None or -_INT64 <= value <= _INT64:
-        return value
-    return None
+_i = int64  # an absurd integer from an agent: NULL, not a failed batch
 
 
 # Every INSERT names its columns, so a later migration may add columns without breaking ingest.
@@ -195,8 +169,18 @@ class IngestState:
         self.slurm = slurm.SlurmSeen()
 
     def due(self, force: bool = False) -> bool:
-        """Is it time to write the running totals with the batch being written (or ``force``: a flush)?"""
-        return bool(self.totals) and (force or self._clock() - self._totals_at >= self.accrue_interval)
+        """Is it time to write the running totals with the batch being written (or ``force``: a flush)? Then
+        every GPU's stretch is handed over to them first (store/accrual.py)."""
+        if not force and self._clock() - self._totals_at < self.accrue_interval:
+            return False
+        self.settle()
+        return bool(self.totals)
+
+    def settle(self) -> None:
+        """Hand every GPU's stretch over to the totals (what its samples added since the last time)."""
+        for gs in self.gpus.values():
+            if gs.stretch is not None:
+                gs.stretch.hand_over(self.totals, gs)
 
     def written(self) -> None:
         """After the commit of a batch that wrote the totals: start adding up afresh."""
@@ -205,7 +189,9 @@ class IngestState:
 
     def reset(self) -> None:
         """Forget everything; used after a rollback so nothing refers to rows that no longer exist. The totals
-        stay: what they hold of the rolled-back batch is marked on its frames (FrameItem.accrued)."""
+        stay: what they hold of the rolled-back batch is marked on its frames (FrameItem.accrued), and so do
+        the stretches' sums, handed over to them first."""
+        self.settle()
         self.hosts.clear()
         self.gpus.clear()
         self.slurm.clear()
@@ -322,8 +308,10 @@ class IngestState:
         ts = snap.ts
         late = ts < self._rolled
         append = rows.samples.append
+        retry = item.accrued  # its totals were added before a rollback: this time they add nothing
         # first every statement the snapshot needs (a failure part-way must not have added anything) ...
-        fresh: list[tuple[int, sample.GpuSample, GpuState, float, list[float]]] = []
+        fresh: list[tuple[int, sample.GpuSample, GpuState, float]] = []
+        opening: list[tuple[int, GpuState, sample.GpuSample, list[float]]] = []
         for i, g in enumerate(snap.gpus):
             gs = self.gpu(conn, hid, g, ts)
             reasons = g.throttle_reasons
@@ -336,59 +324,71 @@ class IngestState:
             if seconds is None:
                 continue  # replayed or late: the sample row only (ignored if already there)
             rows.gpu_last[gs.id] = ts
-            # each process's span start (one without a start time: looked up, hence now)
-            starts = [p.start_time if p.start_time is not None else self._nostart_start(conn, gs, p.pid, ts)
-                      for p in g.processes]
-            fresh.append((i, g, gs, seconds, starts))
-        # ... then the running totals, once per frame (a retried frame adds to a throwaway)
-        totals = self.totals if not item.accrued else Totals()
+            if not retry and (gs.stretch is None or gs.stretch.processes is not g.processes):
+                if gs.stretch is not None:  # its processes changed: what the old list added goes over
+                    gs.stretch.hand_over(self.totals, gs)
+                    self._seen_until(gs, gs.stretch)
+                # each process's span start (one without a start time: looked up, hence now)
+                starts = [p.start_time if p.start_time is not None
+                          else self._nostart_start(conn, gs, p.pid, ts) for p in g.processes]
+                opening.append((i, gs, g, starts))
+            fresh.append((i, g, gs, seconds))
         item.accrued = True
+        if retry:
+            for _, g, _, _ in fresh:
+                for p in g.processes:  # the batch's slurm_jobs rows went with the rollback
+                    self.slurm.note(rows.slurm_jobs, hid, p, ts)
+            return
+        # ... then the running totals, once per frame (store/accrual.py)
         facts = item.facts
         # the loop's classification when it is this snapshot's under these thresholds; else worked out here
         shared = facts.gpus if facts is not None and facts.agrees(snap, self.params) else None
+        for i, gs, g, starts in opening:
+            gs.stretch = self._stretch(item.host, hid, g, starts, shared[i] if shared is not None else None)
+        totals = self.totals
         hour = usage.hour_of(ts)
-        for i, g, gs, seconds, starts in fresh:
-            if g.processes:
-                self._spans(gs, g.processes, starts, ts, rows, totals)
-            if seconds <= 0 or g.error is not None:
+        sm = item.sm
+        for i, g, gs, seconds in fresh:
+            stretch = gs.stretch
+            assert stretch is not None
+            charged = seconds > 0 and g.error is None
+            kind = shared[i].activity if shared is not None else activity(g, self.params) if charged else None
+            stretch.add(totals, gs, ts, sm[i] if sm is not None else tuple(p.sm_util for p in g.processes),
+                        seconds, g.util_gpu, kind in ("idle", "stuck"), charged)
+            if stretch.slurm_procs:
+                note_jobs(self.slurm, rows.slurm_jobs, stretch, ts)
+            if not charged:
                 continue
-            gf = shared[i] if shared is not None else None
-            waste = gf.waste if gf is not None else waste_users(g, self.params)
-            c = charge(item.host, g, seconds, waste, jobs=gf.jobs if gf is not None else None,
-                       last_holders=gs.holders, thresholds=self.params)
-            gs.holders = c.holders
             usage.add_capacity(totals.capacity, (hour, hid, gs.id), seconds, is_free(g, self.params))
-            for user, hours in c.users.items():
-                usage.add(totals.usage, (hour, hid, gs.id, user), hours)
-            for key, hours in c.jobs.items():
-                if key.startswith(SLURM):
-                    usage.add(totals.slurm_usage, (hour, hid, gs.id, key[len(SLURM):]), hours)
+            if not stretch.users:  # nobody holds it: orphaned memory stays its last holders' (per sample)
+                c = charge(item.host, g, seconds, (), last_holders=gs.holders, thresholds=self.params)
+                gs.holders = c.holders
+                for user, hours in c.users.items():
+                    usage.add(totals.usage, (hour, hid, gs.id, user), hours)
 
-    def _spans(self, gs: GpuState, procs: Sequence[sample.ProcessSample], starts: Sequence[float], ts: float,
-               rows: Rows, totals: Totals) -> None:
-        """Add the processes' sample to their spans; ``starts``: each one's span start (_snapshot)."""
-        spans = totals.spans
-        gid, hid, idx = gs.id, gs.host_id, gs.idx
-        for p, start in zip(procs, starts, strict=True):
-            known = 0 if p.start_time is None else 1
-            key = (gid, p.pid, start)
-            mem = p.gpu_memory
-            sm = p.sm_util
-            if p.job is not None:
-                self.slurm.note(rows.slurm_jobs, hid, p, ts)
-            acc = spans.get(key)
-            if acc is None:
-                spans[key] = SpanAcc(gid, p.pid, start, known, hid, idx, p, ts, ts, mem,
-                                     0.0 if sm is None else float(sm), 0 if sm is None else 1)
-                continue
-            acc.proc, acc.last, acc.host_id, acc.gpu_idx = p, ts, hid, idx
-            if mem is not None and (acc.max_mem is None or mem > acc.max_mem):
-                acc.max_mem = mem
-            if sm is not None:
-                acc.sm_sum += sm
-                acc.sm_count += 1
+    def _stretch(self, host: str, hid: int, g: sample.GpuSample, starts: list[float],
+                 gf: GpuFacts | None) -> Stretch:
+        """The stretch of the GPU's process list: who it charges and whose holding is waste (the facts'
+        answers when the loop's classification is this snapshot's, else classify's worked out here)."""
+        if gf is not None:
+            r = gf.roster
+            held, waste_idle, waste_busy = holding(host, g.processes, r.jobs), r.waste_idle, r.waste_busy
+        else:
+            who, zombies = holdings(g, self.params)
+            held = holding(host, g.processes)
+            waste_idle = waste_of("idle", who, zombies, self.params)
+            waste_busy = waste_of(None, who, zombies, self.params)
+        return Stretch.open(g.processes, starts, hid, held, waste_idle, waste_busy)
+
+    def _seen_until(self, gs: GpuState, stretch: Stretch) -> None:
+        """A stretch ended: its processes without a start time were last seen at its last sample, and those
+        gone for NOSTART_GAP start a new span when they return."""
         if gs.nostart:
-            stale = [pid for pid, (_, seen) in gs.nostart.items() if ts - seen > NOSTART_GAP]
+            for p in stretch.processes:
+                entry = gs.nostart.get(p.pid)
+                if entry is not None and p.start_time is None:
+                    entry[1] = max(entry[1], stretch.last)
+            stale = [pid for pid, (_, seen) in gs.nostart.items() if stretch.last - seen > NOSTART_GAP]
             for pid in stale:
                 del gs.nostart[pid]
 
@@ -432,7 +432,8 @@ def write_rows(conn: sqlite3.Connection, rows: Rows) -> None:
 
 
 def write_totals(conn: sqlite3.Connection, totals: Totals) -> None:
-    """The running totals' upserts (they add to what the rows hold: write each Totals once)."""
+    """The running totals' upserts (they add to what the rows hold: write each Totals once; the caller
+    settled the stretches first: IngestState.due)."""
     if totals.spans:
         conn.executemany(SPAN_UPSERT, [acc.row() for acc in totals.spans.values()])
     if totals.usage:

@@ -261,7 +261,9 @@ class Store:
 
     def submit_snapshot(self, host: str, snap: sample.Snapshot, received: float) -> None:
         facts = self.facts.of(host, snap) if self.facts is not None else None
-        self._w().put(FrameItem("snapshot", host, snap, received, facts=facts))
+        # the processes' SM utilization now: the stream's edge updates it in place with later samples
+        sm = [tuple([p.sm_util for p in g.processes]) for g in snap.gpus]
+        self._w().put(FrameItem("snapshot", host, snap, received, facts=facts, sm=sm))
 
     def submit_event(self, host: str, event: wire.Event, received: float) -> None:
         self._w().put(FrameItem("event", host, event, received))

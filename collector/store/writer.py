@@ -91,9 +91,13 @@ def _weight(item: Item) -> int:
 #: Rough bytes a queued item holds (Python objects, not JSON): enough to bound memory, cheap to compute.
 #: A snapshot's facts (collector/model/facts.py) ride with it: about half as much again as the frame (its
 #: per-GPU holders, jobs and groups, and each process's identity and keys); tests/store/test_queue_estimate.py
-#: measures both against tracemalloc.
+#: measures both against tracemalloc. A GPU's process list the writer took with the host's previous
+#: snapshot is the same object (collector/transport/delta.py): held once, counted once (ProcessLists).
 _ITEM, _GPU, _PROC = 200, 1000, 600
 _FACTS_GPU, _FACTS_PROC = 500, 300
+
+#: (host, GPU index) -> the process list the writer last took for it
+ProcessLists: TypeAlias = dict[tuple[str, int], list[sample.ProcessSample]]
 
 
 def _size(item: Item) -> int:
@@ -106,12 +110,18 @@ def _size(item: Item) -> int:
     return _ITEM
 
 
-def _estimate(frame: sample.Frame, with_facts: bool = False) -> int:
-    """The bytes a queued frame holds by the writer's reckoning, with its snapshot facts or without."""
+def _estimate(frame: sample.Frame, with_facts: bool = False, host: str | None = None,
+              taken: ProcessLists | None = None) -> int:
+    """The bytes a queued frame holds by the writer's reckoning, with its snapshot facts or without; a GPU's
+    processes count only when ``taken`` (with ``host``) does not hold their list already."""
     if isinstance(frame, sample.Snapshot):
         gpu, proc = (_GPU + _FACTS_GPU, _PROC + _FACTS_PROC) if with_facts else (_GPU, _PROC)
-        return _ITEM + sum(gpu + proc * len(g.processes) + sum(len(p.command or "") for p in g.processes)
-                           for g in frame.gpus)
+        total = _ITEM
+        for g in frame.gpus:
+            total += gpu
+            if taken is None or taken.get((host or "", g.index)) is not g.processes:
+                total += proc * len(g.processes) + sum(len(p.command or "") for p in g.processes)
+        return total
     if isinstance(frame, wire.Event):
         return _ITEM + len(frame.message)
     if isinstance(frame, wire.Hello):
@@ -189,6 +199,7 @@ class Writer:
         self._queue_max = max(1, queue_max)
         self._queue_max_bytes = max(1, queue_max_bytes)
         self._bytes = 0  # estimated memory held by the queued items (_size)
+        self._taken: ProcessLists = {}  # each GPU's process list of the host's last snapshot taken
         self._retry = max(0.01, retry_interval)
         self._on_health = on_health
         self.shedder = shedder if shedder is not None else Shedder()
@@ -243,10 +254,14 @@ class Writer:
         if self._closing:
             raise StorageError(f"{self._where}: store is closed")
         if isinstance(item, (FrameItem, HostRecord)):
-            why = admit.refusal(item, self._clock())
+            why = admit.refusal(item, self._clock(), self._taken)
             if why is not None:
                 self._refuse(item, why)
                 return
+        if isinstance(item, FrameItem) and isinstance(item.frame, sample.Snapshot):
+            item.size = _estimate(item.frame, item.facts is not None, item.host, self._taken)
+            for g in item.frame.gpus:
+                self._taken[(item.host, g.index)] = g.processes
         if isinstance(item, FrameItem) and item.kind == "snapshot":
             if not self.shedder.admit(item.host, self._fill(), item.frame.ts):
                 self._mark_gaps()

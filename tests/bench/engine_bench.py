@@ -3,7 +3,9 @@
     .venv/bin/python -m tests.bench.engine_bench [--hosts 150] [--gpus 8] [--procs 8] [--samples 20]
 
 The engine of the default config (every default rule) gets the simulator's frames of ``--hosts`` hosts,
-decoded by the collector's decoder, as the live view hands them over. The daemon's cycle-collector settings
+decoded by the collector's decoder and made snapshots by the stream's edge (collector/transport/delta.py: 1.3
+deltas, or with ``--full`` the full frames of a pre-1.3 agent), as the live view hands them over. The daemon's
+cycle-collector settings
 apply (collector/service/gcpause.py). It is warmed with as many samples as it is then measured on, so the
 rules' windows hold data. It prints:
 - the engine's CPU per snapshot;
@@ -25,10 +27,12 @@ from collections.abc import Callable
 from typing import Any
 
 from gpufleet.collector.alerts.engine import AlertEngine
+from gpufleet.collector.model import sample
 from gpufleet.collector.service import gcpause
 from gpufleet.collector.settings import Config, HostConfig
 from gpufleet.collector.simfleet import FrameGenerator
 from gpufleet.collector.transport import wirefast
+from gpufleet.collector.transport.delta import DeltaBase
 
 TARGET_MS = 0.15
 
@@ -47,19 +51,31 @@ def _timed(fn: Callable[..., Any], key: tuple[str, str], spent: Spent) -> Callab
     return run
 
 
+def _edge(edge: DeltaBase, frame: Any) -> sample.Snapshot:
+    """What the stream hands on: a delta applied to the connection's base, a full frame made the base."""
+    if isinstance(frame, sample.Delta):
+        return edge.apply(frame, float("inf"))
+    assert isinstance(frame, sample.Snapshot)
+    return edge.full(frame, float("inf"))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hosts", type=int, default=150)
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--procs", type=int, default=8, help="processes per GPU")
     ap.add_argument("--samples", type=int, default=20, help="samples per host measured (as many warm it)")
+    ap.add_argument("--full", action="store_true", help="full frames (a pre-1.3 agent) instead of deltas")
     args = ap.parse_args()
     gcpause.tune_for_daemon()
     names = [f"node{i:04d}" for i in range(args.hosts)]
     engine = AlertEngine(Config(hosts=[HostConfig(name=n) for n in names]), None)
     gens = [FrameGenerator(n, args.gpus, procs=args.procs) for n in names]
-    lines = [[g.snapshot(s) for g in gens] for s in range(1, 2 * args.samples + 1)]
-    frames = [[wirefast.decode(line) for line in row] for row in lines]
+    lines = [[g.snapshot(s) if args.full or s == 1 else g.delta(s) for g in gens]
+             for s in range(1, 2 * args.samples + 1)]
+    edges = [DeltaBase() for _ in gens]
+    frames = [[_edge(edge, wirefast.decode(line)) for edge, line in zip(edges, row, strict=True)]
+              for row in lines]
 
     def feed(rows: range) -> float:
         start = time.process_time()
@@ -83,7 +99,8 @@ def main() -> int:
     floor_ms = (time.process_time() - start) / 2000 * 1e3
     engine_ms = whole / n * 1e3
     print(f"python {sys.version.split()[0]}; {args.hosts} hosts x {args.gpus} GPUs x {args.procs} processes, "
-          f"{args.samples} samples each, {len(engine.rules)} rules")
+          f"{args.samples} samples each, {len(engine.rules)} rules, "
+          f"{'full frames' if args.full else '1.3 deltas'}")
     print(f"  engine, CPU per snapshot        {engine_ms:.3f} ms  ({engine_ms / floor_ms:.1f}x the floor)")
     print(f"  floor: json.loads of one frame  {floor_ms:.3f} ms")
     print(f"  the rules' share ({sum(spent.values()) / n * 1e3:.3f} ms per snapshot), largest first:")

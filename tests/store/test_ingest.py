@@ -9,7 +9,7 @@ import pytest
 from gpufleet.agent import wire
 from gpufleet.collector.fleet.accounting import GAP_FACTOR
 from gpufleet.collector.fleet.live import HostState
-from gpufleet.collector.model import sample, thresholds
+from gpufleet.collector.model import classify, sample, thresholds
 from gpufleet.collector.model.facts import FleetFacts
 from gpufleet.collector.model.thresholds import Thresholds
 from gpufleet.collector.settings import StorageConfig
@@ -210,15 +210,18 @@ async def test_usage_params_from_the_wasted_rule(config: StorageConfig) -> None:
 async def test_usage_reads_the_loops_classification_when_it_is_the_stores(
         config: StorageConfig, monkeypatch: pytest.MonkeyPatch) -> None:
     """With the daemon's shared facts the writer credits waste from them (no second classification) and the
-    figures are the same; facts under other thresholds are not read (the store judges by its own)."""
+    figures are the same; facts under other thresholds are not read (the store judges by its own). Per
+    change (store/accrual.py) the writer's own classification of a sample is its activity (whose holding is
+    waste is worked out once per process list)."""
     calls: list[int] = []
-    real = ingest.waste_users
+    real = ingest.activity
 
-    def counting(g: sample.GpuSample, t: Thresholds = thresholds.DEFAULT_THRESHOLDS) -> list[str]:
+    def counting(g: sample.GpuSample,
+                 t: Thresholds = thresholds.DEFAULT_THRESHOLDS) -> classify.Activity | None:
         calls.append(g.index)
         return real(g, t)
 
-    monkeypatch.setattr(ingest, "waste_users", counting)
+    monkeypatch.setattr(ingest, "activity", counting)
     frames = [snap(gpu(0, util=1, procs=[proc(1, mem=2 * GIB)]), gpu(1, util=90, procs=[proc(2, user="bob")]),
                    ts=100.0 + i) for i in range(11)]
     strict = Thresholds(min_memory_bytes=4 * GIB)  # alice's 2 GiB is not holding under these

@@ -31,6 +31,12 @@ class TransportError(CollectorError):
         super().__init__(f"{host}: {message}")
 
 
+class HostUnreachable(TransportError):
+    """The host did not answer: no TCP connection, or no SSH banner within ``connect_timeout`` (powered off,
+    cut off, or its sshd frozen). Nothing was spent on it but a socket, so it is tried again soon
+    (transport/manager.py), not after the handshake backoff."""
+
+
 class HostKeyError(TransportError):
     """The host's key is unknown (and policy is strict) or differs from known_hosts."""
 

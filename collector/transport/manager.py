@@ -3,7 +3,16 @@
 Each host loops dial -> stream -> down -> backoff -> dial. Hosts never share fate: a protocol error, a hung
 agent or a changed host key ends only that host's stream. Handshakes are CPU-bound, so at most
 ``max_concurrent_connects`` run at once; the rest queue. A direct host is reached first (TCP connect and the
-server's banner, outside the bound), so dead hosts wait on their timers without holding a slot. Status
+server's banner, outside the bound), so dead hosts wait on their timers without holding a slot.
+
+Two clocks for trying again (issue 33). A host that was reached and failed after (a handshake refused, an
+agent that exits, a connection that ends) backs off exponentially with full jitter, up to ``backoff_cap``:
+handshakes cost CPU on both sides, and a fleet that drops together must not come back in one wave. A host
+that did not answer at all (:class:`HostUnreachable`: no TCP connection, or no banner: powered off, cut off,
+sshd frozen) costs nothing but a socket to try, so it is *probed* on a short period (full jitter under
+``probe_cap``, 5 s), and the handshake follows only when the probe answers: a host whose sshd was frozen a
+minute is up seconds after it thaws, whatever the backoff had grown to. The connect bound still holds the
+handshakes of many hosts that answer at once. Status
 reaches the sink on every change: ``connecting`` (first attempt only), ``up`` (a valid hello arrived),
 ``down`` with a reason (the host stays ``down`` across retries, so alerts do not flap while it is
 unreachable), ``maintenance`` while the host is held (:meth:`FleetTransport.hold`: its session is ended, EOF
@@ -21,7 +30,7 @@ import time
 from collections.abc import Callable
 
 from gpufleet.agent import wire
-from gpufleet.collector.errors import ConfigError, TransportError
+from gpufleet.collector.errors import ConfigError, HostUnreachable, TransportError
 from gpufleet.collector.fleet.live import FleetSink, HostState, LiveView
 from gpufleet.collector.model.views import HostStatus
 from gpufleet.collector.settings import HostConfig
@@ -34,6 +43,10 @@ from gpufleet.collector.transport.stream import AgentStream
 log = logging.getLogger(__name__)
 
 STOP_REASON = "collector stopping"
+#: Seconds: the longest wait between two probes of a host that does not answer (module docstring). A host
+#: back from a freeze is probed within this, then dialled.
+PROBE_CAP = 5.0
+PROBE_BASE = 1.0
 RESTART_REASON = "restart requested"
 HOLD_REASON = "maintenance"
 
@@ -80,10 +93,11 @@ def _validate(hosts: list[HostConfig]) -> None:
 class _Host:
     """Per-host bookkeeping inside the manager."""
 
-    def __init__(self, config: HostConfig, state: HostState, backoff: Backoff) -> None:
+    def __init__(self, config: HostConfig, state: HostState, backoff: Backoff, probe: Backoff) -> None:
         self.config = config
         self.state = state
         self.backoff = backoff
+        self.probe = probe  # the waits between probes while it does not answer
         self.task: asyncio.Task[None] | None = None
         self.stream: AgentStream | None = None
         self.wake = asyncio.Event()  # restart_host, hold, release: skip the backoff sleep
@@ -96,7 +110,8 @@ class FleetTransport:
 
     def __init__(self, hosts: list[HostConfig], live: LiveView, *, max_concurrent_connects: int = 32,
                  clock: Callable[[], float] = time.time, backoff_base: float = 1.0, backoff_cap: float = 60.0,
-                 stable_after: float = 30.0, rng: random.Random | None = None) -> None:
+                 stable_after: float = 30.0, rng: random.Random | None = None,
+                 probe_cap: float = PROBE_CAP) -> None:
         _validate(hosts)
         self.sink: FleetSink = live
         self.clock = clock
@@ -108,7 +123,8 @@ class FleetTransport:
             state = live.add_host(h.name, h.tags, since=clock())  # the live view owns it; we report into it
             backoff = Backoff(backoff_base, backoff_cap, stable_after=stable_after,
                               rng=random.Random(self._rng.random()))
-            self._hosts[h.name] = _Host(h, state, backoff)
+            probe = Backoff(min(PROBE_BASE, probe_cap), probe_cap, rng=random.Random(self._rng.random()))
+            self._hosts[h.name] = _Host(h, state, backoff, probe)
         self._stopping = asyncio.Event()
         self._started = False
 
@@ -196,7 +212,7 @@ class FleetTransport:
                 host.state.reconnects += 1
             first = False
             host.wake.clear()
-            reason, slow, up_for = await self._attempt(host)
+            reason, slow, up_for, unreachable = await self._attempt(host)
             if reason == HOLD_REASON or host.held is not None:
                 continue  # we let go of it on purpose: not an observation of the host
             self._down(host, reason)
@@ -207,7 +223,11 @@ class FleetTransport:
                 last_reason = None  # it was up in between: the next down is news again
             if reason == RESTART_REASON:
                 continue
-            delay = host.backoff.slow() if slow else host.backoff.next()
+            if unreachable:
+                delay = host.probe.next()  # it cost nothing: ask again soon (module docstring)
+            else:
+                host.probe.reset()
+                delay = host.backoff.slow() if slow else host.backoff.next()
             # one line per new reason: a host that stays unreachable does not flood the log
             log.log(logging.INFO if reason != last_reason else logging.DEBUG,
                     "%s: down (%s); next attempt in %.1f s", host.config.name, reason, delay)
@@ -221,8 +241,9 @@ class FleetTransport:
             host.wake.clear()
             await host.wake.wait()
 
-    async def _attempt(self, host: _Host) -> tuple[str, bool, float | None]:
-        """One session. Returns (reason it ended, retry slowly?, seconds it was up or None)."""
+    async def _attempt(self, host: _Host) -> tuple[str, bool, float | None, bool]:
+        """One session. Returns (reason it ended, retry slowly?, seconds it was up or None, whether the host
+        did not answer at all)."""
         cfg = host.config
         up_at: list[float] = []
         loop = asyncio.get_running_loop()
@@ -238,12 +259,14 @@ class FleetTransport:
         host.stream = stream
         if self._stopping.is_set():
             stream.request_stop(STOP_REASON)
-        slow = False
+        slow = unreachable = False
         try:
             if cfg.transport == "local":
                 reason = await run_local(cfg, stream)
             else:
                 reason = await run_ssh(cfg, stream, self._ssh)
+        except HostUnreachable as exc:
+            reason, unreachable = str(exc).removeprefix(f"{cfg.name}: "), True
         except HostKeyRefused as exc:
             reason, slow = exc.reason, True
         except ConfigError as exc:
@@ -256,7 +279,7 @@ class FleetTransport:
         finally:
             host.stream = None
         up_for = loop.time() - up_at[0] if up_at else None
-        return reason, slow, up_for
+        return reason, slow, up_for, unreachable
 
     # ---------------------------------------------------------------------------------------- state
 

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from gpufleet.collector.errors import AgentError, ConfigError, TransportError
+from gpufleet.collector.errors import AgentError, ConfigError, HostUnreachable, TransportError
 from gpufleet.collector.settings import HostConfig
 from gpufleet.collector.transport.hostkeys import HostKeyRefused, HostKeyVerifier, KnownHostsStore
 from gpufleet.collector.transport.reach import reach
@@ -219,13 +219,14 @@ async def _dial(host: HostConfig, ctx: SshContext, tunnel: asyncssh.SSHClientCon
             async with ctx.connect_slots:
                 return await _handshake(address, options, host)
         # a dead or wedged host costs a timer here, not a connect slot (see reach.py)
-        sock = await reach(address, host.port, host.connect_timeout)
+        sock = await _reach(host, address, verifier)
         reached = asyncio.get_running_loop().time()
         async with ctx.connect_slots:
             if asyncio.get_running_loop().time() - reached > ctx.fresh_for:
                 # sshd's LoginGraceTime runs from accept: do not hand it a socket that idled in the queue
                 sock.close()
-                sock = await reach(address, host.port, host.connect_timeout)
+                sock = None
+                sock = await _reach(host, address, verifier)
             conn = await _handshake(address, {**options, "sock": sock}, host)
             sock = None  # the connection owns it now
             return conn
@@ -234,6 +235,18 @@ async def _dial(host: HostConfig, ctx: SshContext, tunnel: asyncssh.SSHClientCon
     finally:
         if sock is not None:
             sock.close()
+
+
+async def _reach(host: HostConfig, address: str, verifier: HostKeyVerifier) -> socket.socket:
+    """:func:`reach`, its failures :class:`HostUnreachable` (retried on the probe period, not the backoff);
+    a name that does not resolve is a plain TransportError (a typo must not cost a DNS query a second)."""
+    try:
+        return await reach(address, host.port, host.connect_timeout)
+    except socket.gaierror as exc:
+        raise _connect_error(host, exc, verifier) from None
+    except (OSError, asyncio.TimeoutError) as exc:
+        err = _connect_error(host, exc, verifier)
+        raise HostUnreachable(host.name, str(err).removeprefix(f"{host.name}: ")) from None
 
 
 async def _handshake(address: str, options: dict[str, Any], host: HostConfig) -> asyncssh.SSHClientConnection:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import os
 import re
 import shlex
@@ -227,3 +229,58 @@ async def test_forced_command_refuses_other_commands(forced: Sshd) -> None:
         with pytest.raises((asyncssh.Error, OSError, asyncio.TimeoutError, AssertionError)):
             async with conn.start_sftp_client() as sftp:
                 await asyncio.wait_for(sftp.listdir("/"), 5)
+
+
+def _sshd_tree(sshd_pid: int) -> list[int]:
+    """Our sshd and the sshd processes under it (its sessions), as ``pkill -STOP sshd`` would stop them."""
+    parent: dict[int, int] = {}
+    comm: dict[int, str] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            comm[int(entry)] = stat[stat.index("(") + 1:stat.rindex(")")]
+            parent[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+
+    def under(pid: int) -> bool:
+        while pid > 1:
+            if pid == sshd_pid:
+                return True
+            pid = parent.get(pid, 0)
+        return False
+
+    return [p for p, name in comm.items() if name.startswith("sshd") and under(p)]
+
+
+async def test_a_host_back_from_a_freeze_is_up_within_10_s(sshd: Sshd, sink: CollectingSink,
+                                                           transport_for: MakeTransport) -> None:
+    """Issue 33: sshd stopped (SIGSTOP, as a host whose sshd hangs) for 30 s, then SIGCONT: the host is up
+    again within 10 s. The dials while it was frozen reached TCP but no banner; before, each such failure grew
+    the handshake backoff (8 s doubling here, with this seed the old code waited 43.7 s after the thaw);
+    now a host that does not answer is probed every few seconds and dialled when it answers."""
+    import random
+    import signal
+
+    host = dataclasses.replace(sshd.host(agent_command=_agent_command(), agent_args=["--fake", "idle"]),
+                               connect_timeout=3.0)
+    t = transport_for([host], sink, backoff_base=8.0, backoff_cap=60.0, rng=random.Random(4))
+    await t.start()
+    await sink.wait_for(lambda: t.states()["real"].status == "up", what="up")
+    stopped = _sshd_tree(sshd.pid)
+    assert sshd.pid in stopped
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        await sink.wait_for(lambda: t.states()["real"].status == "down", timeout=30, what="down while frozen")
+        await asyncio.sleep(30.0)
+    finally:
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+    thawed = time.monotonic()
+    await sink.wait_for(lambda: t.states()["real"].status == "up", timeout=60, what="up after the thaw")
+    took = time.monotonic() - thawed
+    assert took <= 10.0, f"up {took:.1f} s after the thaw"
+    assert t.states()["real"].connects == 2

@@ -35,7 +35,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from operator import attrgetter
 from typing import Any, Final
 
 from gpufleet.agent import wire
@@ -47,6 +48,7 @@ from gpufleet.agent.wire import (
     GpuChange,
     GpuSample,
     MalformedFrame,
+    ProcessSample,
     Snapshot,
 )
 
@@ -94,6 +96,15 @@ def parse_control(line: bytes) -> str | None:
 # ------------------------------------------------------------------------------------------- encoding
 
 
+_PROCESS_FIELDS: Final = tuple(f.name for f in fields(ProcessSample))
+#: a process's record but its utilization, and its utilization, each as one tuple (attrgetter: in C)
+_IDENTITY: Final = attrgetter(*(f for f in _PROCESS_FIELDS if f not in PROCESS_UTIL))
+_UTIL: Final = attrgetter(*PROCESS_UTIL)
+_READING_NAMES: Final = tuple(f.name for f in fields(GpuSample) if f.name in READINGS)
+_READING_VALUES: Final = attrgetter(*_READING_NAMES)
+_CONSTANTS: Final = attrgetter(*GPU_CONSTANTS)
+
+
 @dataclass(slots=True)
 class _GpuBase:
     """One GPU as the last frame sent it: what the next delta is worked out against."""
@@ -101,33 +112,22 @@ class _GpuBase:
     index: int
     consts: tuple[Any, ...]
     readings: dict[str, Any]  # every reading sent (no constants, no processes), "index" included
-    procs: dict[int, tuple[dict[str, Any], tuple[Any, Any]]]  # pid -> (its record but util, util)
+    procs: dict[int, tuple[tuple[Any, ...], tuple[Any, ...]]]  # pid -> (its record but util, its util)
     order: list[int]
+    processes: list[ProcessSample]
 
 
-def _gpu_base(gpu: dict[str, Any]) -> _GpuBase | None:
-    """``gpu`` (a snapshot's GPU as encoded) taken apart; None when a delta could not describe it (a pid
-    listed twice: the processes of two MIG instances of one GPU)."""
-    procs: list[dict[str, Any]] = gpu.pop("processes", [])
-    consts = tuple(gpu.pop(k, None) for k in GPU_CONSTANTS)
-    pmap: dict[int, tuple[dict[str, Any], tuple[Any, Any]]] = {}
-    order = []
-    for p in procs:
-        pmap[p["pid"]] = (p, (p.pop("sm_util", None), p.pop("mem_util", None)))
-        order.append(p["pid"])
-    if len(pmap) != len(order):
+def _gpu_base(g: GpuSample) -> _GpuBase | None:
+    """``g`` taken apart as a delta compares it; None when a delta could not describe it (a pid listed twice:
+    the processes of two MIG instances of one GPU)."""
+    readings = {k: v for k, v in zip(_READING_NAMES, _READING_VALUES(g), strict=True) if v is not None}
+    mig = readings.pop("mig_instances", None)
+    if mig:  # as wire.encode writes it: objects as their fields, an empty list left out
+        readings["mig_instances"] = [wire._plain(m) for m in mig]
+    procs = {p.pid: (_IDENTITY(p), _UTIL(p)) for p in g.processes}
+    if len(procs) != len(g.processes):
         return None
-    return _GpuBase(gpu["index"], consts, gpu, pmap, order)
-
-
-def _record(attrs: dict[str, Any], util: tuple[Any, Any]) -> dict[str, Any]:
-    """A process's whole record again (its attributes and its utilization)."""
-    out = dict(attrs)
-    if util[0] is not None:
-        out["sm_util"] = util[0]
-    if util[1] is not None:
-        out["mem_util"] = util[1]
-    return out
+    return _GpuBase(g.index, _CONSTANTS(g), readings, procs, [p.pid for p in g.processes], g.processes)
 
 
 def _gpu_change(new: _GpuBase, old: _GpuBase) -> dict[str, Any] | None:
@@ -135,13 +135,14 @@ def _gpu_change(new: _GpuBase, old: _GpuBase) -> dict[str, Any] | None:
     changed: list[dict[str, Any]] = []
     util: list[list[Any]] = []
     before = old.procs
-    for pid in new.order:
-        attrs, u = new.procs[pid]
-        prev = before.get(pid)
-        if prev is None or prev[0] != attrs:
-            changed.append(_record(attrs, u))
+    now = new.procs
+    for p in new.processes:
+        ident, u = now[p.pid]
+        prev = before.get(p.pid)
+        if prev is None or prev[0] != ident:
+            changed.append(wire._plain(p))
         elif prev[1] != u:
-            util.append([pid, u[0], u[1]])
+            util.append([p.pid, *u])
     moved = new.order != old.order
     if not (changed or util or moved) and new.readings == old.readings:
         return None
@@ -159,7 +160,8 @@ class DeltaEncoder:
     """Encodes the agent's snapshots: full frames until :meth:`accept`, then a keyframe and deltas.
 
     The sampling thread calls :meth:`encode`; the stdin thread calls :meth:`accept` and :meth:`resync`
-    (they only set flags the next :meth:`encode` reads)."""
+    (they only set flags the next :meth:`encode` reads). A process's record is compared as a tuple of its
+    fields, and encoded only when it changed."""
 
     def __init__(self, keyframe_every: float = KEYFRAME_EVERY, clock: Callable[[], float] = time.monotonic,
                  max_line_bytes: int = wire.MAX_LINE_BYTES) -> None:
@@ -188,51 +190,48 @@ class DeltaEncoder:
         """The line to send for ``snapshot``."""
         if not self.accepted:
             return wire.encode(snapshot)
-        body = wire._plain(snapshot)
         now = self.clock()
-        if self._want_key or self._base is None or now - self._key_at >= self.keyframe_every:
-            return self._keyframe(body, now)
-        line = self._delta(body)
-        if line is None or len(line) > self.max_line_bytes:
-            return self._keyframe(wire._plain(snapshot), now)
-        self.deltas += 1
-        return line
+        if not self._want_key and self._base is not None and now - self._key_at < self.keyframe_every:
+            line = self._delta(snapshot)
+            if line is not None and len(line) <= self.max_line_bytes:
+                self.deltas += 1
+                return line
+        return self._keyframe(snapshot, now)
 
-    def _keyframe(self, body: dict[str, Any], now: float) -> bytes:
-        line = json.dumps(body, separators=(",", ":"), allow_nan=False).encode() + b"\n"
-        gpus = [_gpu_base(g) for g in body.get("gpus", [])]
+    def _keyframe(self, snapshot: Snapshot, now: float) -> bytes:
+        line = wire.encode(snapshot)
+        gpus = [_gpu_base(g) for g in snapshot.gpus]
         self._base = None if any(g is None for g in gpus) else [g for g in gpus if g is not None]
-        self._allocations = body.get("allocations", [])
-        self._seq = body["seq"]
+        self._allocations = [wire._plain(a) for a in snapshot.allocations]
+        self._seq = snapshot.seq
         self._want_key, self._key_at = False, now
         self.keyframes += 1
         return line
 
-    def _delta(self, body: dict[str, Any]) -> bytes | None:
+    def _delta(self, snapshot: Snapshot) -> bytes | None:
         """The delta line, or None when only a keyframe can say what changed."""
         base = self._base
         assert base is not None
-        gpus = body.get("gpus", [])
-        if len(gpus) != len(base):
+        if len(snapshot.gpus) != len(base):
             return None
         entries = []
         news = []
-        for raw, old in zip(gpus, base, strict=True):
-            new = _gpu_base(raw)
+        for g, old in zip(snapshot.gpus, base, strict=True):
+            new = _gpu_base(g)
             if new is None or new.index != old.index or new.consts != old.consts:
                 return None
             news.append(new)
             entry = _gpu_change(new, old)
             if entry is not None:
                 entries.append(entry)
-        out: dict[str, Any] = {"ts": body["ts"], "seq": body["seq"], "base": self._seq}
+        out: dict[str, Any] = {"ts": snapshot.ts, "seq": snapshot.seq, "base": self._seq}
         if entries:
             out["gpus"] = entries
-        allocations = body.get("allocations", [])
+        allocations = [wire._plain(a) for a in snapshot.allocations]
         if allocations != self._allocations:
             out["allocations"] = allocations
         out["type"], out["proto"] = "delta", wire.PROTO_VERSION
-        self._base, self._allocations, self._seq = news, allocations, body["seq"]
+        self._base, self._allocations, self._seq = news, allocations, snapshot.seq
         return json.dumps(out, separators=(",", ":"), allow_nan=False).encode() + b"\n"
 
 

@@ -1,9 +1,16 @@
 """One GPU's readings for one sample: what the sampler remembers about a GPU, and how it reads it.
 
-Tiered: utilization, memory, processes, temperature, power, energy, clocks, throttle reasons, fan, the
-health fields (HBM temperature, recovery action) and GPM activity every interval; names, serials,
-thresholds, power limit, ECC counts, remapped rows and the MIG layout every ``slow_every`` seconds (cached in
-between). Every read goes through the gateway, so a field that fails is null and named in the GPU's
+Tiered: utilization, memory, processes, temperature, power, clocks, throttle reasons, fan and GPM activity
+every interval; the energy counter and the health fields (HBM temperature, GPU recovery action) every
+``medium_every`` seconds (5), and at once after an Xid on the GPU; names, serials, thresholds, power limit,
+ECC counts, remapped rows and the MIG layout every ``slow_every`` seconds (cached in between).
+
+Why the middle tier (issue 33: the agent's CPU per sample within 1.1x a minimal loop, after issue 32 added
+these two NVML calls per GPU per sample): the operator loses nothing. The energy counter counts every
+millijoule whenever it is read (a reading 5 s old undercounts nothing, it is only 5 s old); HBM temperature
+follows the memory's heat, which moves over tens of seconds, and no rule reads it; the recovery action
+changes when the driver says so with Xid 154 (and after the critical Xids that need a reset), and an Xid on
+the GPU refreshes the tier at the next sample (:meth:`Sampler.xid_seen`). Every read goes through the gateway, so a field that fails is null and named in the GPU's
 ``read_errors`` (agent/nvml/codes.py decides what fails, what is missing and what means the GPU is gone).
 
 MIG (NVML API reference, "Multi-Instance GPU Management"): the parent's utilization and per-process
@@ -42,6 +49,10 @@ class GpuState:
     mig: list[tuple[Any, MigInstance]] = field(default_factory=list)
     slow_at: float | None = None  # monotonic time of the last slow-tier refresh
     slow_failed: dict[str, str] = field(default_factory=dict)  # slow-tier read errors, until the next refresh
+    medium_at: float | None = None  # monotonic time of the last middle-tier refresh (None: due now)
+    medium_failed: dict[str, str] = field(default_factory=dict)  # its read errors, until the next refresh
+    health: tuple[int | None, str | None] = (None, None)  # HBM temperature, recovery action (middle tier)
+    energy_mj: int | None = None  # the energy counter (middle tier)
     proc_ts: int = 0  # last-seen process-utilization timestamp (µs), passed back to NVML
     proc_util: dict[int, tuple[int, int, float]] = field(default_factory=dict)  # pid -> (sm, mem, seen at)
     fault: str | None = None  # "lost" | "unreadable" | "hung" while the GPU cannot be read
@@ -95,7 +106,12 @@ def refresh_slow(gw: nvml.Gateway, g: GpuState, now: float) -> None:
     g.slow_failed = dict(log.failed)
 
 
-def read_gpu(gw: nvml.Gateway, g: GpuState, now: float, slow_every: float, util_hold: float) -> GpuSample:
+#: Seconds between two reads of the middle tier (module docstring).
+MEDIUM_EVERY = 5.0
+
+
+def read_gpu(gw: nvml.Gateway, g: GpuState, now: float, slow_every: float, util_hold: float,
+             medium_every: float = MEDIUM_EVERY) -> GpuSample:
     """One sample of one GPU. Raises GpuLostError (NVML says it is gone) and GpuUnreadable (no handle);
     field failures are in the sample's ``read_errors`` and, when nothing answered, in
     ``GpuState.all_failed``."""
@@ -107,9 +123,14 @@ def read_gpu(gw: nvml.Gateway, g: GpuState, now: float, slow_every: float, util_
         refresh_slow(gw, g, now)
     h = g.handle
     log = gw.begin_reads()
+    if g.medium_at is None or now - g.medium_at >= medium_every:  # the middle tier (module docstring)
+        g.medium_at = now
+        g.health = gw.health_fields(h)
+        g.energy_mj = gw.energy(h)
+        g.medium_failed = dict(log.failed)
     util_gpu, util_mem = gw.utilization(h)
     mem = gw.memory(h)
-    memory_temp, recovery = gw.health_fields(h)
+    memory_temp, recovery = g.health
     if mem is not None and mem.total is not None:
         g.memory_total = mem.total
     remap = g.remapped
@@ -137,7 +158,7 @@ def read_gpu(gw: nvml.Gateway, g: GpuState, now: float, slow_every: float, util_
         ecc_uncorrected=g.ecc[1],
         mig_mode=g.mig_mode,
         memory_temperature=memory_temp,
-        energy_mj=gw.energy(h),
+        energy_mj=g.energy_mj,
         recovery_action=recovery,
         remapped_correctable=None if remap is None else remap.correctable,
         remapped_uncorrectable=None if remap is None else remap.uncorrectable,
@@ -149,7 +170,7 @@ def read_gpu(gw: nvml.Gateway, g: GpuState, now: float, slow_every: float, util_
     else:
         _gpm(gw, g, s)
         _read_processes(gw, g, s, now, util_hold)
-    failed = {**g.slow_failed, **log.failed}
+    failed = {**g.slow_failed, **g.medium_failed, **log.failed}
     s.read_errors = failed or None
     g.all_failed = g.all_failed + 1 if log.ok == 0 and log.failed else 0
     return s

@@ -296,6 +296,10 @@ class Agent:
         self._defects: set[str] = set()
 
     def _emit_event(self, event: wire.Event) -> None:
+        if event.kind == "xid":
+            xid_seen = getattr(self.sampler, "xid_seen", None)
+            if xid_seen is not None:
+                xid_seen(event.gpu_index)  # the GPU's health fields are read again at once
         self.writer.write(event)
 
     def _start_watcher(self) -> None:

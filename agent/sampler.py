@@ -134,7 +134,7 @@ class Sampler:
                     g.all_failed = 0  # answers again: the next sample decides whether the fault is over
                 else:
                     g.fault, g.error = probe.fault or g.fault, probe.error or g.error
-            g.slow_at = None
+            g.slow_at = g.medium_at = None
             g.gpm, g.gpm_probed, g.gpm_mig = None, False, {}
             self.gpus.append(g)
         self.vanished.extend(known.values())
@@ -344,6 +344,14 @@ class Sampler:
                 for g in self.gpus
             ],
         )
+
+    def xid_seen(self, index: int | None) -> None:
+        """An Xid on GPU ``index`` (None: which is unknown): its recovery action may have changed (Xid 154
+        says so), so its middle tier is read at the next sample (gpu_reader.py). Called from the Xid
+        watcher's thread: it only clears a time."""
+        for g in self.gpus:
+            if index is None or g.index == index:
+                g.medium_at = None
 
     def handle_map(self) -> dict[int, tuple[int, str]]:
         """handle key -> (index, uuid), for matching event-set events to GPUs."""

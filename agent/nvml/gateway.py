@@ -499,14 +499,19 @@ class Gateway:
         self._note_ok()
         by_pid: dict[int, tuple[int, int]] = {}
         last = since_ts
+        # pynvml's structures decode bytes on every field read, in Python (its __getattribute__); these rows
+        # hold numbers only, so read them through ctypes' own field descriptors (issue 33: a quarter of this
+        # call's time, every GPU, every sample). The fake backend's rows are plain objects.
+        field: Callable[[Any, str], Any] = ctypes.Structure.__getattribute__ \
+            if samples and isinstance(samples[0], ctypes.Structure) else getattr
         for s in samples:
-            ts = int(s.timeStamp)
+            ts = int(field(s, "timeStamp"))
             if ts < since_ts:
                 continue
             last = max(last, ts)
-            sm = max(0, min(100, int(s.smUtil)))
-            mem = max(0, min(100, int(s.memUtil)))
-            pid = int(s.pid)
+            sm = max(0, min(100, int(field(s, "smUtil"))))
+            mem = max(0, min(100, int(field(s, "memUtil"))))
+            pid = int(field(s, "pid"))
             old = by_pid.get(pid)
             by_pid[pid] = (sm, mem) if old is None else (max(old[0], sm), max(old[1], mem))
         return ProcessUtil(by_pid, last)

@@ -11,7 +11,12 @@ the same NVML readings and /proc files, one ``json.dumps`` per sample, no tiers,
 the floor of what any agent does. Target (issue 13): the agent's CPU per sample within 10 % of the loop's.
 Exits 1 when a target is missed.
 
+The bench talks to the agent as the collector does: it accepts 1.3 deltas on the agent's stdin
+(agent/delta.py), so the agent sends a keyframe and then what changed; ``--full`` leaves them unaccepted (a
+collector before 1.3: full snapshots every interval). A sample is a snapshot or a delta.
+
     .venv/bin/python -m tests.bench.agent_overhead [--seconds 60] [--gpus 8] [--procs 64] [--interval 1]
+        [--full]
 """
 
 from __future__ import annotations
@@ -28,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+
+from gpufleet.agent import delta
 
 from tests.fakenvml import fakelib
 
@@ -92,6 +99,7 @@ while True:
 """
 RSS_TARGET_MB = 40.0
 GIB = 1 << 30
+SAMPLES = ("snapshot", "delta")  # the frames that carry a sample
 
 
 @dataclass
@@ -116,8 +124,12 @@ class Frames:
                 self.sizes.setdefault(kind, []).append(len(line))
                 if kind == "snapshot":
                     self.last_snapshot = obj
-                    if self.first_snapshot_at is None:
-                        self.first_snapshot_at = time.monotonic()
+                if kind in SAMPLES and self.first_snapshot_at is None:
+                    self.first_snapshot_at = time.monotonic()
+
+    def samples(self) -> int:
+        """Snapshots and deltas so far (the caller holds the lock)."""
+        return sum(len(self.sizes.get(kind, [])) for kind in SAMPLES)
 
 
 def agent_command(interval: float) -> list[str]:
@@ -182,6 +194,7 @@ def main() -> int:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--procs", type=int, default=64)
     ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--full", action="store_true", help="do not accept deltas (a collector before 1.3)")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="gpufleet-bench-"))
@@ -200,9 +213,12 @@ def main() -> int:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
-        assert agent.stdout is not None
+        assert agent.stdout is not None and agent.stdin is not None
         reader = threading.Thread(target=frames.read, args=(agent.stdout,), daemon=True)
         reader.start()
+        if not args.full:  # as the collector does on the agent's hello
+            agent.stdin.write(delta.ACCEPT)
+            agent.stdin.flush()
         floor_frames = Frames()
         floor = subprocess.Popen([sys.executable, "-c", MINIMAL_LOOP, str(args.interval)],
                                  env=fakelib.env_for(lib_dir, state_path), stdout=subprocess.PIPE)
@@ -220,7 +236,7 @@ def main() -> int:
         threads0 = thread_seconds(agent.pid)
         cpu0, t0, fcpu0 = cpu_seconds(agent.pid), time.monotonic(), cpu_seconds(floor.pid)
         with frames.lock, floor_frames.lock:
-            n0, f0 = len(frames.sizes.get("snapshot", [])), len(floor_frames.sizes.get("snapshot", []))
+            n0, f0 = frames.samples(), len(floor_frames.sizes.get("snapshot", []))
         time.sleep(args.seconds)
         cpu1, t1, fcpu1 = cpu_seconds(agent.pid), time.monotonic(), cpu_seconds(floor.pid)
         threads1 = thread_seconds(agent.pid)
@@ -228,10 +244,9 @@ def main() -> int:
             floor_measured = len(floor_frames.sizes.get("snapshot", [])) - f0
         hwm_kb, rss_kb = status_kb(agent.pid, "VmHWM"), status_kb(agent.pid, "VmRSS")
         with frames.lock:
-            snaps = frames.sizes.get("snapshot", [])
-            measured = len(snaps) - n0
+            measured = frames.samples() - n0
             last = frames.last_snapshot or {}
-            sizes = dict(frames.sizes)
+            sizes = {kind: list(v) for kind, v in frames.sizes.items()}
     finally:
         if agent is not None:
             if agent.stdin:
@@ -260,7 +275,8 @@ def main() -> int:
             "GPUs / processes",
             f"{len(last.get('gpus', []))} / {len(procs)} ({attributed} attributed from /proc)",
         ),
-        ("interval", f"{args.interval:g} s, measured {t1 - t0:.1f} s, {measured} snapshots"),
+        ("interval", f"{args.interval:g} s, measured {t1 - t0:.1f} s, {measured} samples ("
+                     + ("full snapshots: deltas not accepted" if args.full else "1.3: keyframe and deltas") + ")"),
         ("start-up", f"{startup_s:.2f} s to first snapshot, {startup_cpu:.2f} CPU s"),
         ("CPU per minute", f"{cpu_per_min:.2f} s"),
         ("share of one core", f"{pct:.2f} %  (target < {CPU_TARGET_PCT:g} %)"),
@@ -275,10 +291,11 @@ def main() -> int:
             "peak RSS (VmHWM)",
             f"{hwm_kb / 1024:.1f} MB, now {rss_kb / 1024:.1f} MB  (target < {RSS_TARGET_MB:g} MB)",
         ),
-        ("bytes per snapshot", f"mean {sum(snaps) / max(1, len(snaps)):.0f}, max {max(snaps, default=0)}"),
+        *((f"bytes per {kind}", f"{len(v)} of them, mean {sum(v) / len(v):.0f}, max {max(v)}")
+          for kind, v in sizes.items() if kind in SAMPLES),
         (
             "other frames",
-            ", ".join(f"{k}: {len(v)} x ~{sum(v) // len(v)} B" for k, v in sizes.items() if k != "snapshot")
+            ", ".join(f"{k}: {len(v)} x ~{sum(v) // len(v)} B" for k, v in sizes.items() if k not in SAMPLES)
             or "none",
         ),
     ]

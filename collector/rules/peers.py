@@ -87,7 +87,7 @@ class IdlePeersRule(Rule):
         super().__init__(config)
         self._hosts: dict[str, _HostPart] = {}
         self._members: dict[str, set[str]] = {}  # job group -> the hosts where it holds GPUs
-        self._version = 0  # bumped when _members changes
+        self._version = 0  # bumped when a group comes to be on more hosts than one, or no longer is
 
     def observe_snapshot(self, ctx: HostContext, snapshot: Snapshot, now: float) -> None:
         gpus = self.facts(ctx, snapshot).gpus
@@ -121,15 +121,19 @@ class IdlePeersRule(Rule):
         after = new.by_group.keys() if new is not None else set()
         if before == after:
             return  # the same jobs as a sample ago: nothing to move (most samples)
-        self._version += 1
         for key in before - after:
             hosts = self._members.get(key)
             if hosts is not None:
                 hosts.discard(host)
+                if len(hosts) == 1:
+                    self._version += 1  # one host's group now: its candidates may change
                 if not hosts:
                     del self._members[key]
         for key in after - before:
-            self._members.setdefault(key, set()).add(host)
+            hosts = self._members.setdefault(key, set())
+            hosts.add(host)
+            if len(hosts) == 2:
+                self._version += 1  # on two hosts now
 
     def _drop(self, host: str) -> None:
         self._index(host, self._hosts.pop(host, None), None)

@@ -121,29 +121,35 @@ class DeltaBase:
         """The GPU's process list after ``gd``: the base's, its utilization updated, unless processes came,
         went or changed (then a new list, sharing the objects of the processes that did not)."""
         procs = old.processes
-        by_pid = self._by_pid(procs)
-        if gd.pids is not None or gd.changed:
-            by_pid = dict(by_pid)
-            if gd.changed:
-                _start_bound(gd.changed, latest_start)
-                for p in gd.changed:
-                    by_pid[p.pid] = p
-            order = gd.pids if gd.pids is not None else [p.pid for p in procs]
-            try:
-                procs = [by_pid[pid] for pid in order]
-            except KeyError as exc:
-                raise DeltaMismatch(f"delta {seq}: GPU {gd.index} lists pid {exc.args[0]} without its "
-                                    f"record") from None
-            by_pid = {p.pid: p for p in procs}
-            self._pids.pop(id(old.processes), None)
-            self._pids[id(procs)] = (procs, by_pid)
+        if gd.pids is None and not gd.changed:
+            if gd.util:  # the same processes, computing more or less: updated in place
+                self._utilization(self._by_pid(procs), gd, seq)
+            return procs
+        by_pid = dict(self._by_pid(procs))
+        if gd.changed:
+            _start_bound(gd.changed, latest_start)
+            for p in gd.changed:
+                by_pid[p.pid] = p
+        order = gd.pids if gd.pids is not None else [p.pid for p in procs]
+        try:
+            procs = [by_pid[pid] for pid in order]
+        except KeyError as exc:
+            raise DeltaMismatch(f"delta {seq}: GPU {gd.index} lists pid {exc.args[0]} without its "
+                                f"record") from None
+        by_pid = {p.pid: p for p in procs}
+        self._pids.pop(id(old.processes), None)
+        self._pids[id(procs)] = (procs, by_pid)
         if gd.util:
-            for pid, sm, mu in gd.util:
-                q = by_pid.get(pid)
-                if q is None:
-                    raise DeltaMismatch(f"delta {seq}: GPU {gd.index} has no pid {pid} to update")
-                q.sm_util, q.mem_util = sm, mu
+            self._utilization(by_pid, gd, seq)
         return procs
+
+    @staticmethod
+    def _utilization(by_pid: dict[int, sample.ProcessSample], gd: sample.GpuDelta, seq: int) -> None:
+        for pid, sm, mu in gd.util or ():
+            q = by_pid.get(pid)
+            if q is None:
+                raise DeltaMismatch(f"delta {seq}: GPU {gd.index} has no pid {pid} to update")
+            q.sm_util, q.mem_util = sm, mu
 
     def _by_pid(self, procs: list[sample.ProcessSample]) -> dict[int, sample.ProcessSample]:
         known = self._pids.get(id(procs))

@@ -68,6 +68,7 @@ class AlertEngine:
         #: each host's latest snapshot classified once for every rule (and the job tracker, which shares it)
         self.facts = facts if facts is not None else FleetFacts(thresholds_of(config.rules))
         self.rules = build_rules(config.rules, self.facts.thresholds)
+        self._per_snapshot = [rule for rule in self.rules.values() if rule.on_snapshot]
         self._counters: dict[str, int] = {"alerts_fired": 0, "alerts_resolved": 0, "notifications": 0,
                                           "user_notifications": 0, "save_errors": 0}
         self._hosts: dict[str, HostContext] = {}
@@ -203,10 +204,10 @@ class AlertEngine:
             ctx.facts = self.facts.of(host, frame)
             for g in frame.gpus:
                 ctx.uuids[g.index] = g.uuid
-            for rule in self.rules.values():
-                if rule.on_snapshot:
-                    rule.observe_snapshot(ctx, frame, received)
-                    self.lifecycle.reconcile(rule, ctx, rule.conditions(ctx, received), received)
+            reconcile = self.lifecycle.reconcile
+            for rule in self._per_snapshot:
+                rule.observe_snapshot(ctx, frame, received)
+                reconcile(rule, ctx, rule.conditions(ctx, received), received)
         elif isinstance(frame, wire.Event):
             for rule in self.rules.values():
                 if rule.observe_event(ctx, frame, received):

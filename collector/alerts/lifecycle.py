@@ -63,8 +63,8 @@ class Lifecycle:
 
     def reconcile(self, rule: Rule, ctx: HostContext, conditions: list[Condition] | None, now: float) -> None:
         """Make the alerts of (rule, host) match the rule's complete current set of conditions."""
-        if conditions is None:
-            return
+        if conditions is None or not conditions and (rule.name, ctx.name) not in self._scopes:
+            return  # no information, or nothing true and nothing of it alerted here (most calls)
         seen: set[str] = set()
         for c in conditions:
             if not selector_matches(rule.config.select, c.labels, ctx.tags):

@@ -108,15 +108,19 @@ class SnapshotFacts:
         """``previous``: the host's last facts, whose processes' keys carry over (module docstring)."""
         gpus = []
         same_host = previous is not None and previous.host == host
-        rosters: dict[int, Roster] = {}  # id(process list) -> its roster, from the previous snapshot
+        prior: list[GpuFacts] = []  # the previous snapshot's GPUs, whose rosters may carry over
         if same_host and previous is not None and (previous.thresholds is thresholds
                                                    or previous.thresholds == thresholds):
-            rosters = {id(gf.roster.processes): gf.roster for gf in previous.gpus}
+            prior = previous.gpus
         before = previous.known_keys if same_host and previous is not None else {}
         known: dict[ProcIdentity, tuple[str, str]] | None = None
-        for g in snapshot.gpus:
-            roster = rosters.get(id(g.processes))
-            changed = roster is None or roster.processes is not g.processes
+        for i, g in enumerate(snapshot.gpus):
+            roster: Roster | None = None
+            if i < len(prior) and prior[i].roster.processes is g.processes:
+                roster = prior[i].roster  # the same GPU in the same place: the common case
+            elif prior:
+                roster = next((gf.roster for gf in prior if gf.roster.processes is g.processes), None)
+            changed = roster is None
             if changed:
                 if known is None:
                     known = {}

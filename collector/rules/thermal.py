@@ -79,7 +79,9 @@ class ThrottlingRule(Rule):
         watched = set(self.p.reasons)
         out: list[Condition] = []
         for g in ctx.snapshot.gpus:
-            active = sorted(watched.intersection(g.throttle_reasons or []))
+            if not g.throttle_reasons:
+                continue  # not throttling (or not reported): most samples
+            active = sorted(watched.intersection(g.throttle_reasons))
             if g.error or not active:
                 continue
             reasons = ", ".join(active)

@@ -129,10 +129,11 @@ class Stretch:
                 by_job.setdefault(p.job, p)
         return cls(processes, starts, host_id, users, jobs, frozenset(held.users), list(by_job.values()))
 
-    def add(self, totals: Totals, gs: GpuState, ts: float, sms: SmRow, seconds: float, util: int | None,
-            idle: bool, charged: bool) -> None:
-        """One sample: its time and SM row always; its GPU-hours when ``charged`` (seconds > 0, no error) and
-        someone holds the GPU (else the caller charges it per sample: orphaned memory)."""
+    def add(self, totals: Totals, gs: GpuState, ts: float, hour: int, sms: SmRow, seconds: float,
+            util: int | None, idle: bool, charged: bool) -> None:
+        """One sample (``hour``: usage.hour_of its time): its time and SM row always; its GPU-hours when
+        ``charged`` (seconds > 0, no error) and someone holds the GPU (else the caller charges it per sample:
+        orphaned memory)."""
         if self.first is None:
             self.first = ts
         self.last = ts
@@ -140,7 +141,6 @@ class Stretch:
         if not charged or not self.users:
             return
         gs.holders = self.holders
-        hour = usage.hour_of(ts)
         if hour != self.hour:
             self._hand_over_hours(totals, gs)
             self.hour = hour

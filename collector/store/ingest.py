@@ -6,17 +6,21 @@ batch rolls back the writer calls :meth:`IngestState.reset` and everything is re
 a retried batch is converted again from the same starting point (no double-counted usage).
 
 Running totals -- process spans, GPU-hours (usage, per user and per Slurm job) and capacity -- are written
-every ``accrue_interval`` seconds (10 by default; 0: with every batch, as before), not with every batch: they
-are upserts of one row a process or GPU-user-hour, so written each batch (every 0.5 s at fleet scale) they
-cost more than the samples. Between writes they accumulate in :class:`Totals` (``IngestState.totals``)
-straight from each snapshot: no per-batch copy to merge. A frame whose totals were added is marked
-(``FrameItem.accrued``); if its batch rolls back and it is written again, it adds to a throwaway instead, so a
-retried batch adds nothing twice. A snapshot's statements (ids, GPU registration, the span lookups) all run
-before it adds anything, so a write that fails part-way through a snapshot has added none of it. The
-trade-off: a reader of the file sees spans and GPU-hours up to ``accrue_interval`` late, and a crash (kill
--9, power) loses at most that much of those totals, never a sample. A flush someone awaits
-(:meth:`Store.flush`), a clean stop, and the store's own reads of spans and GPU-hours
-(``Writer.write_totals`` first) write them.
+every ``accrue_interval`` seconds (60 by default; 0: with every batch, as before), not with every batch:
+they are upserts of one row a process or GPU-user-hour, so written each batch (every 0.5 s at fleet scale)
+they cost more than the samples, and written every 10 s they were still half the writer's work at 300 hosts
+of 8 GPUs x 8 processes (issue 33: 64 span and 64 GPU-user upserts a host every interval). Between writes
+they accumulate in :class:`Totals` (``IngestState.totals``) straight from each snapshot: no per-batch copy
+to merge. A frame whose totals were added is marked (``FrameItem.accrued``); if its batch rolls back and it
+is written again, it adds to a throwaway instead, so a retried batch adds nothing twice. A snapshot's
+statements (ids, GPU registration, the span lookups) all run before it adds anything, so a write that fails
+part-way through a snapshot has added none of it. The trade-off: a reader of the file sees spans and
+GPU-hours up to ``accrue_interval`` late, and a crash (kill -9, power) loses at most that much of those
+totals, never a sample. A flush someone awaits (:meth:`Store.flush`), a clean stop, and the store's own
+reads of spans and GPU-hours (``Writer.write_totals`` first) write them. Per change (issue 33): while a
+GPU's process list is one object, its samples are added up in a :class:`~.accrual.Stretch` and handed to the
+totals when the list changes, at the hour, before the totals are written and before a rollback forgets the
+GPU (:meth:`IngestState.settle`).
 
 A sample older than or equal to the GPU's newest one (a replay, or late) is still inserted with
 ``INSERT OR IGNORE`` but adds nothing to process spans or usage, so replays are idempotent. A sample for a
@@ -114,7 +118,7 @@ class Totals:
 
 
 #: Seconds between writes of the running totals (Tuning.accrue_interval; module docstring).
-ACCRUE_INTERVAL: Final = 10.0
+ACCRUE_INTERVAL: Final = 60.0
 
 
 _i = int64  # an absurd integer from an agent: NULL, not a failed batch
@@ -353,8 +357,8 @@ class IngestState:
             assert stretch is not None
             charged = seconds > 0 and g.error is None
             kind = shared[i].activity if shared is not None else activity(g, self.params) if charged else None
-            stretch.add(totals, gs, ts, sm[i] if sm is not None else tuple(p.sm_util for p in g.processes),
-                        seconds, g.util_gpu, kind in ("idle", "stuck"), charged)
+            sms = sm[i] if sm is not None else tuple(p.sm_util for p in g.processes)
+            stretch.add(totals, gs, ts, hour, sms, seconds, g.util_gpu, kind in ("idle", "stuck"), charged)
             if stretch.slurm_procs:
                 note_jobs(self.slurm, rows.slurm_jobs, stretch, ts)
             if not charged:

@@ -86,7 +86,7 @@ async def collector_over(scripts: dict[str, Iterable[str]], *, ts_offsets: dict[
                          accrue_interval: float = 0.0, **config: Any) -> AsyncIterator[Fleet]:
     """A started collector with one local host per script (name -> frame lines); hosts in ``repeat`` keep
     printing their script's last line. GPU-hours and spans reach the file with every batch
-    (``accrue_interval`` 0; the daemon's is 10 s), so a test that reads the file waits for no interval."""
+    (``accrue_interval`` 0; the daemon's is 60 s), so a test that reads the file waits for no interval."""
     home = Path(tempfile.mkdtemp(prefix="gfhost-", dir="/tmp"))
     hosts = []
     for name, lines in scripts.items():

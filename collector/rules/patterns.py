@@ -30,6 +30,7 @@ from gpufleet.collector.settings import RuleConfig
 from gpufleet.collector.units import fmt_bytes, fmt_duration
 
 ProcKey = tuple[int, float | None]  # pid, start time
+_NAN = float("nan")
 
 
 @dataclass(slots=True)
@@ -186,16 +187,21 @@ class UnderusedRule(Rule):
         self._hosts.pop(host, None)
 
 
+def _memory_window(span: float) -> Window[float]:
+    """A GPU's memory used per sample, as doubles (NaN: not reported; bytes are exact under 2**53)."""
+    return Window(span, typecode="d")
+
+
 @dataclass(slots=True)
 class _GpuTrack:
-    window: Window[tuple[int, int | None]]  # (util, memory used)
+    window: Window[float]  # memory used per sample (NaN: not reported); util swings are counted as they come
     side: str | None = None  # the band of the latest sample that was in one: high | low
     #: when util moved from one band to the other (above high_above <-> under low_below); values between
     #: the bands keep the side, so noise around one threshold is not a swing
     swings: deque[float] = field(default_factory=deque)
 
     def add(self, ts: float, util: int, memory: int | None, high_above: float, low_below: float) -> None:
-        if self.window.add(ts, (util, memory)) is None:
+        if self.window.add(ts, _NAN if memory is None else float(memory)) is None:
             return
         side = "high" if util > high_above else "low" if util < low_below else self.side
         if side is not None and self.side is not None and side != self.side:
@@ -221,7 +227,7 @@ class InputBoundRule(Rule):
         for g in snapshot.gpus:
             if g.error or g.util_gpu is None:
                 continue  # an unreadable sample ends the series: the pattern must be seen unbroken
-            track = tracks[g.uuid] = old.get(g.uuid) or _GpuTrack(Window(span))
+            track = tracks[g.uuid] = old.get(g.uuid) or _GpuTrack(_memory_window(span))
             track.add(now, g.util_gpu, g.memory_used, high, low)
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
@@ -247,10 +253,10 @@ class InputBoundRule(Rule):
         per_minute = len(track.swings) * 60.0 / max(track.window.covered(), 1.0)
         if per_minute < self.p.min_swings_per_minute:
             return None
-        mems = [m for _, m in track.window.values() if m is not None]  # only once the util saws
+        mems = [m for m in track.window.values() if m == m]  # only once the util saws; NaN: not reported
         if not mems:
             return None
-        spread = max(mems) - min(mems)
+        spread = int(max(mems) - min(mems))
         total = g.memory_total or max(mems)
         if total <= 0 or spread > total * self.p.memory_steady_pct / 100.0:
             return None  # memory moves with util: phases of different work (evaluation), not starvation

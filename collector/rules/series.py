@@ -8,9 +8,9 @@ sample costs O(1), not a scan of the window.
 
 from __future__ import annotations
 
-from collections import deque
+from array import array
 from collections.abc import Iterator
-from typing import Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 T = TypeVar("T")
 DEFAULT_CAP: Final = 2048
@@ -20,47 +20,66 @@ COVERAGE: Final = 0.9
 
 
 class Window(Generic[T]):
-    __slots__ = ("span", "cap", "_points")
+    """The points of the last ``span`` seconds. Kept compact (issue 33: a window per GPU per rule, thousands
+    of hosts): their times in one array of doubles, their values in a list or, with ``typecode``, in an array
+    of that type, not a tuple and a float object per point."""
 
-    def __init__(self, span: float, cap: int = DEFAULT_CAP) -> None:
+    __slots__ = ("span", "cap", "_ts", "_values", "_head")
+
+    def __init__(self, span: float, cap: int = DEFAULT_CAP, typecode: str | None = None) -> None:
         self.span = float(span)
         self.cap = cap
-        self._points: deque[tuple[float, T]] = deque(maxlen=cap)
+        self._ts = array("d")
+        self._values: Any = array(typecode) if typecode else []
+        self._head = 0  # the first live point; the dead ones before it are cut off in bulk
 
     def add(self, ts: float, value: T) -> list[T] | None:
         """Add a sample; returns the values that dropped out (so a caller keeps sums and counts without
         rescanning), or None when the sample was skipped (not added)."""
-        pts = self._points
-        if pts and ts - pts[-1][0] < self.span / self.cap:
+        times, values, head = self._ts, self._values, self._head
+        if len(times) > head and ts - times[-1] < self.span / self.cap:
             return None  # a replay, or faster than the window needs
-        dropped = [pts.popleft()[1]] if len(pts) == self.cap else []
-        pts.append((ts, value))
-        while pts and pts[0][0] < ts - self.span:
-            dropped.append(pts.popleft()[1])
+        dropped = []
+        if len(times) - head == self.cap:
+            dropped.append(values[head])
+            head += 1
+        times.append(ts)
+        values.append(value)
+        cutoff = ts - self.span
+        while head < len(times) and times[head] < cutoff:
+            dropped.append(values[head])
+            head += 1
+        if head > 32 and 4 * head > len(times):
+            del times[:head]
+            del values[:head]
+            head = 0
+        self._head = head
         return dropped
 
     def covered(self) -> float:
         """Seconds between the oldest and newest point."""
-        return self._points[-1][0] - self._points[0][0] if len(self._points) > 1 else 0.0
+        times = self._ts
+        return times[-1] - times[self._head] if len(times) - self._head > 1 else 0.0
 
     def oldest(self) -> float | None:
         """When the oldest point was added (None: empty)."""
-        return self._points[0][0] if self._points else None
+        return self._ts[self._head] if len(self._ts) > self._head else None
 
     def full(self) -> bool:
         """The samples span (almost) the whole window: a verdict over it means something."""
         return self.covered() >= COVERAGE * self.span
 
     def values(self) -> Iterator[T]:
-        return (v for _, v in self._points)
+        return iter(self._values[self._head:])
 
     def copy(self) -> Window[T]:
         twin: Window[T] = Window(self.span, self.cap)
-        twin._points.extend(self._points)
+        twin._ts = self._ts[self._head:]
+        twin._values = self._values[self._head:]
         return twin
 
     def __len__(self) -> int:
-        return len(self._points)
+        return len(self._ts) - self._head
 
 
 class WindowMean:
@@ -68,13 +87,17 @@ class WindowMean:
 
     Values are summed into buckets of ``span / buckets`` seconds, and the :class:`Window` holds the closed
     buckets' (sum, count): every value counts (no sample is skipped, so a sawtooth cannot alias into the
-    mean), and a value costs a few additions until its bucket closes. The mean includes the open bucket.
+    mean), and a value costs a few additions until its bucket closes. The mean includes the open bucket. A
+    bucket is two doubles (its sum in the window's array, its count in ``_counts``, in step with the window's
+    points), not a tuple of two objects.
     """
 
-    __slots__ = ("window", "step", "total", "count", "_open_ts", "_open_sum", "_open_n")
+    __slots__ = ("window", "step", "total", "count", "_open_ts", "_open_sum", "_open_n", "_counts", "_first")
 
     def __init__(self, span: float, buckets: int = 256) -> None:
-        self.window: Window[tuple[float, int]] = Window(span, cap=buckets)
+        self.window: Window[float] = Window(span, cap=buckets, typecode="d")
+        self._counts = array("d")  # each kept bucket's count, the window's points' order
+        self._first = 0  # the first live one
         self.step = self.window.span / buckets
         self.total = 0.0  # sum of every value in the window and the open bucket
         self.count = 0
@@ -85,11 +108,20 @@ class WindowMean:
     def add(self, ts: float, value: float) -> None:
         if ts - self._open_ts >= self.step:
             if self._open_n:
-                bucket = (self._open_sum, self._open_n)
-                dropped = self.window.add(self._open_ts, bucket)
-                for old_sum, old_n in [bucket] if dropped is None else dropped:  # None: not kept
-                    self.total -= old_sum
-                    self.count -= old_n
+                dropped = self.window.add(self._open_ts, self._open_sum)
+                if dropped is None:  # not kept
+                    self.total -= self._open_sum
+                    self.count -= self._open_n
+                else:
+                    counts = self._counts
+                    counts.append(self._open_n)
+                    for old_sum in dropped:
+                        self.total -= old_sum
+                        self.count -= int(counts[self._first])
+                        self._first += 1
+                    if self._first > 32 and 4 * self._first > len(counts):
+                        del counts[:self._first]
+                        self._first = 0
             self._open_ts, self._open_sum, self._open_n = ts, 0.0, 0
         self._open_sum += value
         self._open_n += 1
@@ -104,6 +136,7 @@ class WindowMean:
         twin = WindowMean.__new__(WindowMean)
         twin.window, twin.step, twin.total, twin.count = self.window.copy(), self.step, self.total, self.count
         twin._open_ts, twin._open_sum, twin._open_n = self._open_ts, self._open_sum, self._open_n
+        twin._counts, twin._first = self._counts[self._first:], 0
         return twin
 
     def full(self) -> bool:

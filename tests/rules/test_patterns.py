@@ -16,7 +16,7 @@ def feed(r, snaps, start=0.0):
 
 
 def swings(utils: list[int]) -> int:
-    track = _GpuTrack(Window(1000.0))
+    track = _GpuTrack(Window(1000.0, typecode="d"))
     for t, u in enumerate(utils):
         track.add(float(t), u, None, 70, 20)
     return len(track.swings)

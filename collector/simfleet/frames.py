@@ -1,10 +1,13 @@
 """The simulator's agent frames: pre-encoded, so serving thousands of hosts measures the collector, not this.
 
-A simulated host plays a cycle of :data:`CYCLE` one-second states, the same shape on every host: each GPU's
-util, power, temperature and memory move a little every second, the first process on each GPU (a trainer)
-changes its SM util every second and the others (small helpers of other users) every ten; once a cycle one
-helper leaves GPU 0 and another arrives later, and GPU 1's trainer grows its memory and shrinks it back. So
-a 1.3 delta carries what a real host's would, and the collector's work per change is exercised.
+A simulated host runs two Slurm jobs, each on half its GPUs (as a DDP job does: one rank a GPU), and plays a
+cycle of :data:`CYCLE` one-second states, the same shape on every host: each GPU's util, power, temperature
+and memory move a little every second; on each GPU the job's rank changes its SM util every second and the
+job's other processes (its data loader workers, each holding a CUDA context) every ten; once a cycle a
+worker leaves GPU 0 and another arrives later, and GPU 1's rank grows its memory and shrinks it back. The
+processes carry what the agent reads from /proc and Slurm (user, command, start time, parent, job and its
+name, user, account, partition, state): a full frame of 8 GPUs x 8 processes is about 30 KB, like a real
+host's. So a 1.3 delta carries what a real host's would, and the collector's work per change is exercised.
 
 What is encoded once per shape (GPUs x processes), for every host: the delta of each step of the cycle
 (agent/delta.py's own encoder made them: deltas name no host), and each state's full snapshot with the
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import socket
 import time
+import zlib
 from dataclasses import dataclass
 from typing import ClassVar, Final
 
@@ -28,30 +32,49 @@ _HOST: Final = "@HOST@"  # stands for the host's name in the shared encodings
 GIB: Final = 1 << 30
 
 
-def _processes(i: int, k: int, procs: int) -> list[wire.ProcessSample]:
+#: The host's two Slurm jobs: (id, user, uid, name, account), each on half of its GPUs. The ids stand for
+#: each host's own (:func:`job_ids`): a Slurm job id names one job in the cluster, and two jobs that every
+#: host shared would be one job spanning the whole fleet, which no real fleet runs on every host.
+JOBS: Final = (("@JOB0@", "alice", 1001, "llama-pretrain", "nlp"),
+               ("@JOB1@", "bob", 1002, "vit-finetune", "vision"))
+
+
+def job_ids(name: str) -> tuple[bytes, bytes]:
+    """Host ``name``'s two job ids: from the number in its name (sim-0042), else a checksum of it."""
+    digits = "".join(c for c in name if c.isdigit())
+    n = int(digits[-7:]) if digits else zlib.crc32(name.encode()) % 10_000_000
+    return b"%d" % (1_000_000 + 2 * n), b"%d" % (1_000_001 + 2 * n)
+
+
+def _processes(i: int, k: int, gpus: int, procs: int) -> list[wire.ProcessSample]:
     """GPU ``i``'s processes in state ``k`` of the cycle."""
+    job, user, uid, name, account = JOBS[0 if i < max(1, gpus // 2) else 1]
+    rank = i if i < max(1, gpus // 2) else i - gpus // 2
     out = []
     for j in range(max(1, procs)):
         pid = 10_000 + 100 * i + j
-        if i == 0 and j == procs - 1 and j > 0:  # GPU 0's last helper: leaves at 20, another comes at 40
+        if i == 0 and j == procs - 1 and j > 0:  # GPU 0's last worker: leaves at 20, another comes at 40
             if 20 <= k < 40:
                 continue
             if k >= 40:
                 pid += 50
-        trainer = j == 0
-        memory = ((20 + i) if trainer else 1) << 30
-        if trainer and i == 1 and k >= 30:
-            memory += GIB  # the trainer's cache grows for half the cycle
-        sm = 80 + (3 * k + i) % 20 if trainer else 5 + (k // 10 + j) % 3
+        main = j == 0  # the rank; the others are its data loader workers
+        memory = ((20 + i) << 30) if main else 512 << 20
+        if main and i == 1 and k >= 30:
+            memory += GIB  # the rank's cache grows for half the cycle
+        sm = 80 + (3 * k + i) % 20 if main else 5 + (k // 10 + j) % 3
+        command = (f"/opt/conda/bin/python -u train.py --config configs/{name}.yaml --local-rank {rank}"
+                   + ("" if main else f" --dataloader-worker {j}"))
         out.append(wire.ProcessSample(
-            pid=pid, gpu_memory=memory, sm_util=sm, mem_util=sm // 3, user="alice" if trainer else f"user{j}",
-            uid=1000 + j, command=f"python train.py --rank {j} --config cfg.yaml", start_time=1.7e9 + j,
-            state="R"))
+            pid=pid, gpu_memory=memory, sm_util=sm, mem_util=sm // 3, user=user, uid=uid, command=command,
+            start_time=1.7e9 + i, state="R" if main else "S", ppid=9_000 + i if main else pid - j,
+            job=job, job_name=name, job_user=user, job_account=account, job_partition="gpu",
+            job_state="RUNNING"))
     return out
 
 
-def _gpu(host: str, i: int, k: int, procs: int) -> wire.GpuSample:
-    plist = _processes(i, k, procs)
+def _gpu(host: str, i: int, k: int, gpus: int, procs: int) -> wire.GpuSample:
+    plist = _processes(i, k, gpus, procs)
     return wire.GpuSample(
         index=i, uuid=f"GPU-sim-{host}-{i}", name="Simulated H100", util_gpu=90 + (7 * k + 3 * i) % 10,
         util_mem=35 + (5 * k + i) % 10, memory_total=80 << 30,
@@ -62,7 +85,12 @@ def _gpu(host: str, i: int, k: int, procs: int) -> wire.GpuSample:
 
 
 def _state(host: str, k: int, gpus: int, procs: int) -> wire.Snapshot:
-    return wire.Snapshot(ts=0.0, seq=0, gpus=[_gpu(host, i, k, procs) for i in range(gpus)])
+    half = max(1, gpus // 2)
+    alloc = [wire.SlurmAllocation(job=job, gpu_indexes=[i for i in range(gpus) if (i < half) == (n == 0)],
+                                  name=name, user=user, account=account, partition="gpu", state="RUNNING")
+             for n, (job, user, _, name, account) in enumerate(JOBS)]
+    return wire.Snapshot(ts=0.0, seq=0, gpus=[_gpu(host, i, k, gpus, procs) for i in range(gpus)],
+                         allocations=[a for a in alloc if a.gpu_indexes])
 
 
 def _split(line: bytes, head: int) -> bytes:
@@ -117,7 +145,8 @@ class FrameGenerator:
             shape = self._shapes[key] = _shape(gpus, max(1, procs))
         self._shape = shape
         self._host = name.encode()
-        first = _gpu(name, 0, 0, 1)
+        self._jobs = job_ids(name)
+        first = _gpu(name, 0, 0, gpus, 1)
         self.gpu_info = [wire.GpuInfo(index=i, uuid=f"GPU-sim-{name}-{i}", name=first.name,
                                       memory_total=first.memory_total, power_limit=first.power_limit,
                                       temp_slowdown=first.temp_slowdown, temp_shutdown=first.temp_shutdown)
@@ -132,7 +161,7 @@ class FrameGenerator:
 
     def snapshot(self, seq: int) -> bytes:
         """The full snapshot of state ``seq`` (a keyframe, or any frame of a pre-1.3 host)."""
-        body = self._shape.fulls[seq % CYCLE].replace(_HOST.encode(), self._host)
+        body = self._own(self._shape.fulls[seq % CYCLE].replace(_HOST.encode(), self._host))
         return b'{"ts":%.6f,"seq":%d' % (time.time(), seq) + body
 
     keyframe = snapshot
@@ -140,4 +169,8 @@ class FrameGenerator:
     def delta(self, seq: int) -> bytes:
         """The delta from state ``seq - 1`` to state ``seq``."""
         head = b'{"ts":%.6f,"seq":%d,"base":%d' % (time.time(), seq, seq - 1)
-        return head + self._shape.deltas[seq % CYCLE]
+        return head + self._own(self._shape.deltas[seq % CYCLE])
+
+    def _own(self, body: bytes) -> bytes:
+        """``body`` with this host's job ids for the placeholders (a delta names them as a process comes)."""
+        return body.replace(b"@JOB0@", self._jobs[0]).replace(b"@JOB1@", self._jobs[1])

@@ -92,8 +92,9 @@ def _weight(item: Item) -> int:
 #: A snapshot's facts (collector/model/facts.py) ride with it: about half as much again as the frame (its
 #: per-GPU holders, jobs and groups, and each process's identity and keys); tests/store/test_queue_estimate.py
 #: measures both against tracemalloc. A GPU's process list the writer took with the host's previous
-#: snapshot is the same object (collector/transport/delta.py): held once, counted once (ProcessLists).
-_ITEM, _GPU, _PROC = 200, 1000, 600
+#: snapshot is the same object (collector/transport/delta.py): held once, counted once (ProcessLists). A
+#: process in a Slurm job holds its job's id, name, user, account, partition and state too (_JOB more).
+_ITEM, _GPU, _PROC, _JOB = 200, 1000, 600, 300
 _FACTS_GPU, _FACTS_PROC = 500, 300
 
 #: (host, GPU index) -> the process list the writer last took for it
@@ -120,7 +121,8 @@ def _estimate(frame: sample.Frame, with_facts: bool = False, host: str | None = 
         for g in frame.gpus:
             total += gpu
             if taken is None or taken.get((host or "", g.index)) is not g.processes:
-                total += proc * len(g.processes) + sum(len(p.command or "") for p in g.processes)
+                total += proc * len(g.processes) + sum(len(p.command or "") + (_JOB if p.job else 0)
+                                                       for p in g.processes)
         return total
     if isinstance(frame, wire.Event):
         return _ITEM + len(frame.message)

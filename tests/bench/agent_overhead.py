@@ -276,7 +276,8 @@ def main() -> int:
             f"{len(last.get('gpus', []))} / {len(procs)} ({attributed} attributed from /proc)",
         ),
         ("interval", f"{args.interval:g} s, measured {t1 - t0:.1f} s, {measured} samples ("
-                     + ("full snapshots: deltas not accepted" if args.full else "1.3: keyframe and deltas") + ")"),
+                     + ("full snapshots: deltas not accepted" if args.full else "1.3: keyframe and deltas")
+                     + ")"),
         ("start-up", f"{startup_s:.2f} s to first snapshot, {startup_cpu:.2f} CPU s"),
         ("CPU per minute", f"{cpu_per_min:.2f} s"),
         ("share of one core", f"{pct:.2f} %  (target < {CPU_TARGET_PCT:g} %)"),

@@ -6,6 +6,10 @@ Each figure is the best of ``--runs`` rounds (CPU time, this process), beside ba
 process and rounds: ``json.loads`` / ``json.dumps`` of the same frame (the least either side can do), the
 reference decoder (agent/wire.decode) and the reference encoder (asdict + prune). Exits 1 when a target is
 missed (issue 13): the collector's decode at most 50 us per frame.
+
+Also (issue 33) what a 1.3 host sends instead: the mean and largest delta over the simulator's cycle beside
+the full snapshot (the 1.2 frame, sent every second before), and the collector's decode plus apply of one
+delta (collector/transport/delta.py) beside the full frame's decode.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from typing import Any
 from gpufleet.agent import wire
 from gpufleet.collector.model import sample
 from gpufleet.collector.simfleet import FrameGenerator
+from gpufleet.collector.simfleet.frames import CYCLE
 from gpufleet.collector.transport import wirefast
+from gpufleet.collector.transport.delta import DeltaBase
 
 DECODE_TARGET_US = 50.0
 
@@ -64,6 +70,23 @@ def main() -> int:
     floors = {"decode": rows[0][1], "encode": rows[3][1]}
     for name, us in rows:
         print(f"  {name:<38} {us:8.1f} us  {us / floors[name[:6]]:5.2f}x floor")
+    gen = FrameGenerator("bench", args.gpus, procs=args.procs)
+    deltas = [gen.delta(k) for k in range(1, CYCLE + 1)]
+    sizes = [len(d) for d in deltas]
+    mean = sum(sizes) / len(sizes)
+    print(f"  bytes: full snapshot (1.2, every second) {len(line):,}; 1.3 delta mean {mean:,.0f}, largest "
+          f"{max(sizes):,} over {CYCLE} s ({len(line) / mean:.1f}x fewer bytes a second)")
+    keyframe = gen.keyframe(0)
+    base = DeltaBase()
+
+    def cycle() -> None:
+        base.full(wirefast.decode(keyframe), float("inf"))  # type: ignore[arg-type]
+        for d in deltas:
+            base.apply(wirefast.decode(d), float("inf"))  # type: ignore[arg-type]
+
+    per_delta = _best_us(cycle, args.runs) / (len(deltas) + 1)
+    print(f"  decode + apply of a 1.3 delta (mean over a cycle with its keyframe) {per_delta:8.1f} us  "
+          f"{per_delta / rows[2][1]:5.2f}x the full frame's decode")
     decode_us = rows[2][1]
     ok = decode_us <= DECODE_TARGET_US
     verdict = "OK" if ok else "MISSED"

@@ -8,23 +8,18 @@ import dataclasses
 import os
 import re
 import shlex
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import asyncssh
 import pytest
 from gpufleet.agent import wire
-from gpufleet.collector.settings import HostConfig
 
-from tests.builders import free_port
+from tests.transport.opensshd import SSHD, Sshd, SshdUnavailable, running_sshd, sshd_tree, user
 from tests.transport.sshtestlib import STANDIN, CollectingSink, MakeTransport, real_agent_works
 
-SSHD = "/usr/sbin/sshd"
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.sshd,
               pytest.mark.skipif(not os.path.exists(SSHD), reason="OpenSSH sshd not installed")]
@@ -37,73 +32,13 @@ def _agent_command(*args: str) -> str:
     return shlex.join([*STANDIN, *args])
 
 
-@dataclass
-class Sshd:
-    port: int
-    dir: Path
-    client_key: Path
-    known_hosts: Path
-    authorized_keys: Path
-    client_pub: str
-    pid: int
-
-    def host(self, name: str = "real", **kw: object) -> HostConfig:
-        return HostConfig(name=name, address="127.0.0.1", port=self.port, user=_user(),
-                          key=str(self.client_key), known_hosts=str(self.known_hosts), interval=0.2,
-                          connect_timeout=10.0, **kw)  # type: ignore[arg-type]
-
-
-def _user() -> str:
-    import pwd
-
-    return pwd.getpwuid(os.getuid()).pw_name
-
-
 @pytest.fixture
 def sshd(tmp_path: Path) -> Iterator[Sshd]:
-    if os.geteuid() == 0:
-        try:  # sshd running as root insists on its privilege separation directory
-            os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-        except OSError as exc:
-            pytest.skip(f"cannot create /run/sshd: {exc}")
-    hostkey = tmp_path / "host_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(hostkey)], check=True)
-    client = asyncssh.generate_private_key("ssh-ed25519", comment="gpufleet-test")
-    client_key = tmp_path / "client_key"
-    client.write_private_key(str(client_key))
-    client_key.chmod(0o600)
-    client_pub = client.export_public_key().decode().strip()
-    authorized = tmp_path / "authorized_keys"
-    authorized.write_text(client_pub + "\n")
-    port = free_port()
-    config = tmp_path / "sshd_config"
-    config.write_text("\n".join([
-        f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {hostkey}", f"AuthorizedKeysFile {authorized}",
-        f"PidFile {tmp_path / 'sshd.pid'}", "StrictModes no", "UsePAM no", "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no", "PubkeyAuthentication yes", "PermitRootLogin prohibit-password",
-        "LogLevel ERROR", "MaxStartups 50", f"SetEnv PATH={os.path.dirname(sys.executable)}:/usr/bin:/bin",
-    ]) + "\n")
-    known = tmp_path / "known_hosts"
-    pub = " ".join(Path(f"{hostkey}.pub").read_text().split()[:2])
-    known.write_text(f"[127.0.0.1]:{port} {pub}\n")
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE)
     try:
-        for _ in range(200):
-            if proc.poll() is not None:
-                pytest.skip(f"sshd did not start: {proc.stderr.read().decode() if proc.stderr else ''}")
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        yield Sshd(port, tmp_path, client_key, known, authorized, client_pub, proc.pid)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        with running_sshd(tmp_path) as server:
+            yield server
+    except SshdUnavailable as exc:
+        pytest.skip(str(exc))
 
 
 async def test_streams_from_the_installed_agent(sshd: Sshd, sink: CollectingSink,
@@ -217,7 +152,7 @@ async def test_forced_command_works_with_the_collector(forced: Sshd, sink: Colle
 
 
 async def test_forced_command_refuses_other_commands(forced: Sshd) -> None:
-    async with asyncssh.connect("127.0.0.1", forced.port, username=_user(),
+    async with asyncssh.connect("127.0.0.1", forced.port, username=user(),
                                 client_keys=[str(forced.client_key)], known_hosts=str(forced.known_hosts),
                                 config=None, agent_path=None) as conn:
         proc = await conn.create_process("cat /etc/passwd", encoding=None)
@@ -229,29 +164,6 @@ async def test_forced_command_refuses_other_commands(forced: Sshd) -> None:
         with pytest.raises((asyncssh.Error, OSError, asyncio.TimeoutError, AssertionError)):
             async with conn.start_sftp_client() as sftp:
                 await asyncio.wait_for(sftp.listdir("/"), 5)
-
-
-def _sshd_tree(sshd_pid: int) -> list[int]:
-    """Our sshd and the sshd processes under it (its sessions), as ``pkill -STOP sshd`` would stop them."""
-    parent: dict[int, int] = {}
-    comm: dict[int, str] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            comm[int(entry)] = stat[stat.index("(") + 1:stat.rindex(")")]
-            parent[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
-
-    def under(pid: int) -> bool:
-        while pid > 1:
-            if pid == sshd_pid:
-                return True
-            pid = parent.get(pid, 0)
-        return False
-
-    return [p for p, name in comm.items() if name.startswith("sshd") and under(p)]
 
 
 async def test_a_host_back_from_a_freeze_is_up_within_10_s(sshd: Sshd, sink: CollectingSink,
@@ -268,7 +180,7 @@ async def test_a_host_back_from_a_freeze_is_up_within_10_s(sshd: Sshd, sink: Col
     t = transport_for([host], sink, backoff_base=8.0, backoff_cap=60.0, rng=random.Random(4))
     await t.start()
     await sink.wait_for(lambda: t.states()["real"].status == "up", what="up")
-    stopped = _sshd_tree(sshd.pid)
+    stopped = sshd_tree(sshd.pid)
     assert sshd.pid in stopped
     for pid in stopped:
         os.kill(pid, signal.SIGSTOP)

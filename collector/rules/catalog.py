@@ -190,40 +190,41 @@ class RuleSpec:
 
 #: Every rule, in the config's order (``gpufleet config example`` and DEFAULT_RULES list them so).
 RULES: Final[tuple[RuleSpec, ...]] = (
-    RuleSpec("wasted", "warning", 1800.0, 9, Wasted, style="bold black on yellow", colour="#e08a00",
+    RuleSpec("wasted", "warning", 1800.0, 10, Wasted, style="bold black on yellow", colour="#e08a00",
              waste=True, user=True, note="is holding memory but idle",
              check="the GPUs sat idle (or stuck) while held: free GPUs the job does not compute on"),
-    RuleSpec("idle", "info", 7200.0, 15, Idle, style="dim"),
-    RuleSpec("stale", "warning", 0.0, 8, Stale, style="bold white on magenta", colour="#b86b00", waste=True,
+    RuleSpec("idle", "info", 7200.0, 16, Idle, style="dim"),
+    RuleSpec("stale", "warning", 0.0, 9, Stale, style="bold white on magenta", colour="#b86b00", waste=True,
              user=True, note="has a stale process",
              check="a zombie or orphaned process kept GPU memory: make the job's exit kill its workers"),
-    RuleSpec("orphaned_memory", "warning", 600.0, 11, OrphanedMemory, flag="orphaned", style="magenta",
+    RuleSpec("orphaned_memory", "warning", 600.0, 12, OrphanedMemory, flag="orphaned", style="magenta",
              colour="#a05cc8", waste=True),
-    RuleSpec("overheating", "critical", 120.0, 6, Overheating, flag="hot", style="bold white on red",
+    RuleSpec("overheating", "critical", 120.0, 7, Overheating, flag="hot", style="bold white on red",
              colour="#d63030"),
-    RuleSpec("throttling", "warning", 300.0, 14, Throttling, flag="throttled", style="yellow",
+    RuleSpec("throttling", "warning", 300.0, 15, Throttling, flag="throttled", style="yellow",
              colour="#d36b6b"),
     RuleSpec("gpu_lost", "critical", 0.0, 1, flag="lost", style="bold white on red", colour="#5a1a1a"),
     RuleSpec("xid", "critical", 0.0, 2, Xid, style="bold red"),
     RuleSpec("ecc", "critical", 0.0, 3, style="bold red"),
+    RuleSpec("gpu_health", "critical", 0.0, 4, flag="health", style="bold red", colour="#7a2e8a"),
     RuleSpec("host_down", "critical", 0.0, 0, HostDown, keep_firing_for=60.0, flag="down", style="bold red"),
-    RuleSpec("storage", "critical", 0.0, 4, style="bold red"),
-    RuleSpec("duplicate_gpu", "warning", 0.0, 5, DuplicateGpu, style="bold red"),
-    RuleSpec("collector_overloaded", "warning", 0.0, 17),
-    RuleSpec("notifier_down", "warning", 0.0, 18),  # raised after alerting.notifier_down_after
+    RuleSpec("storage", "critical", 0.0, 5, style="bold red"),
+    RuleSpec("duplicate_gpu", "warning", 0.0, 6, DuplicateGpu, style="bold red"),
+    RuleSpec("collector_overloaded", "warning", 0.0, 18),
+    RuleSpec("notifier_down", "warning", 0.0, 19),  # raised after alerting.notifier_down_after
     # diagnoses (rules/patterns.py, rules/peers.py): what pattern, and what to check
-    RuleSpec("underused", "info", 0.0, 12, Underused, style="yellow", user=True,
+    RuleSpec("underused", "info", 0.0, 13, Underused, style="yellow", user=True,
              note="is underused (low mean util)",
              check="low mean util: input pipeline, batch size, or a smaller GPU / MIG slice"),
-    RuleSpec("input_bound", "warning", 600.0, 13, InputBound, style="yellow",
+    RuleSpec("input_bound", "warning", 600.0, 14, InputBound, style="yellow",
              check="util sawtooth: the input pipeline (DataLoader num_workers, pin_memory, storage)"),
-    RuleSpec("idle_peers", "warning", 300.0, 10, IdlePeers, style="bold black on yellow",
+    RuleSpec("idle_peers", "warning", 300.0, 11, IdlePeers, style="bold black on yellow",
              check="only some of the job's GPUs computed: DDP setup, CUDA_VISIBLE_DEVICES, a missing "
                    ".cuda()"),
-    RuleSpec("near_oom", "warning", 300.0, 7, NearOom, style="bold red",
+    RuleSpec("near_oom", "warning", 300.0, 8, NearOom, style="bold red",
              check="memory at the limit: batch size, activation checkpointing, or preallocation settings"),
-    RuleSpec("clock_skew", "warning", 0.0, 16),
-    RuleSpec("over_budget", "warning", 0.0, 19),
+    RuleSpec("clock_skew", "warning", 0.0, 17),
+    RuleSpec("over_budget", "warning", 0.0, 20),
 )
 
 BY_NAME: Final[Mapping[str, RuleSpec]] = {r.name: r for r in RULES}

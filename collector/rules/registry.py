@@ -6,6 +6,7 @@ from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.model.thresholds import Thresholds
 from gpufleet.collector.rules.base import Rule
 from gpufleet.collector.rules.faults import EccRule, GpuLostRule, XidRule
+from gpufleet.collector.rules.health import GpuHealthRule
 from gpufleet.collector.rules.hosts import (
     ClockSkewRule,
     CollectorOverloadedRule,
@@ -24,7 +25,7 @@ from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig
 RULE_TYPES: dict[str, type[Rule]] = {
     cls.name: cls
     for cls in (WastedRule, IdleRule, StaleRule, OrphanedMemoryRule, OverheatingRule, ThrottlingRule,
-                GpuLostRule, XidRule, EccRule, HostDownRule, StorageRule, DuplicateGpuRule,
+                GpuLostRule, XidRule, EccRule, GpuHealthRule, HostDownRule, StorageRule, DuplicateGpuRule,
                 NotifierDownRule, CollectorOverloadedRule, UnderusedRule, InputBoundRule, IdlePeersRule,
                 NearOomRule, ClockSkewRule, OverBudgetRule)
 }

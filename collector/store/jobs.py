@@ -1,4 +1,5 @@
-"""The ``jobs`` table (schema v4): per-job efficiency records, written once when a job ends."""
+"""The ``jobs`` table (schema v4; v7 adds a Slurm job's allocated GPUs and hours): per-job efficiency records,
+written once when a job ends."""
 
 from __future__ import annotations
 
@@ -10,16 +11,17 @@ from gpufleet.collector.model.records import JobRecord
 
 UPSERT: Final = """
 INSERT INTO jobs (job_key, user, command, hosts, gpus, started, ended, gpu_hours, mean_util, peak_util,
-    peak_memory, waste_pct, diagnoses)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    peak_memory, waste_pct, diagnoses, gpus_allocated, allocated_hours, unused_hours)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (job_key, started) DO UPDATE SET
     user = excluded.user, command = excluded.command, hosts = excluded.hosts, gpus = excluded.gpus,
     ended = excluded.ended, gpu_hours = excluded.gpu_hours, mean_util = excluded.mean_util,
     peak_util = excluded.peak_util, peak_memory = excluded.peak_memory, waste_pct = excluded.waste_pct,
-    diagnoses = excluded.diagnoses
+    diagnoses = excluded.diagnoses, gpus_allocated = excluded.gpus_allocated,
+    allocated_hours = excluded.allocated_hours, unused_hours = excluded.unused_hours
 """
 _COLUMNS: Final = ("job_key, user, command, hosts, gpus, started, ended, gpu_hours, mean_util, peak_util, "
-                   "peak_memory, waste_pct, diagnoses")
+                   "peak_memory, waste_pct, diagnoses, gpus_allocated, allocated_hours, unused_hours")
 
 
 #: What Slurm said of a "slurm:ID" record's job (any host's answer: a job id is the cluster's).
@@ -31,7 +33,8 @@ _SLURM: Final = ", ".join(
 def save(conn: sqlite3.Connection, records: list[JobRecord]) -> None:
     conn.executemany(UPSERT, [
         (r.key, r.user, r.command, json.dumps(r.hosts), json.dumps(r.gpus), r.started, r.ended, r.gpu_hours,
-         r.mean_util, r.peak_util, r.peak_memory, r.waste_pct, json.dumps(r.diagnoses))
+         r.mean_util, r.peak_util, r.peak_memory, r.waste_pct, json.dumps(r.diagnoses),
+         json.dumps(r.gpus_allocated), r.gpu_hours_allocated, r.gpu_hours_unused)
         for r in records])
 
 
@@ -48,6 +51,7 @@ def load(conn: sqlite3.Connection, *, since: float, until: float, user: str | No
     return [JobRecord(key=row[0], user=row[1], command=row[2], hosts=json.loads(row[3]),
                       gpus=json.loads(row[4]), started=row[5], ended=row[6], gpu_hours=row[7],
                       mean_util=row[8], peak_util=row[9], peak_memory=row[10], waste_pct=row[11],
-                      diagnoses=json.loads(row[12]), slurm_name=row[13], slurm_account=row[14],
-                      slurm_partition=row[15])
+                      diagnoses=json.loads(row[12]), gpus_allocated=json.loads(row[13]),
+                      gpu_hours_allocated=row[14], gpu_hours_unused=row[15], slurm_name=row[16],
+                      slurm_account=row[17], slurm_partition=row[18])
             for row in conn.execute(sql, params)]

@@ -215,6 +215,10 @@ def full_source() -> StandIn:
     snap.gpus[0].fan_speed = 40
     snap.gpus.append(gpu(2, uuid="GPU-cccc", mig_mode=True, mig_instances=[
         sample.MigInstance(gi_id=1, ci_id=0, profile="1g.10gb", memory_total=10 * GIB, memory_used=GIB)]))
+    pod = snap.gpus[0].processes[1]  # runs in a pod the kubelet named
+    pod.pod_namespace, pod.pod_name, pod.container_name = "ml", "train-0", "trainer"
+    snap.allocations = [sample.SlurmAllocation(job="812", gpu_indexes=[0, 2], name="llama-pretrain",
+                                               user="alice", account="nlp", partition="gpu", state="RUNNING")]
     source.live.hosts["gpu01"].snapshot = snap
     source.live.hosts["gpu09"] = HostState(name="gpu09", status="up", clock_skew=600.0)  # a skewed clock
     return source

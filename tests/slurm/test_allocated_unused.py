@@ -1,0 +1,197 @@
+"""Issue 37, allocated but unused, all the way on real parts: a real Slurm (tests/slurm/realslurm.py) runs
+``sbatch --gres=gpu:2 -J llama-pretrain -A nlp``; the real agent (fake libnvidia-ml.so.1 listing the job's
+real ``sleep`` on the first of its GPUs only) asks the real ``scontrol``; the real collector (``gpufleet
+collector run``, the agent as its local child) flags the other GPU; the real CLI, the web page's API and
+/metrics all say so, and the job's record and the report carry its allocated and unused GPU-hours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import tempfile
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from gpufleet.collector.model.gpulist import fmt_indexes, parse_indexes
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.builders import free_port
+from tests.cli.cli_testkit import cli_env, collector_running, run_cli, until
+from tests.fakenvml import fakelib
+from tests.slurm.realslurm import SlurmCluster
+
+pytestmark = pytest.mark.slow
+
+GIB = 1 << 30
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    """A short directory (a Unix socket path is limited to ~107 bytes)."""
+    d = Path(tempfile.mkdtemp(prefix="gf37-", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _nvml_state(path: Path, gpu: int, pid: int | None) -> Path:
+    """Four idle GPUs; ``pid`` (when given) runs on ``gpu`` with 10 GiB at 35 % util."""
+    state: dict[str, Any] = fakelib.default_state(4)
+    if pid is not None:
+        state["gpus"][gpu].update(util=35, mem_used=10 * GIB, processes=[{"pid": pid, "mem": 10 * GIB, "sm": 30}])
+    return fakelib.write_state(path, state)
+
+
+def _config(home: Path, cluster: SlurmCluster, metrics: int, web: int) -> Path:
+    cfg = home / "gpufleet.yaml"
+    scontrol = shutil.which("scontrol") or "scontrol"
+    cfg.write_text(f"""hosts:
+  - name: n3
+    transport: local
+    interval: 0.2s
+    agent_args: [--slurm-node, {cluster.node}, --slurm-list-every, "0.5", --scontrol, {scontrol}]
+storage:
+  path: {home / "gpufleet.db"}
+  batch_max_delay: 100ms
+api:
+  socket: {home / "gpufleet.sock"}
+metrics:
+  listen: 127.0.0.1:{metrics}
+web:
+  enabled: true
+  listen: 127.0.0.1:{web}
+rules:
+  allocated_unused:
+    for: 1s
+  idle:
+    for: 1s
+""")
+    return cfg
+
+
+def _get(url: str) -> str:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=5) as r:
+        return str(r.read().decode())
+
+
+async def _cli_json(*args: str, env: dict[str, str]) -> Any:
+    r = await run_cli(*args, "--json", env=env)
+    return json.loads(r.out) if r.rc == 0 else None
+
+
+async def test_a_job_holding_two_gpus_and_using_one_is_flagged_everywhere(
+        slurm_cluster: SlurmCluster, fake_nvml_lib: Path, home: Path) -> None:
+    job = slurm_cluster.sbatch("--gres=gpu:2", "-J", "llama-pretrain", "-A", "nlp", "--wrap", "sleep 600")
+    try:
+        slurm_cluster.wait_state(job, "RUNNING")
+        pid = slurm_cluster.wait_pid(job, "sleep")
+        found = re.search(r"GRES=gpu:2\(IDX:([0-9,-]+)\)", slurm_cluster.job(job))
+        assert found, slurm_cluster.job(job)
+        allocated = parse_indexes(found.group(1))
+        used, unused = allocated  # the job's sleep runs on the first of its GPUs only
+        state = _nvml_state(home / "nvml.state", used, pid)
+        metrics, web = free_port(), free_port()
+        cfg = _config(home, slurm_cluster, metrics, web)
+        env = fakelib.env_for(fake_nvml_lib, state, {**cli_env(home, COLUMNS="200"), **slurm_cluster.env})
+        async with collector_running(cfg, env):
+            await _check_live(job, allocated, used, unused, cfg, env, metrics, web)
+            # the job ends: Slurm cancels it, its process leaves the GPU
+            slurm_cluster.run("scancel", job)
+            slurm_cluster.wait_state(job, "CANCELLED")
+            _nvml_state(state, used, None)
+            await _check_history(job, allocated, used, cfg, env)
+    finally:
+        slurm_cluster.run("scancel", job, check=False)
+
+
+async def _check_live(job: str, allocated: list[int], used: int, unused: int, cfg: Path, env: dict[str, str],
+                      metrics: int, web: int) -> None:
+    c = str(cfg)
+
+    async def fired() -> Any:
+        got = await _cli_json("alerts", "-c", c, env=env)
+        firing = [a for a in (got or {}).get("active", []) if a["state"] == "firing"]
+        mine = [a for a in firing if a["rule"] == "allocated_unused"]
+        idle = {a["labels"]["gpu"] for a in firing if a["rule"] == "idle"}
+        return (mine, idle) if mine and len(idle) == 2 else None
+
+    [alert], idle = await until(fired)
+    assert alert["labels"] == {"host": "n3", "job": job, "user": "root", "account": "nlp",
+                               "gpus": str(unused), "rule": "allocated_unused"}
+    notes = alert["annotations"]
+    assert (notes["slurm_job_name"], notes["slurm_partition"]) == ("llama-pretrain", "gpu")
+    assert (notes["allocated"], notes["used"]) == (fmt_indexes(allocated), str(used))
+    assert re.fullmatch(rf"n3: Slurm job {job} llama-pretrain \(root, account nlp\) holds GPUs "
+                        rf"{fmt_indexes(allocated)} and has used only GPU {used} for \d+s", notes["summary"]), \
+        notes["summary"]
+    print(f"allocated_unused: {notes['summary']}")
+    # the GPU the job holds and does not use is not idle capacity; the two GPUs no job holds are
+    assert idle == {str(i) for i in range(4)} - {str(i) for i in allocated}
+
+    view = await _cli_json("status", "-c", c, env=env)
+    [host] = view["hosts"]
+    assert host["allocations"] == [{"job": job, "name": "llama-pretrain", "user": "root", "account": "nlp",
+                                     "partition": "gpu", "gpus": allocated, "used": [used], "unused": [unused]}]
+    gpus = {g["index"]: g for g in host["gpus"]}
+    assert (gpus[unused]["state"], gpus[unused]["allocated_to"], gpus[unused]["flags"]) == ("unused", job,
+                                                                                            ["unused"])
+    assert (gpus[used]["state"], gpus[used]["allocated_to"]) == ("busy", job)
+    assert gpus[used]["processes"][0]["job_name"] == "llama-pretrain"
+    assert (view["totals"]["unused"], view["totals"]["idle"], view["totals"]["busy"]) == (1, 2, 1)
+
+    text = (await run_cli("status", "-c", c, env=env)).out
+    assert f"unused by Slurm job {job} llama-pretrain (root, nlp)" in text, text
+    assert "1 unused" in text and f"[{job} llama-pretrain]" in text, text
+
+    jobs_now = await run_cli("status", "-c", c, "--user", "root", env=env)
+    assert f"unused by Slurm job {job}" in jobs_now.out, jobs_now.out  # the user's GPUs include the unused one
+
+    page = json.loads(await asyncio.to_thread(_get, f"http://127.0.0.1:{web}/api/state"))
+    cell = page["gpus"][f"n3/{unused}"]
+    assert (cell[4], cell[5], cell[8]) == ("unused", ["unused"], f"{job} llama-pretrain (root, nlp)")
+    assert page["gpus"][f"n3/{used}"][6][0][3] == f"{job} llama-pretrain"  # the process's job, named
+    assert page["totals"]["unused"] == 1
+    assert any(a[0] == "unused" and a[4] == str(unused) for a in page["alerts"].values())
+
+    exposition = await asyncio.to_thread(_get, f"http://127.0.0.1:{metrics}/metrics")
+    series = {(s.name, tuple(sorted(s.labels.items()))): s.value
+              for fam in text_string_to_metric_families(exposition) for s in fam.samples}
+    labels = (("account", "nlp"), ("host", "n3"), ("job", job), ("user", "root"))
+    assert series[("gpufleet_slurm_gpus_allocated", labels)] == 2
+    assert series[("gpufleet_slurm_gpus_unused", labels)] == 1
+    flagged = {dict(k[1])["gpu"] for k, v in series.items()
+               if k[0] == "gpufleet_gpu_flag" and dict(k[1])["flag"] == "allocated_unused" and v == 1}
+    assert flagged == {str(unused)}
+
+
+async def _check_history(job: str, allocated: list[int], used: int, cfg: Path, env: dict[str, str]) -> None:
+    c = str(cfg)
+
+    async def recorded() -> Any:
+        got = await _cli_json("jobs", "-c", c, "--since", "1h", env=env)
+        return next((r for r in got or [] if r["key"] == f"slurm:{job}"), None)
+
+    record = await until(recorded)
+    assert record["gpus"] == [f"n3:{used}"]
+    assert record["gpus_allocated"] == [f"n3:{i}" for i in allocated]
+    assert record["gpu_hours_allocated"] > 0 and 0 < record["gpu_hours_unused"] < record["gpu_hours_allocated"]
+    assert record["slurm_name"] == "llama-pretrain" and "allocated_unused" in record["diagnoses"]
+    text = (await run_cli("jobs", "-c", c, "--since", "1h", env=env)).out
+    assert "1/2 on n3" in text and "GPU-hours allocated" in text, text
+
+    r = await run_cli("report", "-c", c, "--since", "1h", "--format", "json", env=env)
+    assert r.rc == 0, r
+    report = json.loads(r.out)
+    for group, name in (("account", "nlp"), ("user", "root")):
+        [line] = [u for u in report[f"by_slurm_{group}"] if u["name"] == name]
+        # two GPUs allocated for as long as one was unused: about half the allocated hours are unused
+        assert line["gpu_hours_allocated"] > 0, line
+        assert 0.3 < line["gpu_hours_unused"] / line["gpu_hours_allocated"] < 0.7, line
+    text = (await run_cli("report", "-c", c, "--since", "1h", env=env)).out
+    assert "GPU-hours allocated to running jobs" in text and "By Slurm user" in text, text

@@ -11,7 +11,7 @@ from gpufleet.cli.grid import Cell, Col, grid
 from gpufleet.cli.timeparse import fmt_ts
 from gpufleet.collector.model.jobkey import job_label
 from gpufleet.collector.model.records import JobRecord
-from gpufleet.collector.model.views import slurm_label
+from gpufleet.collector.model.views import pod_label, slurm_label
 from gpufleet.collector.units import fmt_duration_short, fmt_pct, fmt_size_short
 from rich.console import Group, RenderableType
 from rich.text import Text
@@ -36,7 +36,11 @@ def _gpus(r: JobRecord) -> Cell:
 
 
 def _job(r: JobRecord) -> str:
-    """``90210 train-llm (nlp/h100)`` for a Slurm job Slurm named, else the key's own label."""
+    """``90210 train-llm (nlp/h100)`` for a Slurm job Slurm named, ``ml/train-0 (trainer)`` for a pod the
+    kubelet named, else the key's own label."""
+    pod = pod_label(r.pod_namespace, r.pod_name, r.container_name)
+    if pod is not None and not r.key.startswith("slurm:"):
+        return pod
     if not r.key.startswith("slurm:") or r.slurm_name is None:
         return job_label(r.key)
     return slurm_label(r.key[6:], r.slurm_name, r.slurm_account, r.slurm_partition) or job_label(r.key)

@@ -350,7 +350,7 @@ def _gpu_lines(
     elif g.allocated_to is not None:  # a Slurm job holds it and runs nothing on it
         job = next((a for a in host.allocations if a.job == g.allocated_to), None)
         label = allocation_label(job) if job is not None else f"job {g.allocated_to}"
-        sp.append((_fit(f"unused by Slurm job {label}", lay.procs), "yellow"))
+        sp.append((_fit(f"unused by Slurm job {label}", lay.procs - 1) + " ", "yellow"))
     else:
         _proc_cells(line, lay, None, "-")
     if flags:

@@ -39,7 +39,7 @@ from gpufleet.collector.model.facts import FleetFacts
 from gpufleet.collector.model.firing import Firing
 from gpufleet.collector.model.jobkey import SLURM
 from gpufleet.collector.model.procname import short_command
-from gpufleet.collector.model.records import JobRecord
+from gpufleet.collector.model.records import POD_FIELDS, JobRecord
 from gpufleet.collector.model.thresholds import DEFAULT_THRESHOLDS
 
 log = logging.getLogger(__name__)
@@ -76,6 +76,7 @@ class _Job:
     allocated: set[tuple[str, int]] = field(default_factory=set)  # (host, GPU index) Slurm gave the job
     allocated_seconds: float = 0.0  # GPU-seconds allocated to the running job (accounting.allocation_charge)
     unused_seconds: float = 0.0
+    pod: tuple[str | None, str | None, str | None] | None = None  # namespace, name, container (kubelet's)
 
     def record(self) -> JobRecord:
         hosts = sorted(self.seen)
@@ -88,7 +89,8 @@ class _Job:
             waste_pct=100.0 * self.wasted / self.held if self.held else None,
             diagnoses=sorted(self.diagnoses), gpus_allocated=[f"{h}:{i}" for h, i in sorted(self.allocated)],
             gpu_hours_allocated=self.allocated_seconds / 3600.0,
-            gpu_hours_unused=self.unused_seconds / 3600.0)
+            gpu_hours_unused=self.unused_seconds / 3600.0,
+            **dict(zip(POD_FIELDS, self.pod or (None, None, None), strict=True)))
 
 
 class JobTracker:
@@ -175,6 +177,9 @@ class JobTracker:
                 job.present.add(host)
                 on_host.add(key)
                 job.gpus.add(where)
+                if job.pod is None and first[key].pod_name:  # the kubelet's names may come a sample late
+                    p = first[key]
+                    job.pod = (p.pod_namespace, p.pod_name, p.container_name)
                 if job.peak_memory is None or mem_sum > job.peak_memory:
                     job.peak_memory = mem_sum
                 if util is not None and (job.peak_util is None or util > job.peak_util):

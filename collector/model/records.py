@@ -6,7 +6,7 @@ Plain dataclasses (no sqlite types leak out). Times are unix seconds (float). Me
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 AlertState = Literal["pending", "firing", "resolved"]
 
@@ -108,6 +108,10 @@ class AlertRecord:
     value: float | None = None
 
 
+#: A JobRecord's pod names, in order (the store keeps them as one JSON list).
+POD_FIELDS: Final = ("pod_namespace", "pod_name", "container_name")
+
+
 @dataclass(slots=True)
 class JobRecord:
     """One job's efficiency summary, written when it released its GPUs (collector/fleet/jobs.py).
@@ -140,6 +144,10 @@ class JobRecord:
     gpus_allocated: list[str] = field(default_factory=list)
     gpu_hours_allocated: float = 0.0
     gpu_hours_unused: float = 0.0
+    # a pod's job: the names the agent resolved on the node (views.pod_label shows them)
+    pod_namespace: str | None = None
+    pod_name: str | None = None
+    container_name: str | None = None
 
 
 @dataclass(slots=True)

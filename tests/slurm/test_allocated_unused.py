@@ -12,18 +12,16 @@ import json
 import re
 import shutil
 import tempfile
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from gpufleet.collector.model.gpulist import fmt_indexes, parse_indexes
-from prometheus_client.parser import text_string_to_metric_families
 
-from tests.builders import free_port
 from tests.cli.cli_testkit import cli_env, collector_running, run_cli, until
 from tests.fakenvml import fakelib
+from tests.realcollector import Ports, cli_json, http_get, local_config, series, top_screen
 from tests.slurm.realslurm import SlurmCluster
 
 pytestmark = pytest.mark.slow
@@ -43,46 +41,16 @@ def _nvml_state(path: Path, gpu: int, pid: int | None) -> Path:
     """Four idle GPUs; ``pid`` (when given) runs on ``gpu`` with 10 GiB at 35 % util."""
     state: dict[str, Any] = fakelib.default_state(4)
     if pid is not None:
-        state["gpus"][gpu].update(util=35, mem_used=10 * GIB, processes=[{"pid": pid, "mem": 10 * GIB, "sm": 30}])
+        state["gpus"][gpu].update(util=35, mem_used=10 * GIB,
+                                  processes=[{"pid": pid, "mem": 10 * GIB, "sm": 30}])
     return fakelib.write_state(path, state)
 
 
-def _config(home: Path, cluster: SlurmCluster, metrics: int, web: int) -> Path:
-    cfg = home / "gpufleet.yaml"
+def _config(home: Path, cluster: SlurmCluster, ports: Ports) -> Path:
     scontrol = shutil.which("scontrol") or "scontrol"
-    cfg.write_text(f"""hosts:
-  - name: n3
-    transport: local
-    interval: 0.2s
-    agent_args: [--slurm-node, {cluster.node}, --slurm-list-every, "0.5", --scontrol, {scontrol}]
-storage:
-  path: {home / "gpufleet.db"}
-  batch_max_delay: 100ms
-api:
-  socket: {home / "gpufleet.sock"}
-metrics:
-  listen: 127.0.0.1:{metrics}
-web:
-  enabled: true
-  listen: 127.0.0.1:{web}
-rules:
-  allocated_unused:
-    for: 1s
-  idle:
-    for: 1s
-""")
-    return cfg
-
-
-def _get(url: str) -> str:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(url, timeout=5) as r:
-        return str(r.read().decode())
-
-
-async def _cli_json(*args: str, env: dict[str, str]) -> Any:
-    r = await run_cli(*args, "--json", env=env)
-    return json.loads(r.out) if r.rc == 0 else None
+    return local_config(home, "n3", ["--slurm-node", cluster.node, "--slurm-list-every", "0.5",
+                                     "--scontrol", scontrol], ports,
+                        rules="  allocated_unused: {for: 1s}\n  idle: {for: 1s}")
 
 
 async def test_a_job_holding_two_gpus_and_using_one_is_flagged_everywhere(
@@ -96,11 +64,11 @@ async def test_a_job_holding_two_gpus_and_using_one_is_flagged_everywhere(
         allocated = parse_indexes(found.group(1))
         used, unused = allocated  # the job's sleep runs on the first of its GPUs only
         state = _nvml_state(home / "nvml.state", used, pid)
-        metrics, web = free_port(), free_port()
-        cfg = _config(home, slurm_cluster, metrics, web)
+        ports = Ports()
+        cfg = _config(home, slurm_cluster, ports)
         env = fakelib.env_for(fake_nvml_lib, state, {**cli_env(home, COLUMNS="200"), **slurm_cluster.env})
         async with collector_running(cfg, env):
-            await _check_live(job, allocated, used, unused, cfg, env, metrics, web)
+            await _check_live(job, allocated, used, unused, cfg, env, ports)
             # the job ends: Slurm cancels it, its process leaves the GPU
             slurm_cluster.run("scancel", job)
             slurm_cluster.wait_state(job, "CANCELLED")
@@ -111,11 +79,11 @@ async def test_a_job_holding_two_gpus_and_using_one_is_flagged_everywhere(
 
 
 async def _check_live(job: str, allocated: list[int], used: int, unused: int, cfg: Path, env: dict[str, str],
-                      metrics: int, web: int) -> None:
+                      ports: Ports) -> None:
     c = str(cfg)
 
     async def fired() -> Any:
-        got = await _cli_json("alerts", "-c", c, env=env)
+        got = await cli_json("alerts", "-c", c, env=env)
         firing = [a for a in (got or {}).get("active", []) if a["state"] == "firing"]
         mine = [a for a in firing if a["rule"] == "allocated_unused"]
         idle = {a["labels"]["gpu"] for a in firing if a["rule"] == "idle"}
@@ -127,17 +95,18 @@ async def _check_live(job: str, allocated: list[int], used: int, unused: int, cf
     notes = alert["annotations"]
     assert (notes["slurm_job_name"], notes["slurm_partition"]) == ("llama-pretrain", "gpu")
     assert (notes["allocated"], notes["used"]) == (fmt_indexes(allocated), str(used))
+    summary = notes["summary"]
     assert re.fullmatch(rf"n3: Slurm job {job} llama-pretrain \(root, account nlp\) holds GPUs "
-                        rf"{fmt_indexes(allocated)} and has used only GPU {used} for \d+s", notes["summary"]), \
-        notes["summary"]
+                        rf"{fmt_indexes(allocated)} and has used only GPU {used} for \d+s", summary), summary
     print(f"allocated_unused: {notes['summary']}")
     # the GPU the job holds and does not use is not idle capacity; the two GPUs no job holds are
     assert idle == {str(i) for i in range(4)} - {str(i) for i in allocated}
 
-    view = await _cli_json("status", "-c", c, env=env)
+    view = await cli_json("status", "-c", c, env=env)
     [host] = view["hosts"]
     assert host["allocations"] == [{"job": job, "name": "llama-pretrain", "user": "root", "account": "nlp",
-                                     "partition": "gpu", "gpus": allocated, "used": [used], "unused": [unused]}]
+                                     "partition": "gpu", "gpus": allocated, "used": [used],
+                                     "unused": [unused]}]
     gpus = {g["index"]: g for g in host["gpus"]}
     assert (gpus[unused]["state"], gpus[unused]["allocated_to"], gpus[unused]["flags"]) == ("unused", job,
                                                                                             ["unused"])
@@ -149,23 +118,24 @@ async def _check_live(job: str, allocated: list[int], used: int, unused: int, cf
     assert f"unused by Slurm job {job} llama-pretrain (root, nlp)" in text, text
     assert "1 unused" in text and f"[{job} llama-pretrain]" in text, text
 
-    jobs_now = await run_cli("status", "-c", c, "--user", "root", env=env)
-    assert f"unused by Slurm job {job}" in jobs_now.out, jobs_now.out  # the user's GPUs include the unused one
+    await top_screen(cfg, Path(env["HOME"]), f"unused by Slurm job {job} llama-pretrain (root, nlp)",
+                     "1 unused")
 
-    page = json.loads(await asyncio.to_thread(_get, f"http://127.0.0.1:{web}/api/state"))
+    jobs_now = await run_cli("status", "-c", c, "--user", "root", env=env)
+    assert f"unused by Slurm job {job}" in jobs_now.out, jobs_now.out  # the user's GPUs: the unused one too
+
+    page = json.loads(await asyncio.to_thread(http_get, f"http://127.0.0.1:{ports.web}/api/state"))
     cell = page["gpus"][f"n3/{unused}"]
     assert (cell[4], cell[5], cell[8]) == ("unused", ["unused"], f"{job} llama-pretrain (root, nlp)")
     assert page["gpus"][f"n3/{used}"][6][0][3] == f"{job} llama-pretrain"  # the process's job, named
     assert page["totals"]["unused"] == 1
     assert any(a[0] == "unused" and a[4] == str(unused) for a in page["alerts"].values())
 
-    exposition = await asyncio.to_thread(_get, f"http://127.0.0.1:{metrics}/metrics")
-    series = {(s.name, tuple(sorted(s.labels.items()))): s.value
-              for fam in text_string_to_metric_families(exposition) for s in fam.samples}
+    exposition = series(await asyncio.to_thread(http_get, f"http://127.0.0.1:{ports.metrics}/metrics"))
     labels = (("account", "nlp"), ("host", "n3"), ("job", job), ("user", "root"))
-    assert series[("gpufleet_slurm_gpus_allocated", labels)] == 2
-    assert series[("gpufleet_slurm_gpus_unused", labels)] == 1
-    flagged = {dict(k[1])["gpu"] for k, v in series.items()
+    assert exposition[("gpufleet_slurm_gpus_allocated", labels)] == 2
+    assert exposition[("gpufleet_slurm_gpus_unused", labels)] == 1
+    flagged = {dict(k[1])["gpu"] for k, v in exposition.items()
                if k[0] == "gpufleet_gpu_flag" and dict(k[1])["flag"] == "allocated_unused" and v == 1}
     assert flagged == {str(unused)}
 
@@ -174,13 +144,13 @@ async def _check_history(job: str, allocated: list[int], used: int, cfg: Path, e
     c = str(cfg)
 
     async def recorded() -> Any:
-        got = await _cli_json("jobs", "-c", c, "--since", "1h", env=env)
+        got = await cli_json("jobs", "-c", c, "--since", "1h", env=env)
         return next((r for r in got or [] if r["key"] == f"slurm:{job}"), None)
 
     record = await until(recorded)
     assert record["gpus"] == [f"n3:{used}"]
     assert record["gpus_allocated"] == [f"n3:{i}" for i in allocated]
-    assert record["gpu_hours_allocated"] > 0 and 0 < record["gpu_hours_unused"] < record["gpu_hours_allocated"]
+    assert 0 < record["gpu_hours_unused"] < record["gpu_hours_allocated"]
     assert record["slurm_name"] == "llama-pretrain" and "allocated_unused" in record["diagnoses"]
     text = (await run_cli("jobs", "-c", c, "--since", "1h", env=env)).out
     assert "1/2 on n3" in text and "GPU-hours allocated" in text, text

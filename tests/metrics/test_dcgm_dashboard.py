@@ -16,12 +16,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import shutil
-import subprocess
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +27,10 @@ from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import ApiConfig, Config, MetricsConfig, StorageConfig, default_rules
 from gpufleet.collector.simfleet import SimFleet
 
-from tests.builders import free_port
+from tests.cli.cli_testkit import until
+from tests.metrics.metrics_testkit import PROMETHEUS, prometheus_scraping
 from tests.realcollector import http_get
 
-PROMETHEUS = shutil.which("prometheus") or shutil.which("prometheus", path="/usr/bin")
 pytestmark = [pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package)"),
               pytest.mark.slow]
 
@@ -104,41 +101,6 @@ class Prometheus:
             return False
 
 
-@asynccontextmanager
-async def prometheus(tmp_path: Path, target: str) -> AsyncIterator[Prometheus]:
-    """A real Prometheus scraping ``target`` every second, as deploy/prometheus.yml does (honor_labels)."""
-    assert PROMETHEUS is not None
-    web = free_port()
-    cfg = tmp_path / "prometheus.yml"
-    cfg.write_text("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-                   "scrape_configs:\n  - job_name: gpufleet\n    honor_labels: true\n"
-                   f"    static_configs: [{{targets: ['{target}']}}]\n")
-    log = tmp_path / "prometheus.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path}/tsdb",
-                                 f"--web.listen-address=127.0.0.1:{web}", "--log.level=warn"],
-                                stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
-    try:
-        yield Prometheus(f"http://127.0.0.1:{web}")
-    finally:
-        proc.terminate()
-        try:
-            await asyncio.to_thread(proc.wait, 15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-async def _until(check: Any, what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = await check()
-        if got:
-            return got
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"{what}: not within {timeout:g} s")
-
-
 async def test_nvidia_dashboard_unchanged_finds_each_hosts_gpus_and_only_them(tmp_path: Path) -> None:
     scenarios = {}
     for host in HOSTS:
@@ -153,8 +115,8 @@ async def test_nvidia_dashboard_unchanged_finds_each_hosts_gpus_and_only_them(tm
         await collector.start()
         target = f"127.0.0.1:{collector.metrics_port}"
         try:
-            async with prometheus(tmp_path, target) as prom:
-                await _check_dashboard(prom, target)
+            async with prometheus_scraping(tmp_path, target) as running:
+                await _check_dashboard(Prometheus(running.base), target)
         finally:
             await collector.stop()
 
@@ -171,7 +133,7 @@ async def _check_dashboard(prom: Prometheus, target: str) -> None:
         tensor = (await prom.api("/api/v1/query", query="DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"))["result"]
         return len(temps) == sum(len(r) for r, _, _ in HOSTS.values()) and len(tensor) == 2
 
-    await _until(scraped, "every GPU's series in Prometheus")
+    await until(scraped, timeout=60.0)  # every GPU's series in Prometheus
     await asyncio.sleep(3)  # a few more scrapes: the range queries below span them
 
     # the template variables, as Grafana asks for label_values(metric, label)

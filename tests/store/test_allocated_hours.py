@@ -17,7 +17,7 @@ from gpufleet.collector.store import schema
 from gpufleet.collector.store.store import Store
 
 from tests import builders
-from tests.builders import snap
+from tests.builders import old_schema_file, snap
 
 gpu = functools.partial(builders.gpu, host="n3")
 
@@ -92,12 +92,7 @@ async def test_job_records_have_their_gpus_as_used_of_allocated(store: Store) ->
 
 def _v6_file(path: Path) -> None:
     """A file as the previous gpufleet left it (migrations v1..v6) with Slurm usage and a job in it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(path, isolation_level=None)
-    for version in range(6):
-        for statement in schema.MIGRATIONS[version]:
-            conn.execute(statement)
-    conn.execute("PRAGMA user_version=6")
+    conn = old_schema_file(path, 6)
     conn.execute("INSERT INTO hosts (name) VALUES ('n1')")
     conn.execute("INSERT INTO gpus (uuid, host_id, idx, first_seen, last_seen) "
                  "VALUES ('GPU-0000', 1, 0, 1, 1)")

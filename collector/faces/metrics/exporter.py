@@ -375,37 +375,18 @@ class FleetCollector:
         b.put("gpufleet_gpu_lost", _GPU, lab, ls, 1 if g.error is not None or "gpu_lost" in flags else 0)
 
     def _users(self, b: Scrape, host: str, g: sample.GpuSample) -> list[str]:
-        memory: dict[str, int | None] = {}
-        count: dict[str, int] = {}
-        for p in g.processes:
-            user = p.user or UNATTRIBUTED_USER
-            count[user] = count.get(user, 0) + 1
-            held = memory.get(user)
-            if p.gpu_memory is not None:
-                memory[user] = (held or 0) + p.gpu_memory
-            else:
-                memory.setdefault(user, None)
-        for user in sorted(count):
-            ulab = (host, str(g.index), user)
+        count, memory = _holdings(g, lambda p: (p.user or UNATTRIBUTED_USER,))
+        for key in sorted(count):
+            ulab = (host, str(g.index), *key)
             uls = b.label_string(_USER, ulab)
-            b.put("gpufleet_user_gpu_processes", _USER, ulab, uls, count[user])
-            b.put("gpufleet_user_gpu_memory_bytes", _USER, ulab, uls, memory[user])
-        return list(count)
+            b.put("gpufleet_user_gpu_processes", _USER, ulab, uls, count[key])
+            b.put("gpufleet_user_gpu_memory_bytes", _USER, ulab, uls, memory[key])
+        return [key[0] for key in count]
 
     @staticmethod
     def _pods(b: Scrape, host: str, g: sample.GpuSample) -> None:
-        memory: dict[tuple[str, str, str], int | None] = {}
-        count: dict[tuple[str, str, str], int] = {}
-        for p in g.processes:
-            if not p.pod_name:
-                continue
-            key = (p.pod_namespace or "", p.pod_name, p.container_name or "")
-            count[key] = count.get(key, 0) + 1
-            held = memory.get(key)
-            if p.gpu_memory is not None:
-                memory[key] = (held or 0) + p.gpu_memory
-            else:
-                memory.setdefault(key, None)
+        count, memory = _holdings(g, lambda p: (p.pod_namespace or "", p.pod_name, p.container_name or "")
+                                  if p.pod_name else None)
         for key in sorted(count):
             plab = (host, str(g.index), *key)
             pls = b.label_string(_POD, plab)
@@ -438,6 +419,25 @@ class FleetCollector:
             b.add_spec(Spec(name, "counter" if name.endswith("_total") else "gauge",
                             f"Collector statistic {key}."))
             b.add(name, (), value)
+
+
+def _holdings(g: sample.GpuSample, key: Callable[[sample.ProcessSample], tuple[str, ...] | None],
+              ) -> tuple[dict[tuple[str, ...], int], dict[tuple[str, ...], int | None]]:
+    """Processes and memory per holder (a user, a pod; ``key`` None: not one) of one GPU; the memory is None
+    when none of the holder's processes has a reading (never a fake 0)."""
+    memory: dict[tuple[str, ...], int | None] = {}
+    count: dict[tuple[str, ...], int] = {}
+    for p in g.processes:
+        k = key(p)
+        if k is None:
+            continue
+        count[k] = count.get(k, 0) + 1
+        held = memory.get(k)
+        if p.gpu_memory is not None:
+            memory[k] = (held or 0) + p.gpu_memory
+        else:
+            memory.setdefault(k, None)
+    return count, memory
 
 
 # ---------------------------------------------------------------------------------------- HTTP server

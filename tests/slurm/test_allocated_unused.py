@@ -66,7 +66,9 @@ async def test_a_job_holding_two_gpus_and_using_one_is_flagged_everywhere(
         state = _nvml_state(home / "nvml.state", used, pid)
         ports = Ports()
         cfg = _config(home, slurm_cluster, ports)
-        env = fakelib.env_for(fake_nvml_lib, state, {**cli_env(home, COLUMNS="200"), **slurm_cluster.env})
+        # the cluster's slurm.conf; the caller's COLUMNS must not narrow the screens checked below
+        client = cli_env(home, COLUMNS="200", SLURM_CONF=str(slurm_cluster.conf))
+        env = fakelib.env_for(fake_nvml_lib, state, client)
         async with collector_running(cfg, env):
             await _check_live(job, allocated, used, unused, cfg, env, ports)
             # the job ends: Slurm cancels it, its process leaves the GPU

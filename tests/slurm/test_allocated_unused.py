@@ -71,10 +71,10 @@ async def test_a_job_holding_two_gpus_and_using_one_is_flagged_everywhere(
         env = fakelib.env_for(fake_nvml_lib, state, client)
         async with collector_running(cfg, env):
             await _check_live(job, allocated, used, unused, cfg, env, ports)
-            # the job ends: Slurm cancels it, its process leaves the GPU
+            # the job ends: its process leaves the GPU, Slurm ends the job
+            _nvml_state(state, used, None)
             slurm_cluster.run("scancel", job)
             slurm_cluster.wait_state(job, "CANCELLED")
-            _nvml_state(state, used, None)
             await _check_history(job, allocated, used, cfg, env)
     finally:
         slurm_cluster.run("scancel", job, check=False)
@@ -118,6 +118,8 @@ async def _check_live(job: str, allocated: list[int], used: int, unused: int, cf
 
     text = (await run_cli("status", "-c", c, env=env)).out
     assert f"unused by Slurm job {job} llama-pretrain (root, nlp)" in text, text
+    listed = (await run_cli("alerts", "-c", c, env=env)).out
+    assert re.search(rf"allocated_unused \(unused\)\s+n3\s+{unused}\s+root", listed), listed
     assert "1 unused" in text and f"[{job} llama-pretrain]" in text, text
 
     await top_screen(cfg, Path(env["HOME"]), f"unused by Slurm job {job} llama-pretrain (root, nlp)",
@@ -153,7 +155,7 @@ async def _check_history(job: str, allocated: list[int], used: int, cfg: Path, e
     assert record["gpus"] == [f"n3:{used}"]
     assert record["gpus_allocated"] == [f"n3:{i}" for i in allocated]
     assert 0 < record["gpu_hours_unused"] < record["gpu_hours_allocated"]
-    assert record["slurm_name"] == "llama-pretrain" and "allocated_unused" in record["diagnoses"]
+    assert record["slurm_name"] == "llama-pretrain" and record["diagnoses"] == ["allocated_unused"]
     text = (await run_cli("jobs", "-c", c, "--since", "1h", env=env)).out
     assert "1/2 on n3" in text and "GPU-hours allocated" in text, text
 

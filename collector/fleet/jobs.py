@@ -33,7 +33,7 @@ from typing import Final
 from gpufleet.collector.fleet.accounting import GpuClock, allocation_charge, charge
 from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.model import sample
-from gpufleet.collector.model.allocation import uses
+from gpufleet.collector.model.allocation import AllocationUse
 from gpufleet.collector.model.classify import UNATTRIBUTED, holds_memory, processes_unknown, user_of
 from gpufleet.collector.model.facts import FleetFacts
 from gpufleet.collector.model.firing import Firing
@@ -194,7 +194,7 @@ class JobTracker:
                         job.util_seconds += hours[0] * util
                         job.util_held += hours[0]
         if snap.allocations:
-            self._allocations(host, snap, seconds_at, shown, on_host, now)
+            self._allocations(host, facts.allocation_uses(), seconds_at, shown, on_host, now)
         gone_after = GONE_INTERVALS * self.intervals.get(host, 1.0)
         ended = []
         for key in [k for k in on_host if k not in shown]:
@@ -208,11 +208,11 @@ class JobTracker:
                     ended.append(job)
         self._end(ended)
 
-    def _allocations(self, host: str, snap: sample.Snapshot, seconds_at: dict[int, float], shown: set[str],
-                     on_host: set[str], now: float) -> None:
+    def _allocations(self, host: str, running: list[AllocationUse], seconds_at: dict[int, float],
+                     shown: set[str], on_host: set[str], now: float) -> None:
         """The running Slurm jobs holding GPUs here, used or not: a job that runs no process on any GPU is a
         job too (its record says so), and every job is charged its allocated and unused hours."""
-        for use in uses(snap):
+        for use in running:
             a = use.allocation
             key = f"{SLURM}{a.job}"
             job = self.jobs.get(key)

@@ -59,24 +59,36 @@ def allocated_indexes(snapshot: Snapshot) -> frozenset[int]:
 
 def use_of(allocation: SlurmAllocation, gpus: Sequence[GpuSample]) -> AllocationUse:
     """What the job does with the GPUs Slurm gave it, judged from one snapshot's GPUs."""
-    by_index = {g.index: g for g in gpus}
-    job = allocation.job
-    allocated = tuple(sorted(set(allocation.gpu_indexes)))
-    used: list[int] = []
-    unused: list[int] = []
-    for index in allocated:
-        g = by_index.get(index)
-        if g is None:
-            continue
-        if any(p.job == job for p in g.processes):
-            used.append(index)
-        elif g.error is None and not processes_unknown(g):
-            unused.append(index)
-    return AllocationUse(allocation, allocated, tuple(used), tuple(unused))
+    return _use(allocation, _jobs_on(gpus))
 
 
 def uses(snapshot: Snapshot) -> list[AllocationUse]:
     """Every running job's use of its GPUs on the host, in the agent's order (by job id)."""
     if not snapshot.allocations:
         return []
-    return [use_of(a, snapshot.gpus) for a in snapshot.allocations if is_running(a)]
+    on = _jobs_on(snapshot.gpus)
+    return [_use(a, on) for a in snapshot.allocations if is_running(a)]
+
+
+def _jobs_on(gpus: Sequence[GpuSample]) -> dict[int, tuple[set[str | None], bool]]:
+    """GPU index -> (the jobs of the processes listed on it, whether "none of them" can be judged: not where
+    the GPU is lost or its process list unreadable)."""
+    return {g.index: ({p.job for p in g.processes}, g.error is None and not processes_unknown(g))
+            for g in gpus}
+
+
+def _use(allocation: SlurmAllocation, on: dict[int, tuple[set[str | None], bool]]) -> AllocationUse:
+    job = allocation.job
+    indexes = allocation.gpu_indexes
+    allocated = tuple(sorted(set(indexes))) if len(indexes) > 1 else tuple(indexes)
+    used: list[int] = []
+    unused: list[int] = []
+    for index in allocated:
+        here = on.get(index)
+        if here is None:
+            continue  # not a GPU this snapshot lists
+        if job in here[0]:
+            used.append(index)
+        elif here[1]:
+            unused.append(index)
+    return AllocationUse(allocation, allocated, tuple(used), tuple(unused))

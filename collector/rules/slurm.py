@@ -46,6 +46,8 @@ class AllocatedUnusedRule(Rule):
     def __init__(self, config: RuleConfig) -> None:
         super().__init__(config)
         self._unused: dict[str, dict[str, frozenset[int]]] = {}  # host -> job -> its last unused GPUs
+        #: host -> job -> (what the condition was made of, the condition): the same facts, the same words
+        self._made: dict[str, dict[str, tuple[tuple[object, ...], Condition]]] = {}
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
         snap = ctx.snapshot
@@ -53,14 +55,23 @@ class AllocatedUnusedRule(Rule):
             return None
         before = self._unused.get(ctx.name, {})
         now_unused = self._unused[ctx.name] = {}  # jobs gone from the snapshot drop out
+        made_before = self._made.get(ctx.name, {})
+        made = self._made[ctx.name] = {}
         out: list[Condition] = []
-        for use in uses(snap):
+        for use in self.facts(ctx, snap).allocation_uses():
             judged = set(use.used) | set(use.unused)
             kept = {i for i in before.get(use.job, ()) if i not in judged}  # not known now: as before
             unused = frozenset(use.unused) | kept
             now_unused[use.job] = unused
-            if unused:
-                out.append(self._condition(ctx.name, use, sorted(unused)))
+            if not unused:
+                continue
+            a = use.allocation
+            key = (a.name, a.user, a.account, a.partition, a.state, use.allocated, use.used, unused)
+            last = made_before.get(use.job)
+            cond = last[1] if last is not None and last[0] == key else self._condition(ctx.name, use,
+                                                                                      sorted(unused))
+            made[use.job] = (key, cond)
+            out.append(cond)
         return out
 
     def _condition(self, host: str, use: AllocationUse, unused: list[int]) -> Condition:
@@ -112,3 +123,4 @@ class AllocatedUnusedRule(Rule):
 
     def forget_host(self, host: str) -> None:
         self._unused.pop(host, None)
+        self._made.pop(host, None)

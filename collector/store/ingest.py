@@ -41,7 +41,7 @@ from typing import Any, Final, TypeAlias
 from gpufleet.agent import wire
 from gpufleet.collector.fleet.accounting import GpuClock, allocation_charge, charge
 from gpufleet.collector.model import sample
-from gpufleet.collector.model.allocation import allocated_indexes, uses
+from gpufleet.collector.model.allocation import AllocationUse, allocated_indexes, uses
 from gpufleet.collector.model.classify import is_free, waste_users
 from gpufleet.collector.model.facts import SnapshotFacts
 from gpufleet.collector.model.jobkey import SLURM
@@ -369,17 +369,18 @@ class IngestState:
                 if key.startswith(SLURM):
                     usage.add(totals.slurm_usage, (hour, hid, gs.id, key[len(SLURM):]), hours)
         if snap.allocations:
-            self._allocations(snap, hid, hour, fresh, rows, totals)
+            running = facts.allocation_uses() if facts is not None and facts.snapshot is snap else uses(snap)
+            self._allocations(running, snap.ts, hid, hour, fresh, rows, totals)
 
-    def _allocations(self, snap: sample.Snapshot, hid: int, hour: int,
+    def _allocations(self, running: list[AllocationUse], ts: float, hid: int, hour: int,
                      fresh: Sequence[tuple[int, sample.GpuSample, GpuState, float, list[float]]], rows: Rows,
                      totals: Totals) -> None:
         """The running Slurm jobs' allocated and unused seconds (accounting.allocation_charge), and what
         Slurm says of each job (a job that never runs a process on a GPU is named only here)."""
         seconds = {g.index: sec for _, g, _, sec, _ in fresh if g.error is None}
         gpu_ids = {g.index: gs.id for _, g, gs, _, _ in fresh}
-        for use in uses(snap):
-            self.slurm.note_allocation(rows.slurm_jobs, hid, use.allocation, snap.ts)
+        for use in running:
+            self.slurm.note_allocation(rows.slurm_jobs, hid, use.allocation, ts)
             for index, (allocated, unused) in allocation_charge(use, seconds).items():
                 key = (hour, hid, gpu_ids[index], use.job)
                 acc = totals.slurm_allocated.get(key)

@@ -38,10 +38,6 @@ _EIGHTHS = " ▏▎▍▌▋▊▉"
 STATUS_STYLES = {"up": "green", "down": "bold red", "connecting": "yellow", "maintenance": "bold blue",
                  UNKNOWN: "dim"}
 FLAG_CELLS = 9  # the narrow flags column: "orphaned", "throttled"; wider where a longer flag is on screen
-FLAG_ORDER = (
-    "down", "lost", "xid", "ecc", "storage", "duplicate_gpu", "hot", "near_oom", "stale", "wasted",
-    "idle_peers", "orphaned", "underused", "input_bound", "throttled", "idle",
-)
 
 
 # ------------------------------------------------------------------------------------------ formatting

@@ -23,7 +23,8 @@ WHAT_AND_WHERE = (Col("RULE"), Col("HOST", shrink=True), Col("GPU", right=True),
 
 
 def _what_and_where(a: AlertRecord) -> list[Cell]:
-    return [rule_label(a.rule), a.labels.get("host", "-"), a.labels.get("gpu", "-"), a.labels.get("user", "")]
+    gpu = a.labels.get("gpu") or a.labels.get("gpus") or "-"  # gpus: a Slurm job's unused GPUs (0-1)
+    return [rule_label(a.rule), a.labels.get("host", "-"), gpu, a.labels.get("user", "")]
 
 
 def _sort_key(a: AlertRecord) -> tuple[int, list[Any], str]:

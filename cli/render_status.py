@@ -22,7 +22,8 @@ from gpufleet.collector.model.views import (
     HostView,
     ProcView,
     UserUsage,
-    slurm_label,
+    allocation_label,
+    where_label,
 )
 from gpufleet.collector.rules.catalog import flag_style, worst_first
 from gpufleet.collector.units import GIB, fmt_duration, fmt_duration_short, fmt_pct, fmt_size, fmt_size_short
@@ -37,10 +38,6 @@ _EIGHTHS = " ▏▎▍▌▋▊▉"
 STATUS_STYLES = {"up": "green", "down": "bold red", "connecting": "yellow", "maintenance": "bold blue",
                  UNKNOWN: "dim"}
 FLAG_CELLS = 9  # the narrow flags column: "orphaned", "throttled"; wider where a longer flag is on screen
-FLAG_ORDER = (
-    "down", "lost", "xid", "ecc", "storage", "duplicate_gpu", "hot", "near_oom", "stale", "wasted",
-    "idle_peers", "orphaned", "underused", "input_bound", "throttled", "idle",
-)
 
 
 # ------------------------------------------------------------------------------------------ formatting
@@ -251,9 +248,8 @@ class _Gauges:
         if user is None:
             user = self.user[p.user] = (_fit(p.user or "?", lay.user) + " ", "bold" if p.user else "dim")
         zombie = p.state == "Z"
-        # wide: the job (or container) after the command; narrower: a named Slurm job where it fits
-        label = slurm_label(p.job, p.job_name)
-        where = (label or p.container) if lay.wide else (label if p.job_name else None)
+        # wide: the job (or pod, or container) after the command; narrower: a named Slurm job or pod
+        where = where_label(p, lay.wide)
         ckey = (p.command, None if p.command else p.pid, zombie, where)
         cmd = self.cmd.get(ckey)
         if cmd is None:
@@ -347,6 +343,10 @@ def _gpu_lines(
     procs = g.processes
     if procs:
         sp.extend(gauges.proc_cells(procs[0]))
+    elif g.allocated_to is not None:  # a Slurm job holds it and runs nothing on it
+        job = next((a for a in host.allocations if a.job == g.allocated_to), None)
+        label = allocation_label(job) if job is not None else f"job {g.allocated_to}"
+        sp.append((_fit(f"unused by Slurm job {label}", lay.procs - 1) + " ", "yellow"))
     else:
         _proc_cells(line, lay, None, "-")
     if flags:
@@ -417,6 +417,7 @@ def totals_lines(view: FleetView, width: int) -> list[Line]:
     parts = [
         (t.busy, "busy", "green"),
         (t.idle, "idle", "dim"),
+        (t.unused, "unused", "bold yellow"),
         (t.wasted, "wasted", "bold yellow"),
         (t.hot, "hot", "bold red"),
         (t.stale, "stale", "magenta"),

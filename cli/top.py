@@ -41,8 +41,16 @@ from gpufleet.cli.lines import Line, cells, to_text
 from gpufleet.cli.options import State, pass_state, split_list, status_view, where_options
 from gpufleet.cli.render_history import bucket, sparkline
 from gpufleet.cli.render_status import Layout, gpu_row, host_row, longest_flag, title_line, totals_lines
+from gpufleet.collector.model.gpulist import fmt_indexes
 from gpufleet.collector.model.names import is_glob, natural_key
-from gpufleet.collector.model.views import FleetView, GpuView, HostView, slurm_label
+from gpufleet.collector.model.views import (
+    AllocationView,
+    FleetView,
+    GpuView,
+    HostView,
+    allocation_label,
+    where_label,
+)
 from gpufleet.collector.rules.catalog import WASTE_FLAGS
 from gpufleet.collector.units import fmt_duration, fmt_size, fmt_size_short
 
@@ -66,8 +74,21 @@ class Row:
     def key(self) -> tuple[str, int | None]:
         return (self.host.name, None if self.gpu is None else self.gpu.index)
 
+    def allocation(self) -> AllocationView | None:
+        """The running Slurm job holding the GPU (used or not)."""
+        job = self.gpu.allocated_to if self.gpu else None
+        return next((a for a in self.host.allocations if a.job == job), None) if job is not None else None
+
     def users(self) -> list[str]:
-        return [p.user for p in (self.gpu.processes if self.gpu else []) if p.user]
+        users = [p.user for p in (self.gpu.processes if self.gpu else []) if p.user]
+        a = self.allocation()
+        return users + [a.user] if a is not None and a.user and a.user not in users else users
+
+    def jobs(self) -> list[str]:
+        """What the GPU's processes run in (Slurm job, pod, container) and the Slurm job holding it."""
+        out = [w for p in (self.gpu.processes if self.gpu else []) if (w := where_label(p)) is not None]
+        a = self.allocation()
+        return out + [allocation_label(a)] if a is not None else out
 
     def flags(self) -> list[str]:
         return list(self.gpu.flags if self.gpu else []) + list(self.host.flags)
@@ -94,8 +115,8 @@ def sort_key(name: str) -> Callable[[Row], Any]:
 
 
 def matches(row: Row, text: str) -> bool:
-    """Every term of ``text`` matches: ``host:``/``user:``/``flag:``/``tag:``/``model:`` name one field,
-    a bare term any of them (and the commands); globs work, otherwise case-insensitive substrings."""
+    """Every term of ``text`` matches: ``host:``/``user:``/``flag:``/``tag:``/``model:``/``job:`` name one
+    field, a bare term any of them (and the commands); globs work, otherwise case-insensitive substrings."""
     g = row.gpu
     fields = {
         "host": [row.host.name],
@@ -103,6 +124,7 @@ def matches(row: Row, text: str) -> bool:
         "flag": row.flags(),
         "tag": list(row.host.tags),
         "model": [g.name] if g and g.name else [],
+        "job": row.jobs(),
         "cmd": [p.command for p in (g.processes if g else []) if p.command],
     }
     for term in text.lower().split():
@@ -255,7 +277,7 @@ def list_screen(view: FleetView, st: TopState, width: int, height: int) -> list[
     total = sum(len(h.gpus) or 1 for h in view.hosts)
     state += f" · {i + 1 if rows else 0}/{len(rows)}" + (f" of {total}" if len(rows) != total else "")
     if st.prompt is not None:
-        out.append(Line("filter (host: user: flag: tag: model:, Enter applies, Esc cancels): ", "bold")
+        out.append(Line("filter (host: user: flag: tag: model: job:, Enter applies, Esc cancels): ", "bold")
                    .append(st.prompt + "█").truncate(width))
     else:
         out.append(Line(state, "dim").truncate(width))
@@ -284,6 +306,9 @@ def detail_screen(view: FleetView, st: TopState, width: int, height: int) -> lis
         out.append(Line("  ".join(bits)).truncate(width))
         if gpu.flags:
             out.append(Line("flags: ", "dim").append(" ".join(gpu.flags), "bold yellow").truncate(width))
+        held = Row(host, gpu).allocation()
+        if held is not None:
+            out.append(_allocation_line(held, gpu.index).truncate(width))
         if gpu.error:
             out.append(Line(f"lost: {gpu.error}", "bold red").truncate(width))
         out.append(Line())
@@ -315,16 +340,29 @@ def detail_screen(view: FleetView, st: TopState, width: int, height: int) -> lis
     return out
 
 
+def _allocation_line(a: AllocationView, index: int) -> Line:
+    """``Slurm job 812 llama-pretrain (alice, nlp) holds GPUs 0-1 · uses 0 · unused 1``."""
+    line = Line("Slurm job ", "dim").append(allocation_label(a), "bold")
+    line.append(f" holds GPU{'s' if len(a.gpus) > 1 else ''} {fmt_indexes(a.gpus)}", "dim")
+    line.append(f" · uses {fmt_indexes(a.used) or 'none'}", "dim")
+    if a.unused:
+        line.append(f" · unused {fmt_indexes(a.unused)}", "bold yellow" if index in a.unused else "yellow")
+    return line
+
+
 def _process_lines(gpu: GpuView, width: int) -> list[Line]:
 
     if not gpu.processes:
         return [Line("no processes on this GPU", "dim")]
     cols = [Col("PID", right=True), Col("USER", shrink=True), Col("GMEM", right=True), Col("SM", right=True),
-            Col("RUNNING FOR", right=True), Col("JOB / CONTAINER", shrink=True, max=24)]
+            Col("RUNNING FOR", right=True), Col("JOB / POD / CONTAINER", shrink=True, max=32)]
     rows: list[list[Cell]] = []
     for p in sorted(gpu.processes, key=lambda p: -(p.memory or 0)):
-        job = slurm_label(p.job, p.job_name)
-        where = " ".join(x for x in (job, p.container and p.container[:12]) if x) or "-"
+        where = where_label(p) or "-"
+        if p.job and p.container and not p.pod_name:  # a Slurm job inside a container: both
+            where += f" {p.container[:12]}"
+        elif where == p.container:
+            where = p.container[:12]
         rows.append([
             str(p.pid), (p.user or "?", "bold"), fmt_size_short(p.memory),
             "-" if p.sm_util is None else f"{p.sm_util}%", fmt_duration(p.running_for), where,

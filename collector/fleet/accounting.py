@@ -12,6 +12,10 @@ report and in its job record.
   holders is.
 - *Orphaned memory* (in use with no process visible) stays held and wasted by the GPU's last holding
   users; not by their jobs: the job's processes are gone, so the job has ended (its record is written).
+- *Allocated* (Slurm): every GPU a running Slurm job holds charges the job its seconds, used or not, and
+  *unused* the seconds no process of the job was on it (:func:`allocation_charge`; which GPUs those are is
+  collector/model/allocation.py's). These are the job's, its Slurm user's and its account's hours; a GPU the
+  snapshot could not judge (lost, process list unreadable) is allocated but never unused.
 The store keeps the sums per hour (store/usage.py, store/slurm.py); the job tracker per job (fleet/jobs.py).
 """
 
@@ -21,6 +25,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from gpufleet.collector.model.allocation import AllocationUse
 from gpufleet.collector.model.classify import holds_memory, orphaned_bytes, user_of
 from gpufleet.collector.model.jobkey import job_key
 from gpufleet.collector.model.sample import GpuSample
@@ -127,4 +132,17 @@ def charge(host: str, gpu: GpuSample, seconds: float, waste: Collection[str], *,
         out.users = {user: (seconds, 0.0, seconds) for user in last_holders}
     else:
         out.holders = frozenset()
+    return out
+
+
+def allocation_charge(use: AllocationUse, seconds: Mapping[int, float]) -> dict[int, tuple[float, float]]:
+    """GPU index -> (allocated, unused) seconds one snapshot charges a running Slurm job, for each GPU it
+    holds that the snapshot charges time for (``seconds``: GPU index -> what its :class:`GpuClock` gave
+    it)."""
+    unused = set(use.unused)
+    out: dict[int, tuple[float, float]] = {}
+    for index in use.allocated:
+        s = seconds.get(index)
+        if s is not None and s > 0:
+            out[index] = (s, s if index in unused else 0.0)
     return out

@@ -20,7 +20,9 @@ Per sample (DESIGN.md: combine signals):
 - *holders*: each user's non-zombie processes holding at least ``min_memory_bytes`` (zombies are stale).
 - *wasting*: the holders of a sample whose activity is idle or stuck (the ``wasted`` rule's users);
   *waste*: those plus zombies holding memory (``stale``): what GPU-hours "wasted" counts.
-- *free*: nothing allocated (no process, memory under ``free_max_memory_bytes``, util 0): capacity.
+- *free*: nothing allocated (no process, memory under ``free_max_memory_bytes``, util 0) and not held by a
+  running Slurm job (collector/model/allocation.py: a GPU Slurm gave a job is not capacity anyone else can
+  have, used or not): capacity.
 - *orphaned*: memory in use (at least ``min_memory_bytes``) with no process visible, not a MIG GPU.
 The thresholds come from the ``wasted``, ``idle`` and ``orphaned_memory`` rules' parameters
 (collector/model/thresholds.py), whose defaults live in the rule catalog (collector/rules/catalog.py).
@@ -136,9 +138,10 @@ def processes_unknown(g: GpuSample) -> bool:
     return g.processes_error is not None
 
 
-def is_free(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> bool:
-    """Nothing allocated: no process, (almost) no memory used, 0 % util: free capacity."""
-    if g.error or g.processes or processes_unknown(g) or g.util_gpu is None or g.util_gpu > 0:
+def is_free(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS, allocated: bool = False) -> bool:
+    """Nothing allocated: no process, (almost) no memory used, 0 % util, and (``allocated`` False) no running
+    Slurm job holds it (allocation.allocated_indexes): free capacity."""
+    if allocated or g.error or g.processes or processes_unknown(g) or g.util_gpu is None or g.util_gpu > 0:
         return False
     return g.memory_used is not None and g.memory_used < t.free_max_memory_bytes
 
@@ -151,10 +154,15 @@ def orphaned_bytes(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> int | No
     return g.memory_used if g.memory_used >= t.orphan_min_bytes else None
 
 
-def gpu_state(g: GpuSample,
-              t: Thresholds = DEFAULT_THRESHOLDS) -> Literal["busy", "idle", "lost", "unknown"]:
+GpuState = Literal["busy", "idle", "unused", "lost", "unknown"]
+
+
+def gpu_state(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS, allocated: bool = False) -> GpuState:
     """The status screen's state of a GPU on a host that is up: lost (or hung), unknown (the agent may not
-    read it: the GPU itself is fine), idle (free capacity) or busy."""
+    read it: the GPU itself is fine), idle (free capacity), unused (nothing runs on it, but a running Slurm
+    job holds it: not capacity either) or busy."""
     if g.error:
         return "unknown" if g.fault == "unreadable" else "lost"
-    return "idle" if is_free(g, t) else "busy"
+    if not is_free(g, t):
+        return "busy"
+    return "unused" if allocated else "idle"

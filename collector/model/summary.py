@@ -25,8 +25,8 @@ def fleet_totals(hosts: Sequence[HostView]) -> Totals:
         hosts=len(hosts), hosts_up=status["up"], hosts_down=status["down"],
         hosts_maintenance=status["maintenance"],
         hosts_connecting=len(hosts) - status["up"] - status["down"] - status["maintenance"],  # or not known
-        gpus=len(gpus), busy=state["busy"], idle=state["idle"], lost=state["lost"],
-        unknown=len(gpus) - state["busy"] - state["idle"] - state["lost"],
+        gpus=len(gpus), busy=state["busy"], idle=state["idle"], lost=state["lost"], unused=state["unused"],
+        unknown=len(gpus) - state["busy"] - state["idle"] - state["lost"] - state["unused"],
         wasted=flags["wasted"], hot=flags["hot"], stale=flags["stale"], orphaned=flags["orphaned"])
 
 

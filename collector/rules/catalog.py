@@ -225,6 +225,11 @@ RULES: Final[tuple[RuleSpec, ...]] = (
              check="memory at the limit: batch size, activation checkpointing, or preallocation settings"),
     RuleSpec("clock_skew", "warning", 0.0, 17),
     RuleSpec("over_budget", "warning", 0.0, 20),
+    # Slurm (rules/slurm.py): GPUs a running job holds and never runs on (collector/model/allocation.py)
+    RuleSpec("allocated_unused", "warning", 600.0, 21, flag="unused", style="bold black on yellow",
+             colour="#c9a227", waste=True, user=True, note="is allocated to your Slurm job but unused",
+             check="the job held GPUs it never ran on: ask for fewer (--gres=gpu:N) or make each rank use "
+                   "its own GPU (srun, torchrun --nproc-per-node, CUDA_VISIBLE_DEVICES)"),
 )
 
 BY_NAME: Final[Mapping[str, RuleSpec]] = {r.name: r for r in RULES}

@@ -2,7 +2,7 @@
 // Shipped with the collector; loads nothing from anywhere else. Model shape: collector/faces/web/model.py.
 "use strict";
 (function () {
-  const U = 0, M = 1, MT = 2, T = 3, S = 4, F = 5, P = 6, N = 7;
+  const U = 0, M = 1, MT = 2, T = 3, S = 4, F = 5, P = 6, N = 7, A = 8;
   // from the rule catalog the server sends (collector/rules/catalog.py): which flags colour a GPU, in what
   // order (the worst first), and the severities' order
   let flagOrder = [], sevRank = {};
@@ -31,18 +31,21 @@
     if (!hostUp || g[S] === "unknown") return "unknown";
     for (const f of flagOrder) if (g[F].includes(f)) return f;
     if (g[S] === "lost") return "lost";
-    return g[S] === "idle" ? "idle" : "busy";
+    // unused: a Slurm job holds it and runs nothing on it; coloured as the catalog colours that flag
+    return g[S] === "idle" ? "idle" : g[S] === "unused" ? "unused" : "busy";
   }
   function cellTitle(key, g) {
     const lines = [key + (g[N] ? " · " + g[N] : ""),
       "util " + (g[U] == null ? "?" : g[U] + " %") + " · memory " + gib(g[M]) + " / " + gib(g[MT]) + " GiB" +
         (g[T] == null ? "" : " · " + g[T] + " °C"),
       "state " + g[S] + (g[F].length ? " · flags " + g[F].join(", ") : "")];
-    for (const p of g[P]) lines.push(p[0] + " " + p[1] + " GiB" + (p[2] ? " · " + p[2] : ""));
+    if (g[A]) lines.push("held by Slurm " + g[A] + (g[S] === "unused" ? ", unused" : ""));
+    for (const p of g[P]) lines.push(p[0] + " " + p[1] + " GiB" + (p[2] ? " · " + p[2] : "") + (p[3] ? " · " + p[3] : ""));
     return lines.join("\n");
   }
   function cellInner(g) {
     const users = [...new Set(g[P].map((p) => p[0]))];
+    if (!users.length && g[A]) users.push(g[A]);  // held by a Slurm job that runs nothing on it
     const flags = g[F].map((f) => '<span class="w ' + esc(f) + '">' + esc(f) + "</span>").join("");
     return '<div class="l"><span>' + esc(g[U] == null ? "–" : g[U] + "%") + "</span>" +
       "<span>" + gib(g[M]) + "G</span></div>" +
@@ -98,7 +101,8 @@
       let show = !only || h[1] !== "up" || h[3].length > 0 || gpus.some((g) => g[F].length > 0);
       if (show && q) {
         show = h[0].toLowerCase().includes(q) || h[6].some((t) => t.toLowerCase().includes(q)) ||
-          gpus.some((g) => g[F].includes(q) || g[P].some((p) => String(p[0]).toLowerCase().includes(q)));
+          gpus.some((g) => g[F].includes(q) || g[P].some((p) => String(p[0]).toLowerCase().includes(q) ||
+            String(p[3] || "").toLowerCase().includes(q)) || String(g[A] || "").toLowerCase().includes(q));
       }
       if (el.hidden === show) el.hidden = !show;
       shown += show;
@@ -122,7 +126,8 @@
     const item = (label, v, cls) => "<span" + (cls ? ' class="' + cls + '"' : "") + ">" + label + "<b>" + esc(v) + "</b></span>";
     $("totals").innerHTML = item("hosts ", t.hosts_up + "/" + t.hosts) + (t.hosts_down ? item("down ", t.hosts_down) : "") +
       (t.hosts_maintenance ? item("maintenance ", t.hosts_maintenance) : "") +
-      item("GPUs ", t.gpus) + item("busy ", t.busy) + item("idle ", t.idle) + item("wasted ", t.wasted, "t-wasted") +
+      item("GPUs ", t.gpus) + item("busy ", t.busy) + item("idle ", t.idle) + (t.unused ? item("unused ", t.unused) : "") +
+      item("wasted ", t.wasted, "t-wasted") +
       item("stale ", t.stale) + item("hot ", t.hot) + item("lost ", t.lost);
   }
   function renderUsers() {

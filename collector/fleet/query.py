@@ -19,7 +19,7 @@ from gpufleet.collector.model.names import check_hosts, is_glob, known_list, mat
 from gpufleet.collector.model.procname import short_command
 from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.model.sample import GpuSample, ProcessSample, Snapshot
-from gpufleet.collector.model.summary import fleet_totals
+from gpufleet.collector.model.summary import fleet_state, fleet_totals
 from gpufleet.collector.model.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from gpufleet.collector.model.views import (
     UNKNOWN,
@@ -55,21 +55,20 @@ def _proc_view(p: ProcessSample, now: float) -> ProcView:
     )
 
 
-def _gpu_view(g: GpuSample, flags: Iterable[str], host_up: bool, now: float, t: Thresholds) -> GpuView:
+def _gpu_view(g: GpuSample, flags: Iterable[str], host_status: str, now: float, t: Thresholds) -> GpuView:
+    """``host_status``: the host's, for a live view; "up" for a stored one (its GPUs as last sampled)."""
     procs = [_proc_view(p, now) for p in g.processes] if g.processes else []
     names = sorted({flag_name(f) for f in flags}) if flags else []
     error = g.error
-    state: str = gpu_state(g, t)  # idle means free capacity, as the idle rule sees it (model/classify.py)
-    if error:
-        if "lost" not in names and g.fault != "unreadable":  # unreadable: the agent may not open it
-            names.append("lost")
-    elif not host_up:
-        state = UNKNOWN
+    sampled = gpu_state(g, t)  # idle means free capacity, as the idle rule sees it (model/classify.py)
+    lost = flag_name("gpu_lost")
+    if error and lost not in names and sampled != "unreadable":  # unreadable: the agent may not open it
+        names.append(lost)
     return GpuView(
         g.index,
         g.uuid,
         g.name,
-        state,
+        fleet_state(sampled, names, host_status),
         g.util_gpu,
         g.memory_used,
         g.memory_total,
@@ -79,6 +78,7 @@ def _gpu_view(g: GpuSample, flags: Iterable[str], host_up: bool, now: float, t: 
         error,
         g.fan_speed,  # None in a stored sample: the store keeps no fan reading
         names,
+        g.fault if error else None,
         procs,
     )
 
@@ -146,9 +146,8 @@ def build_fleet_view(
     """The fleet view from the collector's live state; ``firing`` says which rules fire where."""
     views: list[HostView] = []
     for s in states:
-        up = s.status == "up"
         snap = s.snapshot
-        gpus = [_gpu_view(g, firing.on(s.name, g.index), up, now, thresholds)
+        gpus = [_gpu_view(g, firing.on(s.name, g.index), s.status, now, thresholds)
                 for g in snap.gpus] if snap else []
         view = _host_view(s.name, s.status, s.reason, s.last_seen, s.tags, firing, snap.ts if snap else None,
                           gpus, now)
@@ -193,13 +192,13 @@ def build_fleet_view_from_store(
     for row in hosts:
         seen.add(row.name)
         snap = latest.get(row.name)
-        gpus = [_gpu_view(g, firing.on(row.name, g.index), True, now, thresholds)
+        gpus = [_gpu_view(g, firing.on(row.name, g.index), "up", now, thresholds)
                 for g in (snap.gpus if snap else ())]
         views.append(_host_view(row.name, row.status, row.reason, row.last_seen, row.tags, firing,
                                 snap.ts if snap else None, gpus, now))
     for name, snap in latest.items():  # samples for a host the hosts table lacks: still show them
         if name not in seen:
-            gpus = [_gpu_view(g, firing.on(name, g.index), True, now, thresholds) for g in snap.gpus]
+            gpus = [_gpu_view(g, firing.on(name, g.index), "up", now, thresholds) for g in snap.gpus]
             views.append(HostView(name=name, status=UNKNOWN, reason=None, last_seen=snap.ts,
                                   age=now - snap.ts, sample_ts=snap.ts, gpus=gpus))
     return _finish(views, now, "store", host=host, tag=tag, user=user)

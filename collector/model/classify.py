@@ -114,7 +114,7 @@ def wasting_users(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> list[str]
 def waste_users(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> list[str]:
     """Every user whose holding of this sample is waste, by any waste rule: idle or stuck holders (``wasted``)
     and zombies still holding at least ``min_memory_bytes`` (``stale``). GPU-hours "wasted" counts these;
-    orphaned memory is credited to the last holders by the accounting (it needs the GPU's past)."""
+    orphaned memory is charged to nobody (collector/fleet/accounting.py)."""
     held, zombies = holdings(g, t)
     return waste_of(activity(g, t), held, zombies, t)
 
@@ -151,10 +151,14 @@ def orphaned_bytes(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> int | No
     return g.memory_used if g.memory_used >= t.orphan_min_bytes else None
 
 
-def gpu_state(g: GpuSample,
-              t: Thresholds = DEFAULT_THRESHOLDS) -> Literal["busy", "idle", "lost", "unknown"]:
-    """The status screen's state of a GPU on a host that is up: lost (or hung), unknown (the agent may not
-    read it: the GPU itself is fine), idle (free capacity) or busy."""
+SampleState = Literal["busy", "idle", "lost", "hung", "unreadable"]
+
+
+def gpu_state(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> SampleState:
+    """What one sample says of its GPU: lost (fell off the bus), hung (an NVML call on it does not
+    return), unreadable (the agent may not open it: the GPU itself may be fine), idle (free capacity) or
+    busy (allocated). Whether a busy GPU is *wasted* is the alerts' verdict over time, which the views add
+    (collector/model/summary.py :func:`~gpufleet.collector.model.summary.fleet_state`)."""
     if g.error:
-        return "unknown" if g.fault == "unreadable" else "lost"
+        return "unreadable" if g.fault == "unreadable" else "hung" if g.fault == "hung" else "lost"
     return "idle" if is_free(g, t) else "busy"

@@ -36,11 +36,12 @@ def test_totals_and_states() -> None:
     assert [h.name for h in v.hosts] == ["a2", "a10", "b1", "c1", "d1"]  # natural order
     t = v.totals
     assert (t.hosts, t.hosts_up, t.hosts_down, t.gpus) == (5, 4, 1, 16)
-    assert (t.busy, t.idle, t.lost, t.wasted, t.unknown) == (10, 5, 1, 2, 0)
+    # each GPU counted once (issue 36): the two wasted GPUs are not also busy
+    assert (t.busy, t.idle, t.lost, t.wasted, t.unknown) == (8, 5, 1, 2, 0)
     states = {(h.name, g.index): g.state for h in v.hosts for g in h.gpus}
-    assert states[("a2", 3)] == "idle" and states[("a2", 0)] == "busy"
+    assert states[("a2", 3)] == "idle" and states[("a2", 0)] == "busy" and states[("a10", 0)] == "wasted"
     assert states[("b1", 1)] == "lost" and all(states[("d1", i)] == "idle" for i in range(4))
-    assert t.busy + t.idle + t.lost + t.unknown == t.gpus
+    assert t.busy + t.wasted + t.idle + t.lost + t.hung + t.unreadable + t.unknown + t.maintenance == t.gpus
     assert t.lost == 1 and t.wasted == 2 and t.idle == 5
     b1 = v.hosts[2].gpus[1]
     assert b1.flags == ["lost"] and b1.error and b1.processes == []
@@ -199,8 +200,8 @@ def test_orphaned_memory_is_not_idle() -> None:
     host = next(iter(live.hosts))
     v = query.build_fleet_view(live.hosts.values(), Firing([alert("orphaned_memory", host, 0)]), now=NOW)
     states = [g.state for g in v.hosts[0].gpus]
-    assert states == ["busy", "idle"]
-    assert (v.totals.busy, v.totals.idle, v.totals.orphaned) == (1, 1, 1)
+    assert states == ["wasted", "idle"]  # held by nobody, usable by nobody: counted with the waste
+    assert (v.totals.busy, v.totals.wasted, v.totals.idle, v.totals.orphaned) == (0, 1, 1, 1)
     assert v.hosts[0].gpus[0].flags == ["orphaned"]
     assert codec.fleet_view_from_dict(json.loads(json.dumps(v, default=codec.jsonable))).totals.orphaned == 1
 

@@ -10,8 +10,10 @@ from gpufleet.collector.faces.metrics.exporter import (
     UNATTRIBUTED_USER,
     FleetCollector,
 )
+from gpufleet.collector.fleet import query
 from gpufleet.collector.fleet.live import HostState, LiveView
 from gpufleet.collector.model import sample
+from gpufleet.collector.model.views import GPU_STATES
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -275,3 +277,15 @@ def test_dcgm_sm_active_comes_from_gpm_and_no_other_profiling_series(source: Sta
     prof = [(s.name, s.labels.get("Hostname"), s.labels.get("gpu"), s.value)
             for f in fams for s in f.samples if s.name.startswith("DCGM_FI_PROF_")]
     assert prof == [("DCGM_FI_PROF_SM_ACTIVE", "gpu01", "0", 0.42)]  # a ratio; GPU 1 has no GPM reading
+
+
+def test_gpus_by_state_count_each_gpu_once_as_status_does(source: StandIn) -> None:
+    """``gpufleet_gpus{state}`` is the status line's partition (issue 36): gpu01's busy GPU, its wasted one
+    (a waste rule fires on it, so it is not also busy), the down host's two GPUs as unknown; the sum is
+    every GPU the collector has readings of."""
+    s = samples(source)
+    got = {state: get(s, "gpufleet_gpus", state=state) for state in GPU_STATES}
+    assert got == {"busy": 1, "wasted": 1, "idle": 0, "lost": 0, "hung": 0, "unreadable": 0, "unknown": 2,
+                   "maintenance": 0}
+    view = query.build_fleet_view(source.live.hosts.values(), source.firing(), now=1_700_000_001.0)
+    assert {state: getattr(view.totals, state) for state in GPU_STATES} == got

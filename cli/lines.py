@@ -163,9 +163,24 @@ def use_color(stream: IO[str]) -> bool:
         return False
 
 
-def term_width(default: int = 80) -> int:
-    """$COLUMNS, else the terminal's width, else ``default``."""
-    return shutil.get_terminal_size((default, 24)).columns
+#: the width rich lays out a pipe's output for: wide enough that no line is cut or wrapped
+UNBOUNDED = 1 << 14
+
+
+def output_width(stream: IO[str], explicit: int | None = None) -> int | None:
+    """The width to lay ``stream``'s lines out for: ``explicit`` (``--width``), else $COLUMNS, else the
+    terminal's; None when ``stream`` is not a terminal and nothing says a width (a pipe or a file gets
+    every line whole, so ``gpufleet alerts | grep n07`` finds what the screen shows)."""
+    if explicit:
+        return explicit
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return shutil.get_terminal_size((80, 24)).columns if tty else None
 
 
 def write_lines(lines: list[Line], stream: IO[str], *, color: bool) -> None:

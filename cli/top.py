@@ -40,7 +40,7 @@ from gpufleet.cli.keys import KeyReader
 from gpufleet.cli.lines import Line, cells, to_text
 from gpufleet.cli.options import State, pass_state, split_list, status_view, where_options
 from gpufleet.cli.render_history import bucket, sparkline
-from gpufleet.cli.render_status import Layout, gpu_row, host_row, longest_flag, title_line, totals_lines
+from gpufleet.cli.render_status import Layout, gpu_row, header, host_row, title_line, totals_lines
 from gpufleet.collector.model.names import is_glob, natural_key
 from gpufleet.collector.model.views import FleetView, GpuView, HostView, slurm_label
 from gpufleet.collector.rules.catalog import WASTE_FLAGS
@@ -230,9 +230,9 @@ def _selected(line: Line, width: int) -> Line:
 
 
 def list_screen(view: FleetView, st: TopState, width: int, height: int) -> list[Line]:
-    lay = Layout(width, (h.name for h in view.hosts), longest_flag(view))
+    lay = Layout(width, view)
     rows = st.visible_rows(view)
-    head = [title_line(view, lay.width, "gpufleet top"), *totals_lines(view, lay.width), lay.header()]
+    head = [title_line(view, lay.width, "gpufleet top"), *totals_lines(view, lay.width), header(lay)]
     page = max(height - len(head) - 2, 1)
     if st.selected is None and rows:
         st.selected = rows[0].key
@@ -245,7 +245,7 @@ def list_screen(view: FleetView, st: TopState, width: int, height: int) -> list[
     out = list(head)
     for n, r in enumerate(rows[st.offset : st.offset + page], start=st.offset):
         line = host_row(lay, r.host, now) if r.gpu is None else gpu_row(lay, r.host, r.gpu)
-        out.append(_selected(line, lay.width) if n == i else line)
+        out.append(_selected(line, width) if n == i else line)
     if not rows:
         out.append(Line("no GPU matches the filter" if st.filter else "no hosts", "dim"))
     out += [Line()] * max(height - len(out) - 2, 0)

@@ -30,7 +30,7 @@ from gpufleet.collector.model.views import (
     HostView,
     ProcView,
 )
-from gpufleet.collector.rules.catalog import flag_name
+from gpufleet.collector.rules.catalog import flag_name, worst_first
 from gpufleet.collector.transport.wirestate import edge_facts
 
 # Positional arguments below, in the dataclasses' field order: this runs 8,000+ times per status request.
@@ -58,7 +58,7 @@ def _proc_view(p: ProcessSample, now: float) -> ProcView:
 def _gpu_view(g: GpuSample, flags: Iterable[str], host_status: str, now: float, t: Thresholds) -> GpuView:
     """``host_status``: the host's, for a live view; "up" for a stored one (its GPUs as last sampled)."""
     procs = [_proc_view(p, now) for p in g.processes] if g.processes else []
-    names = sorted({flag_name(f) for f in flags}) if flags else []
+    names = worst_first({flag_name(f) for f in flags}) if flags else []  # as alerts and top list them
     error = g.error
     sampled = gpu_state(g, t)  # idle means free capacity, as the idle rule sees it (model/classify.py)
     lost = flag_name("gpu_lost")
@@ -167,7 +167,7 @@ def _host_view(name: str, status: str, reason: str | None, last_seen: float | No
         last_seen=last_seen,
         age=None if last_seen is None else max(0.0, now - last_seen),
         tags=list(tags),
-        flags=sorted({flag_name(f) for f in firing.on(name, None)}),
+        flags=worst_first({flag_name(f) for f in firing.on(name, None)}),
         sample_ts=sample_ts,
         gpus=gpus,
     )

@@ -1,0 +1,252 @@
+"""The status screen's columns: which ones a width keeps and how wide each is (``gpufleet status``, ``top``,
+the demo).
+
+One priority for what a narrow screen keeps (issue 36): the host, the GPU, the user and the flags are never
+cut; the GPU's util and memory, its temperature, how long its process has run and the memory it holds come
+next; the command, the bars and the power (then the PID, the model, the fan) take what is left, in that
+order. A flag that does not fit its column is written in its short form (the rule catalog's), never cut.
+With no width (a pipe, a file) every column has its natural width: nothing is cut.
+
+Widths are measured once per view (:func:`measure`: one pass over its GPUs and processes), not per line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from gpufleet.cli.lines import UNBOUNDED, cells, cut
+from gpufleet.collector.model.views import FleetView, GpuView, ProcView, slurm_label
+from gpufleet.collector.rules.catalog import short_flag
+from gpufleet.collector.units import GIB, fmt_duration, fmt_size_short
+
+GAP = 1
+#: the widest a host or user name gets on a screen of bounded width (past it, the name is cut)
+MAX_NAME = 28
+MIN_COMMAND = 12  # a command column narrower than this says nothing: none then
+HEADERS = {"host": "HOST", "gpu": "GPU", "model": "MODEL", "util": "UTIL", "mem": "MEMORY", "temp": "TEMP",
+           "fan": "FAN", "power": "POWER", "pid": "PID", "user": "USER", "cmd": "COMMAND", "pmem": "GMEM",
+           "run": "TIME", "flags": "FLAGS"}
+
+
+def fmt_mem_pair(used: int | None, total: int | None) -> str:
+    """``31/80G`` (used/total GiB; one decimal on cards under 10 GiB): the one memory style of the CLI and
+    the web page (its app.js writes the same; tests/cli/test_demo.py compares them)."""
+    if used is None and total is None:
+        return "-"
+    if total is not None and total < 10 * GIB:
+        return f"{(used or 0) / GIB:.1f}/{total / GIB:.0f}G"
+    u = "?" if used is None else f"{used / GIB:.0f}"
+    t = "?" if total is None else f"{total / GIB:.0f}"
+    return f"{u}/{t}G"
+
+
+def fmt_temp(temp: float | None) -> str:
+    """``62°C``: the one temperature style of every view."""
+    return "-" if temp is None else f"{temp:.0f}°C"
+
+
+def fmt_power(power: float | None, limit: float | None) -> str:
+    if power is None:
+        return "-"
+    return f"{power:.0f}/{limit:.0f}W" if limit else f"{power:.0f}W"
+
+
+def flag_text(flags: Sequence[str], width: int | None) -> tuple[str, list[str]]:
+    """The flags as they fit ``width`` cells: their names, else their short forms, else as many short forms
+    as fit and ``+N`` for the rest (never a cut name). Returns the text and the short forms used."""
+    full = " ".join(flags)
+    if width is None or cells(full) <= width:
+        return full, []
+    shorts = [short_flag(f) for f in flags]
+    out: list[str] = []
+    for i, s in enumerate(shorts):
+        rest = len(shorts) - i - 1
+        if cells(" ".join([*out, s]) + (f" +{rest}" if rest else "")) > width:
+            break
+        out.append(s)
+    hidden = len(shorts) - len(out)
+    text = " ".join([*out, *([f"+{hidden}"] if hidden else [])])
+    return text, [s for s, f in zip(shorts, flags, strict=True) if s != f and s in out]
+
+
+@dataclass(slots=True)
+class Measure:
+    """The natural width of each column over one view (what it takes to cut nothing)."""
+
+    host: int = 4
+    gpu: int = 1
+    user: int = 1
+    cmd: int = 0
+    mem: int = 1
+    temp: int = 1
+    power: int = 1
+    pmem: int = 1
+    run: int = 1
+    pid: int = 1
+    model: int = 1
+    flags: int = 0  # every row's flags in full
+    flags_short: int = 0  # ... in their short forms
+
+
+def command_text(p: ProcView, *, tags: bool) -> tuple[str, str | None]:
+    """A process's command cell before fitting: ``<zombie> `` and the command (or ``pid N``), and the job
+    or container tag shown after it where there is room (``tags``: any job; else a named Slurm job only)."""
+    label = slurm_label(p.job, p.job_name)
+    where = (label or p.container) if tags else (label if p.job_name else None)
+    prefix = "<zombie> " if p.state == "Z" else ""
+    return prefix + (p.command or f"pid {p.pid}"), where
+
+
+def measure(view: FleetView) -> Measure:
+    m = Measure(host=max((cells(h.name) for h in view.hosts), default=4))
+    for h in view.hosts:
+        host_flags = h.flags
+        for i, g in enumerate(h.gpus):
+            _gpu(m, g, host_flags if i == 0 else ())
+        if len(h.gpus) > 1:  # a host's summary line (a short screen folds it) sums its memory
+            used = [g.mem_used for g in h.gpus if not g.error and g.mem_used is not None]
+            total = [g.mem_total for g in h.gpus if not g.error and g.mem_total is not None]
+            m.mem = max(m.mem, len(fmt_mem_pair(sum(used) if used else None, sum(total) if total else None)))
+    return m
+
+
+def _gpu(m: Measure, g: GpuView, host_flags: Iterable[str]) -> None:
+    m.gpu = max(m.gpu, len(str(g.index)))
+    flags = list(g.flags) + [f for f in host_flags if f not in g.flags]
+    if flags:
+        m.flags = max(m.flags, len(" ".join(flags)))
+        m.flags_short = max(m.flags_short, len(" ".join(short_flag(f) for f in flags)))
+    if g.name:
+        m.model = max(m.model, cells(g.name.removeprefix("NVIDIA ").removeprefix("GeForce ")))
+    if g.error:
+        return
+    m.mem = max(m.mem, len(fmt_mem_pair(g.mem_used, g.mem_total)))
+    m.temp = max(m.temp, len(fmt_temp(g.temp)))
+    m.power = max(m.power, len(fmt_power(g.power, g.power_limit)))
+    for p in g.processes:
+        m.user = max(m.user, cells(p.user or "?"))
+        m.pid = max(m.pid, len(str(p.pid)))
+        m.pmem = max(m.pmem, len(fmt_size_short(p.memory)))
+        m.run = max(m.run, len(fmt_duration(p.running_for)))
+        text, where = command_text(p, tags=True)
+        m.cmd = max(m.cmd, cells(text) + (cells(where) + 3 if where else 0))
+
+
+class Layout:
+    """Column widths for one view at one width (``None``: no limit, every column whole); 0 = not shown."""
+
+    def __init__(self, width: int | None, view: FleetView) -> None:
+        m = measure(view)
+        self.width = max(width, 40) if width is not None and width < UNBOUNDED else None
+        bounded = self.width is not None
+        name_cap = MAX_NAME if bounded else 1 << 20
+        head = {k: len(v) for k, v in HEADERS.items()}
+        self.host = max(min(m.host, name_cap), head["host"])
+        self.gpu = max(m.gpu, head["gpu"])
+        self.user = max(min(m.user, name_cap), head["user"])
+        self.mtext = max(m.mem, head["mem"])
+        self.temp = max(m.temp, head["temp"])
+        self.pct = 4  # "100%"
+        self.full_flags = max(m.flags, head["flags"])
+        self.bar = self.mbar = self.power = self.pid = self.model = self.fan = self.cmd = 0
+        self.pmem = self.run = 0
+        nat_pmem, nat_run = max(m.pmem, head["pmem"]), max(m.run, head["run"])
+        nat_power, nat_pid = max(m.power, head["power"]), max(m.pid, head["pid"])
+        nat_model = min(max(m.model, head["model"]), 20)
+        if self.width is None:  # a pipe or a file: everything, whole
+            self.flags = self.full_flags
+            self.pmem, self.run, self.cmd = nat_pmem, nat_run, max(m.cmd, head["cmd"])
+            self.bar = self.mbar = 10
+            self.power, self.pid, self.model, self.fan = nat_power, nat_pid, max(m.model, head["model"]), 4
+        else:
+            essential = self._used()
+            short = max(m.flags_short, head["flags"])
+            # the flags whole where they fit, else short forms, else what is left (then "+N")
+            self.flags = (self.full_flags if essential + self.full_flags <= self.width
+                          else short if essential + short <= self.width
+                          else max(self.width - essential, head["flags"]))
+            self._extras(m.cmd, nat_pmem, nat_run, nat_power, nat_pid, nat_model)
+        # any job / container tag after the command, where the longest command fits with its tag
+        self.tags = self.width is None or self.cmd >= min(40, m.cmd)
+        #: cells before the process columns (host .. power) with their gaps
+        self.left = sum(w + GAP for w in (self.host, self.gpu, self.model, self.util, self.mem, self.temp,
+                                          self.fan, self.power) if w)
+        #: cells of the process columns (PID, user, command, memory, time) with their gaps
+        self.procs = sum(w + GAP for w in (self.pid, self.user, self.cmd, self.pmem, self.run) if w)
+        #: every line fits without a cut
+        self.fits = self.width is None or self._used() + self.flags <= self.width
+        self.gauges: object | None = None  # render_status's memoized cells of this layout, made on first use
+
+    @property
+    def util(self) -> int:
+        return self.pct + (self.bar + 1 if self.bar else 0)
+
+    @property
+    def mem(self) -> int:
+        return self.mtext + (self.mbar + 1 if self.mbar else 0)
+
+    def _used(self) -> int:
+        """Cells the columns before the flags take, gaps included."""
+        cols = (self.host, self.gpu, self.model, self.util, self.mem, self.temp, self.fan, self.power,
+                self.pid, self.user, self.cmd, self.pmem, self.run)
+        return sum(w + GAP for w in cols if w)
+
+    def _extras(self, cmd: int, pmem: int, run: int, power: int, pid: int, model: int) -> None:
+        """Give the room the essentials leave to the rest, in the order of the module docstring."""
+        assert self.width is not None
+        room = self.width - self._used() - self.flags
+
+        def take(cost: int) -> bool:
+            nonlocal room
+            if cost <= room:
+                room -= cost
+                return True
+            return False
+
+        if take(run + GAP):
+            self.run = run
+        if take(pmem + GAP):
+            self.pmem = pmem
+        if cmd and take(MIN_COMMAND + GAP):
+            self.cmd = MIN_COMMAND
+            grow = max(min(room, 24 - self.cmd, cmd - self.cmd), 0)
+            room, self.cmd = room - grow, self.cmd + grow
+        if take(4 + GAP + 3 + GAP):  # the util and memory bars, as a pair
+            self.bar, self.mbar = 4, 3
+        if take(power + GAP):
+            self.power = power
+        if self.bar and take(2 + 3):
+            self.bar = self.mbar = 6
+        if self.width >= 130 and take(pid + GAP):
+            self.pid = pid
+        if self.width >= 170 and take(model + GAP):
+            self.model = model
+        if self.width >= 180 and take(4 + GAP):
+            self.fan = 4
+        if self.width >= 140 and self.bar == 6 and take(4 + 4):
+            self.bar = self.mbar = 10
+        if self.cmd:  # the rest, up to the longest command (the flags need no more than they have)
+            grow = min(room, max(cmd - self.cmd, 0))
+            self.cmd += grow
+
+    def duration(self, seconds: float | None) -> str:
+        return fmt_duration(seconds)
+
+    def flags_fit(self, flags: Sequence[str]) -> tuple[str, list[str]]:
+        """A row's flags in its column (:func:`flag_text`)."""
+        return flag_text(flags, None if self.width is None else self.flags)
+
+
+def fit(text: str, width: int, align: str = "left") -> str:
+    """Pad or cut ``text`` to exactly ``width`` cells (a cut ends with ``…``)."""
+    if width <= 0:
+        return ""
+    n = cells(text)
+    if n > width:
+        if width == 1:
+            return cut(text, 1)
+        cut_text = cut(text, width - 1) + "…"
+        return cut_text + " " * (width - cells(cut_text))
+    pad = " " * (width - n)
+    return pad + text if align == "right" else text + pad

@@ -11,7 +11,7 @@ from gpufleet.cli.timeparse import fmt_ts
 from gpufleet.collector.model.jobkey import job_label
 from gpufleet.collector.model.records import JobRecord
 from gpufleet.collector.model.views import slurm_label
-from gpufleet.collector.units import fmt_duration_short, fmt_pct, fmt_size_short
+from gpufleet.collector.units import fmt_duration, fmt_pct, fmt_size_short
 from rich.console import Group, RenderableType
 from rich.text import Text
 
@@ -22,10 +22,16 @@ def records(rows: Iterable[Mapping[str, Any]] | None) -> list[JobRecord]:
     return convert.many(JobRecord, rows)
 
 
-def _gpus(r: JobRecord) -> str:
-    if len(r.hosts) == 1:
-        return f"{len(r.gpus)} on {r.hosts[0]}"
-    return f"{len(r.gpus)} on {len(r.hosts)} hosts"
+def _where(r: JobRecord) -> tuple[str, str]:
+    """(HOST, GPU) cells: ``gpu-node-15`` and ``1,2,3``; across hosts ``n1,n2`` and ``n1:0 n2:1,2``."""
+    by: dict[str, list[str]] = {}
+    for g in r.gpus:
+        host, _, idx = g.rpartition(":")
+        by.setdefault(host, []).append(idx)
+    hosts = list(dict.fromkeys([*r.hosts, *by]))
+    if len(by) <= 1:
+        return ",".join(hosts) or "-", ",".join(next(iter(by.values()), [])) or "-"
+    return ",".join(hosts), " ".join(f"{h}:{','.join(i)}" for h, i in by.items())
 
 
 def _job(r: JobRecord) -> str:
@@ -39,15 +45,17 @@ def render_jobs(rows: Iterable[Mapping[str, Any]] | None, width: int) -> Rendera
     jobs = records(rows)
     if not jobs:
         return Text("No finished jobs in this range.", style="dim")
-    cols = [Col("ENDED"), Col("USER", shrink=True), Col("JOB", shrink=True), Col("GPUS", shrink=True),
-            Col("TOOK", right=True), Col("GPU-H", right=True), Col("UTIL", right=True),
-            Col("PEAK", right=True), Col("MEM", right=True), Col("WASTE", right=True)]
+    # who, which job, where and how much waste are never cut (issue 36: "job 81…" at 80 columns); the
+    # end time, the peaks and the memory give way first
+    cols = [Col("ENDED", drop=3), Col("USER"), Col("JOB"), Col("HOST"), Col("GPU", right=True),
+            Col("TOOK", right=True), Col("GPU-H", right=True), Col("UTIL", right=True, drop=1),
+            Col("PEAK", right=True, drop=4), Col("MEM", right=True, drop=2), Col("WASTE", right=True)]
     table: list[list[Cell]] = []
     for r in jobs:
         waste = fmt_pct(r.waste_pct, compact=True)
         diagnoses = ", ".join(r.diagnoses)
         table.append([
-            fmt_ts(r.ended), r.user, _job(r), _gpus(r), fmt_duration_short(r.ended - r.started),
+            fmt_ts(r.ended)[5:16], r.user, _job(r), *_where(r), fmt_duration(r.ended - r.started),
             f"{r.gpu_hours:.2f}", fmt_pct(r.mean_util, compact=True), fmt_pct(r.peak_util, compact=True),
             fmt_size_short(r.peak_memory),
             (waste, WASTE_STYLE) if (r.waste_pct or 0) >= 50 else waste,

@@ -78,8 +78,8 @@ async def test_bad_since_is_one_line(env: dict[str, str]) -> None:
     r = await run_cli("history", "--host", "n1", "--since", "yesterdayish", env=env)
     assert r.rc == 2
     assert r.err == (
-        "gpufleet: bad --since 'yesterdayish': expected a duration like 24h, 7d, 90m or a date like "
-        "2026-11-30 or 2026-11-30T08:00\n"
+        "gpufleet: bad --since 'yesterdayish': expected a duration like 24h, 7d, -90m, +1h, '2h ago', a word "
+        "(now, today, yesterday, tomorrow), a time like 08:00 or a date like 2026-11-30 or 2026-11-30T08:00\n"
     )
     r = await run_cli("history", "--host", "n1", "--since", "1h", "--until", "2h", env=env)
     assert r.rc == 2 and r.err.startswith("gpufleet: --since (") and "must be before --until" in r.err

@@ -147,13 +147,35 @@ def test_parse_time() -> None:
     with pytest.raises(TimeParseError) as exc:
         parse_time("yesterdayish")
     assert str(exc.value) == (
-        "bad --since 'yesterdayish': expected a duration like 24h, 7d, 90m or a date like "
-        "2026-11-30 or 2026-11-30T08:00"
+        "bad --since 'yesterdayish': expected a duration like 24h, 7d, -90m, +1h, '2h ago', a word (now, "
+        "today, yesterday, tomorrow), a time like 08:00 or a date like 2026-11-30 or 2026-11-30T08:00"
     )
-    with pytest.raises(TimeParseError, match="^bad --until '13:00'"):
-        parse_range("1h", "13:00")
+    with pytest.raises(TimeParseError, match="^bad --until '25:00'"):
+        parse_range("1h", "25:00")
     with pytest.raises(ValueError, match="must be before --until"):
         parse_range("1h", "2h", now=time.time())
+
+
+def test_times_read_like_journalctl() -> None:
+    """Issue 36: ``--until 2026-12-01`` alone failed ("--since ... must be before --until"): the default
+    span was counted back from now. Like journalctl: words, signed and "ago"/"left" offsets, a time of day
+    today; --until alone ends the default span there."""
+    now = datetime(2026, 11, 30, 15, 30).timestamp()
+    midnight = datetime(2026, 11, 30).timestamp()
+    assert parse_time("today", now=now) == midnight
+    assert parse_time("yesterday", now=now) == midnight - 86400
+    assert parse_time("tomorrow", now=now) == midnight + 86400
+    assert parse_time("-2h", now=now) == parse_time("2h ago", now=now) == now - 7200
+    assert parse_time("2h", now=now) == now - 7200
+    assert parse_time("+1h", now=now) == parse_time("1h left", now=now) == now + 3600
+    assert parse_time("10 min ago", now=now) == parse_time("2 hours", now=now) + 7200 - 600
+    assert parse_time("08:00", now=now) == datetime(2026, 11, 30, 8, 0).timestamp()
+    assert parse_time("08:00:30", now=now) == datetime(2026, 11, 30, 8, 0, 30).timestamp()
+    with pytest.raises(TimeParseError):
+        parse_time("+2026-11-30", now=now)
+    start, end = parse_range(None, "2026-11-01", default_since="24h", now=now)
+    assert end == datetime(2026, 11, 1).timestamp() and start == end - 86400
+    assert parse_range("yesterday", "today", now=now) == (midnight - 86400, midnight)
 
 
 def test_fmt_duration() -> None:

@@ -114,7 +114,7 @@ async def test_history_render_and_csv() -> None:
         lines = show(render_history(result, width), width)
         assert max(cell_width(line) for line in lines) <= width
     text = "\n".join(lines)
-    assert "GPU 0" in text and "GPU 1" in text and "peak memory 31 GiB (GPU 1)" in text
+    assert "GPU 0" in text and "GPU 1" in text and "peak memory 31G (GPU 1)" in text
     csv_text = history_csv(result)
     assert csv_text.splitlines()[0].startswith("host,gpu,uuid,resolution,ts,time,util_mean")
     assert len(csv_text.splitlines()) == 1 + 2 * 60
@@ -184,7 +184,7 @@ def test_list_views_stay_readable_when_narrow(width: int) -> None:
     lines = show(process_table([span], width), width)
     assert max(cell_width(x) for x in lines) <= width
     assert lines[0].split()[:5] == ["USER", "PID", "GPU", "HELD", "SINCE"]
-    assert lines[1].split()[:3] == ["alice", "424242", "3"] and "1h59m" in lines[1] and "70 GiB" in lines[1]
+    assert lines[1].split()[:3] == ["alice", "424242", "3"] and "1h59m" in lines[1] and " 70G " in lines[1]
     assert cmd in _words(lines)
 
 

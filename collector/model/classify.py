@@ -138,9 +138,17 @@ def processes_unknown(g: GpuSample) -> bool:
 
 def is_free(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> bool:
     """Nothing allocated: no process, (almost) no memory used, 0 % util: free capacity."""
-    if g.error or g.processes or processes_unknown(g) or g.util_gpu is None or g.util_gpu > 0:
+    if g.error or g.processes or processes_unknown(g):
         return False
-    return g.memory_used is not None and g.memory_used < t.free_max_memory_bytes
+    return free_reading(g.util_gpu, g.memory_used, t)
+
+
+def free_reading(util: float | None, memory_used: float | None, t: Thresholds = DEFAULT_THRESHOLDS) -> bool:
+    """The readings of a GPU nothing is allocated on: 0 % util, (almost) no memory used. :func:`is_free`
+    without the process list, for history, which keeps readings per sample but processes as spans."""
+    if util is None or util > 0:
+        return False
+    return memory_used is not None and memory_used < t.free_max_memory_bytes
 
 
 def orphaned_bytes(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> int | None:

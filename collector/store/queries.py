@@ -210,6 +210,18 @@ def gpu_history(conn: sqlite3.Connection, host: str, *, gpu: int | None, since: 
             for g in found]
 
 
+def fleet_history(conn: sqlite3.Connection, *, since: float, until: float,
+                  max_points: int) -> list[GpuSeries]:
+    """Every GPU's series over the range, each host's as :func:`gpu_history` reads it (a GPU that moved
+    between hosts once): what the web page's fleet chart counts busy, idle and wasted GPUs from. Built on
+    gpu_history only, so a new layout of the raw samples serves it as it serves a GPU's history."""
+    out: dict[str, GpuSeries] = {}
+    for h in hosts(conn):
+        for s in gpu_history(conn, h.name, gpu=None, since=since, until=until, max_points=max_points):
+            out.setdefault(s.uuid, s)
+    return list(out.values())
+
+
 # ---------------------------------------------------------------------------------------- processes
 
 

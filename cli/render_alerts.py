@@ -128,9 +128,10 @@ def undelivered_lines(alerts: Sequence[AlertRecord], undelivered: dict[str, dict
     return out
 
 
-def headline(items: Sequence[Problem], alerts: int) -> Text:
+def headline(items: Sequence[Problem], alerts: int, width: int = 1 << 30) -> list[Text]:
     """``Active alerts: 11 firing (3 critical, 8 warning), 0 pending``: problems, a job's alerts once; the
-    informational ones are not counted here (they are listed apart)."""
+    informational ones are not counted here (they are listed apart). How many alerts that is follows on the
+    same line where it fits, else on its own."""
     firing = [p for p in items if p.state == "firing" and not p.info]
     pending = sum(1 for p in items if p.state == "pending" and not p.info)
     head = Text("Active alerts: ", "bold")
@@ -140,9 +141,12 @@ def headline(items: Sequence[Problem], alerts: int) -> Text:
     if shown:
         head.append(f" ({', '.join(shown)})")
     head.append(f", {pending} pending")
-    if alerts > len(items):
-        head.append(f" · {alerts} alerts: a job's are one line", "dim")
-    return head
+    if alerts <= len(items):
+        return [head]
+    note = f"{alerts} alerts: a job's are one line"
+    if head.cell_len + 3 + len(note) <= width:
+        return [head.append(f" · {note}", "dim")]
+    return [head, Text(f"  ({note})", "dim")]
 
 
 def render_alerts(result: dict[str, Any], width: int, now: float, since: float) -> RenderableType:
@@ -153,7 +157,7 @@ def render_alerts(result: dict[str, Any], width: int, now: float, since: float) 
     items = problems(active)
     serious = [p for p in items if not p.info]
     info = [p for p in items if p.info]
-    parts: list[RenderableType] = [headline(items, len(active))]
+    parts: list[RenderableType] = [*headline(items, len(active), width)]
     parts.append(active_table(serious, width, now, muted) if serious else Text("  none", "dim"))
     parts += undelivered_lines(active, result.get("undelivered") or {})
     if info:

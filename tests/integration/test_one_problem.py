@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import (
@@ -20,16 +19,8 @@ from gpufleet.collector.settings import (
 )
 from gpufleet.collector.simfleet import SimFleet
 
+from tests.cli.cli_testkit import until
 from tests.webhook import Webhook
-
-
-async def _until(predicate: Any, what: str, timeout: float = 40.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.1)
 
 
 async def test_a_jobs_idle_peers_and_wasted_gpus_are_one_notification(tmp_path: Path,
@@ -51,8 +42,8 @@ async def test_a_jobs_idle_peers_and_wasted_gpus_are_one_notification(tmp_path: 
                 return {(a.rule, a.labels["gpu"]) for a in collector.alerts.active() if a.state == "firing"}
 
             want = {(rule, gpu) for rule in ("idle_peers", "wasted") for gpu in ("1", "2", "3")}
-            await _until(lambda: firing() >= want, "idle_peers and wasted firing on GPUs 1-3")
-            await _until(lambda: len(receiver.alerts()) >= 6, "the notification")
+            await until(lambda: asyncio.sleep(0, firing() >= want), timeout=40)  # idle_peers and wasted
+            await until(lambda: asyncio.sleep(0, len(receiver.alerts()) >= 6), timeout=40)  # the notification
             await asyncio.sleep(3.0)  # a group interval or two: nothing more may come
         finally:
             await collector.stop()

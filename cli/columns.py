@@ -12,11 +12,11 @@ Widths are measured once per view (:func:`measure`: one pass over its GPUs and p
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from gpufleet.cli.lines import UNBOUNDED, cells, cut
-from gpufleet.collector.model.views import FleetView, GpuView, ProcView, slurm_label
+from gpufleet.collector.model.views import FleetView, ProcView, slurm_label
 from gpufleet.collector.rules.catalog import short_flag
 from gpufleet.collector.units import GIB, fmt_duration, fmt_size_short
 
@@ -99,38 +99,62 @@ def command_text(p: ProcView, *, tags: bool) -> tuple[str, str | None]:
 
 
 def measure(view: FleetView) -> Measure:
+    """One pass over the view's GPUs and processes, formatting each distinct value once (a fleet repeats
+    its flags, models, memory sizes, temperatures and commands a lot: 8,000 GPUs, a few hundred values)."""
     m = Measure(host=max((cells(h.name) for h in view.hosts), default=4))
+    flag_sets: set[tuple[str, ...]] = set()
+    models: set[str] = set()
+    mems: set[tuple[int | None, int | None]] = set()
+    temps: set[int | None] = set()
+    powers: set[tuple[float | None, float | None]] = set()
+    users: set[str | None] = set()
+    pmems: set[int | None] = set()
+    commands: set[tuple[str | None, int, str | None, str | None, str | None, str | None]] = set()
+    longest_run, max_pid, max_index = 0.0, 0, 0
     for h in view.hosts:
-        host_flags = h.flags
         for i, g in enumerate(h.gpus):
-            _gpu(m, g, host_flags if i == 0 else ())
+            max_index = max(max_index, g.index)
+            flags = g.flags
+            if i == 0 and h.flags:
+                flags = [*flags, *(f for f in h.flags if f not in flags)]
+            if flags:
+                flag_sets.add(tuple(flags))
+            if g.name:
+                models.add(g.name)
+            if g.error:
+                continue
+            mems.add((g.mem_used, g.mem_total))
+            temps.add(g.temp)
+            powers.add((None if g.power is None else round(g.power), g.power_limit))
+            for p in g.processes:
+                users.add(p.user)
+                pmems.add(p.memory)
+                max_pid = max(max_pid, p.pid)
+                if p.running_for is not None and p.running_for > longest_run:
+                    longest_run = p.running_for
+                commands.add((p.command, p.pid if not p.command else 0, p.state, p.job, p.job_name,
+                              p.container))
         if len(h.gpus) > 1:  # a host's summary line (a short screen folds it) sums its memory
             used = [g.mem_used for g in h.gpus if not g.error and g.mem_used is not None]
             total = [g.mem_total for g in h.gpus if not g.error and g.mem_total is not None]
-            m.mem = max(m.mem, len(fmt_mem_pair(sum(used) if used else None, sum(total) if total else None)))
-    return m
-
-
-def _gpu(m: Measure, g: GpuView, host_flags: Iterable[str]) -> None:
-    m.gpu = max(m.gpu, len(str(g.index)))
-    flags = list(g.flags) + [f for f in host_flags if f not in g.flags]
-    if flags:
-        m.flags = max(m.flags, len(" ".join(flags)))
-        m.flags_short = max(m.flags_short, len(" ".join(short_flag(f) for f in flags)))
-    if g.name:
-        m.model = max(m.model, cells(g.name.removeprefix("NVIDIA ").removeprefix("GeForce ")))
-    if g.error:
-        return
-    m.mem = max(m.mem, len(fmt_mem_pair(g.mem_used, g.mem_total)))
-    m.temp = max(m.temp, len(fmt_temp(g.temp)))
-    m.power = max(m.power, len(fmt_power(g.power, g.power_limit)))
-    for p in g.processes:
-        m.user = max(m.user, cells(p.user or "?"))
-        m.pid = max(m.pid, len(str(p.pid)))
-        m.pmem = max(m.pmem, len(fmt_size_short(p.memory)))
-        m.run = max(m.run, len(fmt_duration(p.running_for)))
+            mems.add((sum(used) if used else None, sum(total) if total else None))
+    m.gpu = len(str(max_index))
+    for names in flag_sets:
+        m.flags = max(m.flags, len(" ".join(names)))
+        m.flags_short = max(m.flags_short, len(" ".join(short_flag(f) for f in names)))
+    m.model = max((cells(n.removeprefix("NVIDIA ").removeprefix("GeForce ")) for n in models), default=1)
+    m.mem = max((len(fmt_mem_pair(u, t)) for u, t in mems), default=1)
+    m.temp = max((len(fmt_temp(t)) for t in temps), default=1)
+    m.power = max((len(fmt_power(p, lim)) for p, lim in powers), default=1)
+    m.user = max((cells(u or "?") for u in users), default=1)
+    m.pmem = max((len(fmt_size_short(b)) for b in pmems), default=1)
+    m.pid = len(str(max_pid))
+    m.run = 6 if longest_run >= 3600 else len(fmt_duration(longest_run))  # "23h59m", "10d00h": 6 at most
+    for command, pid, state, job, job_name, container in commands:
+        p = ProcView(pid, None, command, None, None, state, None, container, job, job_name)
         text, where = command_text(p, tags=True)
         m.cmd = max(m.cmd, cells(text) + (cells(where) + 3 if where else 0))
+    return m
 
 
 class Layout:

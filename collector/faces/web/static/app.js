@@ -61,11 +61,12 @@
     const flag = g[F].length ? '<span class="w ' + esc(g[F][0]) + '">' + esc(g[F][0]) + "</span>" +
       (g[F].length > 1 ? ' <span class="more">+' + (g[F].length - 1) + "</span>" : "") : "";
     const who = users.length ? esc(users[0]) + (users.length > 1 ? ' <span class="more">+' + (users.length - 1) + "</span>" : "") : "";
+    // lean: 8,000 of these are parsed on the first state (tests/bench/web_bench.py)
     return '<div class="l"><span class="ix">GPU ' + esc(idx) + "</span><span>" + esc(g[U] == null ? "–" : g[U] + "%") + "</span></div>" +
       '<div class="b"><i style="width:' + pct(g[U], 100) + '%"></i></div>' +
-      '<div class="l"><span class="mem">' + esc(memPair(g[M], g[MT])) + "</span><span>" + esc(temp(g[T])) + "</span></div>" +
+      '<div class="l"><span>' + esc(memPair(g[M], g[MT])) + "</span><span>" + esc(temp(g[T])) + "</span></div>" +
       '<div class="b m"><i style="width:' + pct(g[M], g[MT]) + '%"></i></div>' +
-      '<div class="who">' + who + "</div>" + '<div class="fl">' + flag + "</div>";
+      (who ? '<div class="who">' + who + "</div>" : "") + (flag ? '<div class="fl">' + flag + "</div>" : "");
   }
   function cellHtml(key, g, up) {
     return '<div class="g ' + cellClass(g, up) + (key === selected ? " sel" : "") + '" data-k="' + esc(key) +

@@ -87,7 +87,7 @@ def _descriptions() -> dict[str, str]:
     return out
 
 
-def banner(socket: str, log_path: str, width: int) -> list[Text]:
+def banner(socket: str, log_path: str, width: int | None) -> list[Text]:
     """The full introduction: what each simulated host does, and how to ask the collector."""
     lines = [
         Text.assemble(
@@ -106,8 +106,9 @@ def banner(socket: str, log_path: str, width: int) -> list[Text]:
     lines.append(Text.assemble("    ", ("gpufleet top", "bold"), "   ", ("gpufleet alerts", "bold"),
                                (f"   (socket {socket})", "dim")))
     lines.append(Text(f"  Collector log: {log_path}   q or Ctrl-C quits.", style="dim"))
-    for t in lines:
-        t.truncate(width, overflow="ellipsis")
+    if width is not None:  # a pipe gets them whole
+        for t in lines:
+            t.truncate(width, overflow="ellipsis")
     return lines
 
 
@@ -225,7 +226,7 @@ async def _run(
     width: int | None = console.width if live_screen else None
     try:
         cfg = demo_config(workdir)
-        head = banner(str(cfg.api.socket), str(log_path), console.width)
+        head = banner(str(cfg.api.socket), str(log_path), width)
         if not live_screen:
             for line in head:
                 console.print(line, no_wrap=True, crop=False)

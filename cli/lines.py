@@ -168,14 +168,12 @@ UNBOUNDED = 1 << 14
 
 
 def output_width(stream: IO[str], explicit: int | None = None) -> int | None:
-    """The width to lay ``stream``'s lines out for: ``explicit`` (``--width``), else $COLUMNS, else the
-    terminal's; None when ``stream`` is not a terminal and nothing says a width (a pipe or a file gets
-    every line whole, so ``gpufleet alerts | grep n07`` finds what the screen shows)."""
+    """The width to lay ``stream``'s lines out for: ``explicit`` (``--width``), else the terminal's ($COLUMNS
+    where set); None when ``stream`` is not a terminal (a pipe or a file gets every line whole, so
+    ``gpufleet alerts | grep n07`` finds what the screen shows: as systemd's tools, which ellipsize only on a
+    terminal)."""
     if explicit:
         return explicit
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
     try:
         tty = stream.isatty()
     except (AttributeError, ValueError):

@@ -54,7 +54,7 @@ class State:
         return self._console
 
     def out_width(self) -> int | None:
-        """Columns to lay stdout out for: ``--width``, $COLUMNS or the terminal's; None into a pipe."""
+        """Columns to lay stdout out for: ``--width``, else the terminal's; None into a pipe or a file."""
         return output_width(sys.stdout, self.width)
 
     def backend(self, *, fallback: bool = True) -> Backend:
@@ -102,8 +102,8 @@ def where_options(f: F) -> F:
     f = click.option(
         "--width", type=click.IntRange(40, UNBOUNDED), metavar="COLUMNS", expose_value=False,
         callback=_set_width, is_eager=True,
-        help="Lay the output out for this many columns (default: the terminal's, $COLUMNS; into a pipe or "
-        "a file every line whole).",
+        help="Lay the output out for this many columns (default: the terminal's; into a pipe or a file "
+        "every line whole).",
     )(f)
     f = click.option(
         "--collector", metavar="WHERE", multiple=True, expose_value=False, callback=_add_collectors,

@@ -77,4 +77,4 @@ async def test_history_says_what_it_counts_and_reads_times_like_journalctl(home:
     r = await run_cli("history", "--host", "n1", "--since", "2m", env=env)
     spark = next(line for line in r.out.splitlines() if line.startswith("  util "))
     blocks = spark[len("  util "):].split("  ")[0]
-    assert set(blocks) == {"▂", "▇"}, spark  # 10 % and 90 %: highs and lows, not a flat line
+    assert {"▂", "▇"} <= set(blocks), spark  # 10 % and 90 %: highs and lows, not a flat line

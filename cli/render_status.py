@@ -436,7 +436,10 @@ def status_lines(
         for i, g in enumerate(h.gpus):
             _gpu_lines(lines, lay, gauges, h, g, i == 0)
     if not view.hosts:
-        lines.append(Line("no hosts match" if view.filters else "no hosts configured", "dim"))
+        users = view.filters.get("user")
+        said = (f"no GPU held by {', '.join(users)} now" if users and set(view.filters) == {"user"}
+                else "no hosts match" if view.filters else "no hosts configured")
+        lines.append(Line(said, "dim"))
     legend = legend_lines(gauges, folded, lay.width)
     if height is None:
         return lines + legend

@@ -344,3 +344,13 @@ def test_a_named_slurm_job_is_shown_after_the_command_where_it_fits() -> None:
     assert "[90210" not in screen(60)  # no command column at all there
     top = "\n".join(line.plain for line in process_lines(v.hosts[0].gpus[0], 120))
     assert "90210 train-llm" in top
+
+
+def test_a_user_holding_nothing_is_said_so() -> None:
+    """Issue 36: `status --user dave` (whose process had exited) said "no hosts match"."""
+    from gpufleet.cli.render_status import status_lines
+
+    live = synthetic_live({"n1": "busy"}, gpus=2)
+    v = query.build_fleet_view(live.hosts.values(), StandinAlerts(live).firing(), now=time.time(),
+                               user=["dave"])
+    assert [line.plain for line in status_lines(v, 80)][-1] == "no GPU held by dave now"

@@ -53,7 +53,7 @@ FAULT_STYLES = {"unreadable": "yellow", "hung": "bold red", "lost": "bold red"}
 STATE_STYLES = {"busy": "green", "wasted": "bold yellow", "idle": "dim", "lost": "bold red",
                 "hung": "bold red", "unreadable": "yellow", "unknown": "dim", "maintenance": "bold blue"}
 #: legend lines: a folded host (``*`` in the GPU column) and a flag written short
-FOLDED_NOTE = "* one line for all of a host's GPUs (hosts with a problem are opened first)"
+FOLDED_NOTE = "* all of a host's GPUs on one line (problem hosts first)"
 
 
 # ------------------------------------------------------------------------------------------ formatting

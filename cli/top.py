@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import fnmatch
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -307,16 +308,22 @@ def list_screen(view: FleetView, st: TopState, width: int, height: int) -> list[
 
 
 def legend(lay: Layout, width: int) -> Line:
-    """What the rows wrote short: the flags' short forms used, +N, and where the rest is explained."""
+    """What the rows wrote short: the flags' short forms used, +N, and where the rest is explained; the
+    longest form that fits."""
     used = sorted(getattr(lay.gauges, "shortened", ()) or ())
-    bits = ["flags worst first", "+N: flags that did not fit"]
-    if used:
-        bits.insert(1, "short: " + ", ".join(f"{s}={SHORT_FLAGS[s]}" for s in used))
-    return Line(" · ".join(bits) + " · h: every key and column", "dim").truncate(width)
+    short = ["short: " + ", ".join(f"{s}={SHORT_FLAGS[s]}" for s in used)] if used else []
+    forms = [["flags worst first", *short, "+N: flags that did not fit", "h: every key and column"],
+             [*short, "+N: more flags", "h: help"], ["+N: more flags · h: help"]]
+    text = next((t for t in (" · ".join(f) for f in forms) if cells(t) <= width), " · ".join(forms[-1]))
+    return Line(text, "dim").truncate(width)
 
 
 def help_screen(width: int, height: int) -> list[Line]:
-    out = [Line(HELP[0], "bold cyan").truncate(width)] + [Line(t).truncate(width) for t in HELP[1:]]
+    """The keys and columns, wrapped to the screen (a key's words under its words, never cut)."""
+    out = [Line(line, "bold cyan") for line in textwrap.wrap(HELP[0], width)]
+    for t in HELP[1:]:
+        indent = " " * 12 if t.startswith("  ") else ""
+        out += [Line(line) for line in textwrap.wrap(t, width, subsequent_indent=indent)] or [Line()]
     out += [Line()] * max(height - len(out) - 1, 0)
     return out[: height - 1] + [footer(width, "any key returns  q quit")]
 

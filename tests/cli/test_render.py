@@ -200,7 +200,7 @@ def test_status_fitted_to_a_short_screen_summarises_hosts_problem_hosts_first() 
     assert len(lines) <= rows and all(cell_width(line) <= 80 for line in lines)
     starts = [line.split()[0] for line in lines[head_height(v, 80):] if line[:1] != " "]
     assert starts == ["n1", "n2", "n3", "n4", "n5", "n6", "*"]  # every host on screen, in order
-    assert lines[-1].startswith("* one line for all of a host's GPUs")  # the legend says what * is
+    assert lines[-1].startswith("* all of a host's GPUs on one line")  # the legend says what * is
     n3 = [line for line in lines if line.startswith("n3 ")]
     assert " 0 " in n3[0] and "wasted" in n3[0]  # the wasted host is opened to a line per GPU
     n1 = [line for line in lines if line.startswith("n1 ")][0]

@@ -502,7 +502,7 @@ def main(argv: list[str] | None = None, stdout: IO[bytes] | None = None) -> int:
 
 
 def _once(sampler: Any, hostname: str, out: IO[bytes], as_json: bool) -> int:
-    from gpufleet.agent.table import render
+    from gpufleet.agent.table import render, terminal_width
 
     try:
         snapshot, _events = sampler.sample()
@@ -515,7 +515,7 @@ def _once(sampler: Any, hostname: str, out: IO[bytes], as_json: bool) -> int:
         if as_json:
             out.write(wire.encode(snapshot))
         else:
-            out.write(render(snapshot, hello).encode())
+            out.write(render(snapshot, hello, width=terminal_width(out)).encode())
         out.flush()
     except BrokenPipeError:
         pass

@@ -12,7 +12,7 @@ from gpufleet.cli.timeparse import fmt_ts
 from gpufleet.collector.model.jobkey import job_label
 from gpufleet.collector.model.records import JobRecord
 from gpufleet.collector.model.views import pod_label, slurm_label
-from gpufleet.collector.units import fmt_duration_short, fmt_pct, fmt_size_short
+from gpufleet.collector.units import fmt_duration, fmt_pct, fmt_size_short
 from rich.console import Group, RenderableType
 from rich.text import Text
 
@@ -23,15 +23,25 @@ def records(rows: Iterable[Mapping[str, Any]] | None) -> list[JobRecord]:
     return convert.many(JobRecord, rows)
 
 
-def _gpus(r: JobRecord) -> Cell:
-    """``2 on n3``; a Slurm job, the GPUs it used of those Slurm gave it: ``1/2 on n3`` (yellow: some
-    unused)."""
-    hosts = {h for h, _, _ in (g.rpartition(":") for g in r.gpus_allocated)} | set(r.hosts)
-    where = f"on {next(iter(hosts))}" if len(hosts) == 1 else f"on {len(hosts)} hosts"
+def _where(r: JobRecord) -> tuple[str, str]:
+    """(HOST, GPU) cells: ``gpu-node-15`` and ``1,2,3``; across hosts ``n1,n2`` and ``n1:0 n2:1,2``."""
+    by: dict[str, list[str]] = {}
+    for g in r.gpus:
+        host, _, idx = g.rpartition(":")
+        by.setdefault(host, []).append(idx)
+    held = (g.rpartition(":")[0] for g in r.gpus_allocated)  # a Slurm job that ran nothing: where it sat
+    hosts = list(dict.fromkeys([*r.hosts, *by, *held]))
+    if len(by) <= 1:
+        return ",".join(hosts) or "-", ",".join(next(iter(by.values()), [])) or "-"
+    return ",".join(hosts), " ".join(f"{h}:{','.join(i)}" for h, i in by.items())
+
+
+def _used_of_allocated(r: JobRecord) -> Cell:
+    """A Slurm job, the GPUs it used of those Slurm gave it: ``1/2`` (yellow: some unused)."""
     if not r.gpus_allocated:
-        return f"{len(r.gpus)} {where}"
+        return "-"
     used = len(set(r.gpus) & set(r.gpus_allocated))
-    text = f"{used}/{len(r.gpus_allocated)} {where}"
+    text = f"{used}/{len(r.gpus_allocated)}"
     return (text, "yellow") if used < len(r.gpus_allocated) else text
 
 
@@ -51,25 +61,26 @@ def render_jobs(rows: Iterable[Mapping[str, Any]] | None, width: int) -> Rendera
     if not jobs:
         return Text("No finished jobs in this range.", style="dim")
     slurm = any(r.gpus_allocated for r in jobs)
-    cols = [Col("ENDED"), Col("USER", shrink=True), Col("JOB", shrink=True),
-            Col("GPUS USED/ALLOC" if slurm else "GPUS", shrink=True),
-            Col("TOOK", right=True), Col("GPU-H", right=True), Col("UTIL", right=True),
-            Col("PEAK", right=True), Col("MEM", right=True), Col("WASTE", right=True)]
+    # who, which job, where and how much waste are never cut (issue 36: "job 81…" at 80 columns); the
+    # end time, the peaks and the memory give way first
+    cols = [Col("ENDED", drop=3), Col("USER"), Col("JOB"), Col("HOST"), Col("GPU", right=True),
+            Col("TOOK", right=True), Col("GPU-H", right=True), Col("UTIL", right=True, drop=1),
+            Col("PEAK", right=True, drop=4), Col("MEM", right=True, drop=2), Col("WASTE", right=True)]
     if slurm:
-        cols.append(Col("UNUSED-H", right=True))
+        cols += [Col("USED/ALLOC", right=True), Col("UNUSED-H", right=True)]
     table: list[list[Cell]] = []
     for r in jobs:
         waste = fmt_pct(r.waste_pct, compact=True)
         diagnoses = ", ".join(r.diagnoses)
         row: list[Cell] = [
-            fmt_ts(r.ended), r.user, _job(r), _gpus(r), fmt_duration_short(r.ended - r.started),
+            fmt_ts(r.ended)[5:16], r.user, _job(r), *_where(r), fmt_duration(r.ended - r.started),
             f"{r.gpu_hours:.2f}", fmt_pct(r.mean_util, compact=True), fmt_pct(r.peak_util, compact=True),
             fmt_size_short(r.peak_memory),
             (waste, WASTE_STYLE) if (r.waste_pct or 0) >= 50 else waste,
         ]
         if slurm:
             unused = f"{r.gpu_hours_unused:.2f}" if r.gpus_allocated else "-"
-            row.append((unused, WASTE_STYLE) if r.gpu_hours_unused > 0 else unused)
+            row += [_used_of_allocated(r), (unused, WASTE_STYLE) if r.gpu_hours_unused > 0 else unused]
         table.append([*row, (diagnoses, "yellow") if diagnoses else ""])
     total = sum(r.gpu_hours for r in jobs)
     text = f"{len(jobs)} jobs, {total:.2f} GPU-hours held"

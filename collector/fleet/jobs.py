@@ -164,7 +164,7 @@ class JobTracker:
                     memory[key] = (held or 0) + (p.gpu_memory or 0)
             if not memory:
                 continue
-            charged = charge(host, g, seconds, gf.waste, jobs=jobs, thresholds=facts.thresholds).jobs
+            charged = charge(host, g, seconds, gf.waste, jobs=jobs).jobs
             fired = self._fired.on(host, g.index)
             util = g.util_gpu
             where = (host, g.index)

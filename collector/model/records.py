@@ -56,6 +56,7 @@ class ProcessSpan:
     job_account: str | None = None
     job_partition: str | None = None
     job_state: str | None = None
+    started: float | None = None  # the process's own start time (/proc), where the agent could read it
 
 
 @dataclass(slots=True)

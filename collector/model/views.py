@@ -94,12 +94,22 @@ class AllocationView:
     unused: list[int] = field(default_factory=list)
 
 
+#: What a GPU is doing, as every view counts it (status, top, the web page, metrics): each GPU is in exactly
+#: one, so the fleet line adds up. busy: allocated and not wasted; wasted: a waste rule (the catalog's
+#: ``waste``) fires on it; idle: free capacity; unused: a running Slurm job holds it and runs nothing on it
+#: (not capacity; wasted once allocated_unused fires); lost / hung / unreadable: the agent could not read it;
+#: unknown: its host is down or connecting (the readings are old); maintenance: its host is let go of on
+#: purpose. collector/model/summary.py :func:`fleet_state` decides it.
+GpuState = Literal["busy", "wasted", "idle", "unused", "lost", "hung", "unreadable", "unknown", "maintenance"]
+GPU_STATES: Final[tuple[GpuState, ...]] = get_args(GpuState)
+
+
 @dataclass(slots=True)
 class GpuView:
     index: int
     uuid: str
     name: str | None
-    state: str  # busy | idle | unused (a Slurm job's, nothing on it) | lost | unknown (host not up)
+    state: str  # a GpuState
     util: int | None
     mem_used: int | None
     mem_total: int | None
@@ -110,6 +120,7 @@ class GpuView:
     fan: int | None = None  # percent; None where the card has no fan (or the source has no fan reading)
     flags: list[str] = field(default_factory=list)
     allocated_to: str | None = None  # the running Slurm job holding the GPU (its host's AllocationView)
+    fault: str | None = None  # with ``error``: lost | hung | unreadable (the agent's GPU_FAULTS)
     processes: list[ProcView] = field(default_factory=list)
 
 
@@ -145,6 +156,11 @@ class Totals:
     orphaned: int = 0  # additive (after the original fields): GPUs flagged orphaned (memory, no process)
     hosts_maintenance: int = 0  # hosts let go of for maintenance (not counted as down or connecting)
     unused: int = 0  # GPUs a running Slurm job holds with nothing running on them (state unused)
+    # GPUs by GpuState: busy + wasted + idle + unused + lost + hung + unreadable + unknown + maintenance
+    # == gpus; hot, stale and orphaned above count flags (a stale or orphaned GPU is also in ``wasted``)
+    hung: int = 0
+    unreadable: int = 0
+    maintenance: int = 0
 
 
 @dataclass(slots=True)

@@ -83,7 +83,6 @@ class GpuState:
     power_limit: float | None
     clock: GpuClock  # newest sample (committed or in this batch), typical interval: what a sample charges
     nostart: dict[int, list[float]] = field(default_factory=dict)  # pid -> [span start, last seen]
-    holders: frozenset[str] = frozenset()  # who held it at the last sample (orphaned memory stays theirs)
 
 
 @dataclass(slots=True)
@@ -358,9 +357,7 @@ class IngestState:
                 continue
             gf = shared[i] if shared is not None else None
             waste = gf.waste if gf is not None else waste_users(g, self.params)
-            c = charge(item.host, g, seconds, waste, jobs=gf.jobs if gf is not None else None,
-                       last_holders=gs.holders, thresholds=self.params)
-            gs.holders = c.holders
+            c = charge(item.host, g, seconds, waste, jobs=gf.jobs if gf is not None else None)
             usage.add_capacity(totals.capacity, (hour, hid, gs.id), seconds,
                                is_free(g, self.params, g.index in held))
             for user, hours in c.users.items():

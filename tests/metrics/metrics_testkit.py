@@ -16,6 +16,7 @@ from gpufleet.collector.faces.metrics.exporter import FleetCollector
 from gpufleet.collector.fleet.live import HostState, LiveView
 from gpufleet.collector.model import sample
 from gpufleet.collector.model.firing import Firing
+from gpufleet.collector.settings import Config
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
@@ -46,6 +47,7 @@ class StandIn:
     """What /metrics reads of a running collector (faces/source.py ``Running``), over a real LiveView."""
 
     def __init__(self) -> None:
+        self.config = Config()
         self.live = LiveView()
         up = HostState(name="gpu01", status="up", since=1_699_999_000.0, last_seen=1_700_000_000.5,
                        tags=["a100", "lab"], agent_version="0.1.0", driver_version="550.54.15",

@@ -10,8 +10,10 @@ from gpufleet.collector.faces.metrics.exporter import (
     UNATTRIBUTED_USER,
     FleetCollector,
 )
+from gpufleet.collector.fleet import query
 from gpufleet.collector.fleet.live import HostState, LiveView
 from gpufleet.collector.model import sample
+from gpufleet.collector.model.views import GPU_STATES
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -301,3 +303,15 @@ def test_dcgm_series_are_each_hosts_own_instance_with_its_pods(source: StandIn) 
     assert by_gpu[("2", "1")]["instance"] == "gpu01"
     own = [s.labels for f in fams for s in f.samples if not s.name.startswith("DCGM_")]
     assert own and not any("instance" in lab for lab in own)
+
+
+def test_gpus_by_state_count_each_gpu_once_as_status_does(source: StandIn) -> None:
+    """``gpufleet_gpus{state}`` is the status line's partition (issue 36): gpu01's busy GPU, its wasted one
+    (a waste rule fires on it, so it is not also busy), the down host's two GPUs as unknown; the sum is
+    every GPU the collector has readings of."""
+    s = samples(source)
+    got = {state: get(s, "gpufleet_gpus", state=state) for state in GPU_STATES}
+    assert got == {"busy": 1, "wasted": 1, "idle": 0, "unused": 0, "lost": 0, "hung": 0, "unreadable": 0,
+                   "unknown": 2, "maintenance": 0}
+    view = query.build_fleet_view(source.live.hosts.values(), source.firing(), now=1_700_000_001.0)
+    assert {state: getattr(view.totals, state) for state in GPU_STATES} == got

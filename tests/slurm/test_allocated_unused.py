@@ -119,7 +119,7 @@ async def _check_live(job: str, allocated: list[int], used: int, unused: int, cf
     text = (await run_cli("status", "-c", c, env=env)).out
     assert f"unused by Slurm job {job} llama-pretrain (root, nlp)" in text, text
     listed = (await run_cli("alerts", "-c", c, env=env)).out
-    assert re.search(rf"allocated_unused \(unused\)\s+n3\s+{unused}\s+root", listed), listed
+    assert re.search(rf"^warning\s+unused\s+n3\s+{unused}\s+root\s", listed, re.M), listed
     assert "1 unused" in text and f"[{job} llama-pretrain]" in text, text
 
     await top_screen(cfg, Path(env["HOME"]), f"unused by Slurm job {job} llama-pretrain (root, nlp)",
@@ -157,7 +157,7 @@ async def _check_history(job: str, allocated: list[int], used: int, cfg: Path, e
     assert 0 < record["gpu_hours_unused"] < record["gpu_hours_allocated"]
     assert record["slurm_name"] == "llama-pretrain" and record["diagnoses"] == ["allocated_unused"]
     text = (await run_cli("jobs", "-c", c, "--since", "1h", env=env)).out
-    assert "1/2 on n3" in text and "GPU-hours allocated" in text, text
+    assert re.search(r"\bn3 +0 .* 1/2 ", text) and "GPU-hours allocated" in text, text
 
     r = await run_cli("report", "-c", c, "--since", "1h", "--format", "json", env=env)
     assert r.rc == 0, r

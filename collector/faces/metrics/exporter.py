@@ -33,8 +33,12 @@ from gpufleet.collector.faces.metrics.exposition import LabelStrings, Scrape, Sp
 from gpufleet.collector.faces.source import Running
 from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.model import sample
-from gpufleet.collector.model.allocation import uses
-from gpufleet.collector.model.views import HOST_STATUSES
+from gpufleet.collector.model.allocation import allocated_indexes, uses
+from gpufleet.collector.model.classify import gpu_state
+from gpufleet.collector.model.summary import fleet_state
+from gpufleet.collector.model.thresholds import thresholds_of
+from gpufleet.collector.model.views import GPU_STATES, HOST_STATUSES
+from gpufleet.collector.rules.catalog import flag_name
 from gpufleet.collector.service.gcpause import no_cycle_collection
 from gpufleet.collector.transport.wirestate import budget_counts, wire_counts
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -118,6 +122,8 @@ _SPECS: tuple[Spec, ...] = (
     Spec("gpufleet_gpu_wasted", "gauge", "1 while the 'wasted' rule fires for the GPU.", _GPU),
     Spec("gpufleet_gpu_flag", "gauge", "1 for each rule firing for the GPU.", _GPU + ("flag",)),
     Spec("gpufleet_gpu_lost", "gauge", "1 when the GPU could not be read or the gpu_lost rule fires.", _GPU),
+    Spec("gpufleet_gpus", "gauge", "GPUs by state, each GPU in one (the status line's counts): busy, wasted, "
+         "idle, lost, hung, unreadable, unknown (host not up), maintenance.", ("state",)),
     # users (aggregated; never per pid)
     Spec("gpufleet_user_gpu_memory_bytes", "gauge", "GPU memory held by a user's processes on one GPU.",
          _USER),
@@ -219,6 +225,7 @@ class FleetCollector:
     def __init__(self, source: Running, *, dcgm_names: bool = False) -> None:
         self.source = source
         self.dcgm_names = dcgm_names  # also dcgm-exporter's series (collector/faces/metrics/dcgm.py)
+        self.thresholds = thresholds_of(source.config.rules)  # busy or idle, as the status view classifies
         self.section_errors: dict[str, int] = {}
         self._label_strings: LabelStrings = {}  # the last scrape's, reused by the next (exposition.Scrape)
 
@@ -335,6 +342,20 @@ class FleetCollector:
                 b.put("gpufleet_slurm_gpus_unused", _JOB, jlab, jls, len(use.unused))
         for user, gpus in sorted(user_gpus.items()):
             b.add("gpufleet_user_gpus", (user,), len(gpus))
+        self._states(b, view)
+
+    def _states(self, b: Scrape, view: ScrapeView) -> None:
+        """The GPUs by state, decided as every view decides them (collector/model/summary.py fleet_state)."""
+        states = dict.fromkeys(GPU_STATES, 0)
+        for h in view.hosts:
+            if h.snapshot is None:
+                continue
+            held = allocated_indexes(h.snapshot)  # a running Slurm job's GPUs: unused, not idle
+            for g in h.snapshot.gpus:
+                flags = {flag_name(rule) for rule in view.flags.get((h.name, g.index), ())}
+                states[fleet_state(gpu_state(g, self.thresholds, g.index in held), flags, h.status)] += 1
+        for state, n in states.items():
+            b.add("gpufleet_gpus", (state,), n)
 
     def _gpu(self, b: Scrape, host: str, g: sample.GpuSample, flags: set[str]) -> None:
         lab = (host, str(g.index), g.uuid, g.name or "")

@@ -13,7 +13,9 @@ Shape (every value plain JSON; a GPU is an array so 8,000 of them stay small)::
             procs: [[user, GiB held (0.1), short command or null, Slurm job / pod or null], ...]
             held by: the running Slurm job holding the GPU (``812 llama-pretrain (alice, nlp)``) or null;
             state ``unused`` when nothing runs on it (collector/model/allocation.py)
-    alerts: {fingerprint: [flag, severity, state, host, gpu, user, summary, since]}
+    alerts: {problem: [flags, severity, state, host(s), GPU(s), user, summary, since]}: one per problem
+            (collector/model/problems.py: a job's idle peers and wasted GPUs are one, GPUs "1,2,3"); the
+            page lists info ones apart and does not count them as firing
     users:  [[user, gpus held, gpus wasted now, GiB held, wasted GPU-hours over 24 h], ...]
     totals: the status view's Totals
     unreadable: [what the page could not read from the history file, and since when]  (usually empty)
@@ -37,6 +39,7 @@ from gpufleet.collector.fleet import query
 from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.model.codec import jsonable
 from gpufleet.collector.model.firing import Firing
+from gpufleet.collector.model.problems import problems
 from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.model.summary import by_user
 from gpufleet.collector.model.thresholds import Thresholds
@@ -117,16 +120,14 @@ def _build_state(inp: Inputs, thresholds: Thresholds, show_commands: bool) -> St
 
 def _alerts(alerts: Iterable[AlertRecord], show_commands: bool) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
-    for a in alerts:
-        if a.state not in ("pending", "firing"):
-            continue
-        lab = a.labels
+    for p in problems(a for a in alerts if a.state in ("pending", "firing")):
+        lead = p.lead
         # summaries name the process ("alice's python ipykernel_launcher (pid 1) holds ..."): without
         # show_commands the page says what and where, never how the process was started
-        summary = a.annotations.get("summary", "") if show_commands else ""
-        out[a.fingerprint] = [catalog.flag_name(a.rule), a.severity, a.state, lab.get("host", ""),
-                              lab.get("gpu", lab.get("gpus", "")), lab.get("user", ""), summary,
-                              a.fired_at if a.fired_at is not None else a.started_at]
+        summary = lead.annotations.get("summary", "") if show_commands else ""
+        fired = p.fired_at
+        out[p.key] = [" ".join(p.flags), p.severity, p.state, p.hosts, p.gpus, p.user, summary,
+                      fired if fired is not None else p.started_at]
     return out
 
 

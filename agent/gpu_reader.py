@@ -10,8 +10,9 @@ these two NVML calls per GPU per sample): the operator loses nothing. The energy
 millijoule whenever it is read (a reading 5 s old undercounts nothing, it is only 5 s old); HBM temperature
 follows the memory's heat, which moves over tens of seconds, and no rule reads it; the recovery action
 changes when the driver says so with Xid 154 (and after the critical Xids that need a reset), and an Xid on
-the GPU refreshes the tier at the next sample (:meth:`Sampler.xid_seen`). Every read goes through the gateway, so a field that fails is null and named in the GPU's
-``read_errors`` (agent/nvml/codes.py decides what fails, what is missing and what means the GPU is gone).
+the GPU refreshes the tier at the next sample (:meth:`Sampler.xid_seen`). Every read goes through the
+gateway, so a field that fails is null and named in the GPU's ``read_errors`` (agent/nvml/codes.py decides
+what fails, what is missing and what means the GPU is gone).
 
 MIG (NVML API reference, "Multi-Instance GPU Management"): the parent's utilization and per-process
 utilization are not supported in MIG mode (nvitop issue #5) and its process list needs privileges the

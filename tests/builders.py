@@ -13,6 +13,7 @@ import asyncio
 import functools
 import os
 import socket
+import sqlite3
 import threading
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
@@ -147,6 +148,20 @@ def scenario_frames(samples: int = 12, step: float = 5.0) -> Iterator[wire.Frame
             yield frame
             yield from events
             clock.advance(step)
+
+
+def old_schema_file(path: Path, version: int) -> sqlite3.Connection:
+    """A history file exactly as the gpufleet of schema ``version`` left it (its migrations only), open for
+    the test to put data in (close it before the store opens the file)."""
+    from gpufleet.collector.store import schema
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, isolation_level=None)
+    for v in range(version):
+        for statement in schema.MIGRATIONS[v]:
+            conn.execute(statement)
+    conn.execute(f"PRAGMA user_version={version}")
+    return conn
 
 
 def cap_store_pages(store: Store, pages: int | None) -> int:

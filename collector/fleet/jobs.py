@@ -9,6 +9,10 @@ Slurm job has the same hours in its record as in the report; util is averaged ov
 diagnoses are the rules firing on the job's GPUs while it holds them (the alert engine's flags per GPU,
 read at most once a second for the whole fleet).
 
+A running Slurm job is also followed from the GPUs Slurm gave it (``Snapshot.allocations``), used or not:
+its record lists them and their allocated and unused hours (accounting.allocation_charge), and a job that
+runs no process on any of its GPUs has a record too.
+
 Each ended job's record also goes to ``note`` when given (the daemon's end-of-job note to the user,
 collector/notify/jobnotes.py, with ``alerting.job_notes``).
 
@@ -26,14 +30,22 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from gpufleet.collector.fleet.accounting import GpuClock, holding_of, wasted_seconds, wastes
+from gpufleet.collector.fleet.accounting import (
+    GpuClock,
+    allocation_charge,
+    holding_of,
+    wasted_seconds,
+    wastes,
+)
 from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.model import sample
-from gpufleet.collector.model.classify import holds_memory, processes_unknown, user_of
+from gpufleet.collector.model.allocation import AllocationUse
+from gpufleet.collector.model.classify import UNATTRIBUTED, holds_memory, processes_unknown, user_of
 from gpufleet.collector.model.facts import FleetFacts, GpuFacts, Roster
 from gpufleet.collector.model.firing import Firing
+from gpufleet.collector.model.jobkey import SLURM
 from gpufleet.collector.model.procname import short_command
-from gpufleet.collector.model.records import JobRecord
+from gpufleet.collector.model.records import POD_FIELDS, JobRecord
 from gpufleet.collector.model.thresholds import DEFAULT_THRESHOLDS
 
 log = logging.getLogger(__name__)
@@ -67,6 +79,10 @@ class _Job:
     peak_util: float | None = None
     peak_memory: int | None = None
     diagnoses: set[str] = field(default_factory=set)
+    allocated: set[tuple[str, int]] = field(default_factory=set)  # (host, GPU index) Slurm gave the job
+    allocated_seconds: float = 0.0  # GPU-seconds allocated to the running job (accounting.allocation_charge)
+    unused_seconds: float = 0.0
+    pod: tuple[str | None, str | None, str | None] | None = None  # namespace, name, container (kubelet's)
 
     def record(self) -> JobRecord:
         hosts = sorted(self.seen)
@@ -77,7 +93,10 @@ class _Job:
             mean_util=self.util_seconds / self.util_held if self.util_held else None,
             peak_util=self.peak_util, peak_memory=self.peak_memory,
             waste_pct=100.0 * self.wasted / self.held if self.held else None,
-            diagnoses=sorted(self.diagnoses))
+            diagnoses=sorted(self.diagnoses), gpus_allocated=[f"{h}:{i}" for h, i in sorted(self.allocated)],
+            gpu_hours_allocated=self.allocated_seconds / 3600.0,
+            gpu_hours_unused=self.unused_seconds / 3600.0,
+            **dict(zip(POD_FIELDS, self.pod or (None, None, None), strict=True)))
 
 
 @dataclass(slots=True)
@@ -162,6 +181,7 @@ class JobTracker:
         self._jobs: dict[str, _Job] = {}
         self._on_host: dict[str, set[str]] = {}  # host -> keys of the jobs it still shows (present)
         self._leaving: dict[str, set[str]] = {}  # host -> keys present but not shown by its latest snapshot
+        self._allocated: dict[str, frozenset[str]] = {}  # host -> the Slurm jobs its latest allocations show
         self.finished: list[JobRecord] = []  # every record handed to save (tests, metrics)
         self._gpus: dict[str, dict[str, _Gpu]] = {}  # host -> uuid -> the GPU
         self._swept = 0.0
@@ -204,6 +224,7 @@ class JobTracker:
         changed = False  # did the jobs this host shows change? (else its leaving jobs are as before)
         unknown: set[str] = set()  # jobs shown by a GPU whose process list could not be read
         gpus = self._gpus.setdefault(host, {})
+        seconds_at: dict[int, float] = {}  # GPU index -> what its clock charged this sample (allocations)
         for gf in facts.gpus:
             g = gf.gpu
             gpu = gpus.get(g.uuid)
@@ -221,7 +242,7 @@ class JobTracker:
             if gpu is None:
                 gpu = gpus[g.uuid] = _Gpu(GpuClock(), now)
             gpu.seen = now
-            seconds = gpu.clock.tick(snap.ts) or 0.0  # None: a replayed or late sample charges nothing
+            seconds = seconds_at[g.index] = gpu.clock.tick(snap.ts) or 0.0  # None: replayed or late: nothing
             stretch = gpu.stretch
             if stretch is None or stretch.roster is not gf.roster:
                 if stretch is not None:
@@ -236,9 +257,17 @@ class JobTracker:
                 if gpu.stretch is not None and gpu.seen != now:
                     self._close(gpu)
                     changed = True
+        allocated = self._allocations(host, facts.allocation_uses(), seconds_at, now) \
+            if snap.allocations or host in self._allocated else frozenset()
+        if allocated != self._allocated.get(host, frozenset()):
+            changed = True  # a job Slurm gave GPUs here came or went
+            if allocated:
+                self._allocated[host] = allocated
+            else:
+                del self._allocated[host]
         leaving = self._leaving.get(host)
         if changed or leaving is None:
-            shown = set(unknown)
+            shown = set(unknown) | allocated
             for gf in facts.gpus:
                 gpu = gpus.get(gf.gpu.uuid)
                 if gpu is not None and gpu.stretch is not None and gpu.stretch.last == now:
@@ -276,6 +305,9 @@ class JobTracker:
             job.present.add(host)
             on_host.add(key)
             job.gpus.add(where)
+            p = held.first[key]
+            if job.pod is None and p.pod_name:  # the kubelet's names may come a sample late (a new roster)
+                job.pod = (p.pod_namespace, p.pod_name, p.container_name)
             mem_sum = held.memory[key]
             if job.peak_memory is None or mem_sum > job.peak_memory:
                 job.peak_memory = mem_sum
@@ -286,6 +318,31 @@ class JobTracker:
         if gpu.stretch is not None:
             gpu.stretch.settle()
             gpu.stretch = None
+
+    def _allocations(self, host: str, running: list[AllocationUse], seconds_at: dict[int, float],
+                     now: float) -> frozenset[str]:
+        """The running Slurm jobs holding GPUs here, used or not: a job that runs no process on any GPU is a
+        job too (its record says so), and every job is charged its allocated and unused hours. Returns
+        their keys (jobs the host shows this sample)."""
+        on_host = self._on_host.setdefault(host, set())
+        shown = []
+        for use in running:
+            a = use.allocation
+            key = f"{SLURM}{a.job}"
+            job = self._jobs.get(key)
+            if job is None:
+                job = self._jobs[key] = _Job(key, a.user or UNATTRIBUTED, now, None, now)
+            shown.append(key)
+            job.seen[host] = now
+            job.present.add(host)
+            on_host.add(key)
+            job.allocated.update((host, i) for i in use.allocated)
+            for allocated, unused in allocation_charge(use, seconds_at).values():
+                job.allocated_seconds += allocated
+                job.unused_seconds += unused
+            for index in use.unused:
+                job.diagnoses |= self._fired.on(host, index)
+        return frozenset(shown)
 
     @staticmethod
     def _new_job(key: str, p: sample.ProcessSample, g: sample.GpuSample, jobs: dict[int, str],

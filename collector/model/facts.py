@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from gpufleet.collector.model import sample
+from gpufleet.collector.model.allocation import AllocationUse, uses
 from gpufleet.collector.model.classify import Activity, activity, holdings, waste_of
 from gpufleet.collector.model.jobkey import keys
 from gpufleet.collector.model.thresholds import Thresholds
@@ -101,6 +102,8 @@ class SnapshotFacts:
     gpus: list[GpuFacts]
     #: the keys of this snapshot's processes by identity, for the next snapshot of the host to reuse
     known_keys: dict[ProcIdentity, tuple[str, str]] = field(default_factory=dict, repr=False)
+    #: the running Slurm jobs' use of their GPUs (:meth:`allocation_uses`), worked out on first ask
+    allocations: list[AllocationUse] | None = field(default=None, repr=False)
 
     @classmethod
     def build(cls, host: str, snapshot: sample.Snapshot, thresholds: Thresholds,
@@ -134,6 +137,14 @@ class SnapshotFacts:
                 for p in gf.roster.processes:
                     known[_identity(p)] = (gf.roster.jobs[p.pid], gf.roster.groups[p.pid])
         return cls(host, snapshot, thresholds, gpus, known)
+
+    def allocation_uses(self) -> list[AllocationUse]:
+        """model/allocation.py's answer for this snapshot, shared by the ``allocated_unused`` rule, the job
+        tracker and the GPU-hours accounting (whoever asks first works it out)."""
+        found = self.allocations
+        if found is None:
+            found = self.allocations = uses(self.snapshot)
+        return found
 
     def agrees(self, snapshot: sample.Snapshot, thresholds: Thresholds) -> bool:
         """Are these the facts of this snapshot under these thresholds?"""

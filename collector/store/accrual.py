@@ -15,8 +15,8 @@ seconds when the holder wastes), summed in another order.
 
 The ingest state hands every stretch over before the totals are written and before it forgets its GPUs
 after a rollback, so nothing a committed or marked frame added is lost or added twice (store/ingest.py).
-A GPU with no holder (empty, or orphaned memory charged to its last holders) is charged per sample, as the
-accounting says, with nothing to add up.
+A GPU with no holder (empty, or orphaned memory, which is charged to nobody) adds its capacity per sample
+and nothing else.
 """
 
 from __future__ import annotations
@@ -106,7 +106,6 @@ class Stretch:
     host_id: int
     users: list[tuple[str, bool, bool]]  # who is charged: user, wastes when the GPU idles, otherwise
     jobs: list[tuple[str, bool, bool]]  # the same per Slurm job id
-    holders: frozenset[str]  # accounting's holders (who orphaned memory is charged to next)
     slurm_procs: list[sample.ProcessSample]  # one process per Slurm job (its slurm_jobs row)
     # since the last hand-over
     first: float | None = None
@@ -127,20 +126,18 @@ class Stretch:
         for p in processes:
             if p.job is not None:
                 by_job.setdefault(p.job, p)
-        return cls(processes, starts, host_id, users, jobs, frozenset(held.users), list(by_job.values()))
+        return cls(processes, starts, host_id, users, jobs, list(by_job.values()))
 
     def add(self, totals: Totals, gs: GpuState, ts: float, hour: int, sms: SmRow, seconds: float,
             util: int | None, idle: bool, charged: bool) -> None:
         """One sample (``hour``: usage.hour_of its time): its time and SM row always; its GPU-hours when
-        ``charged`` (seconds > 0, no error) and someone holds the GPU (else the caller charges it per sample:
-        orphaned memory)."""
+        ``charged`` (seconds > 0, no error) and someone holds the GPU (orphaned memory is nobody's)."""
         if self.first is None:
             self.first = ts
         self.last = ts
         self.sms.append(sms)
         if not charged or not self.users:
             return
-        gs.holders = self.holders
         if hour != self.hour:
             self._hand_over_hours(totals, gs)
             self.hour = hour

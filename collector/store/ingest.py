@@ -38,13 +38,14 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
 from gpufleet.agent import wire
-from gpufleet.collector.fleet.accounting import GpuClock, charge, holding
+from gpufleet.collector.fleet.accounting import GpuClock, allocation_charge, holding
 from gpufleet.collector.model import sample
+from gpufleet.collector.model.allocation import AllocationUse, allocated_indexes, uses
 from gpufleet.collector.model.classify import activity, holdings, is_free, waste_of
 from gpufleet.collector.model.facts import GpuFacts, SnapshotFacts
 from gpufleet.collector.model.thresholds import Thresholds
@@ -88,7 +89,6 @@ class GpuState:
     power_limit: float | None
     clock: GpuClock  # newest sample (committed or in this batch), typical interval: what a sample charges
     nostart: dict[int, list[float]] = field(default_factory=dict)  # pid -> [span start, last seen]
-    holders: frozenset[str] = frozenset()  # who held it at the last sample (orphaned memory stays theirs)
     stretch: Stretch | None = None  # its samples with the current process list, added up (store/accrual.py)
 
 
@@ -112,9 +112,11 @@ class Totals:
     usage: dict[UsageKey, list[float]] = field(default_factory=dict)
     capacity: dict[CapacityKey, list[float]] = field(default_factory=dict)
     slurm_usage: dict[UsageKey, list[float]] = field(default_factory=dict)  # GPU-hours per Slurm job
+    #: per Slurm job and GPU: seconds allocated to the running job, and of those unused (accounting.py)
+    slurm_allocated: dict[UsageKey, list[float]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.spans or self.usage or self.capacity or self.slurm_usage)
+        return bool(self.spans or self.usage or self.capacity or self.slurm_usage or self.slurm_allocated)
 
 
 #: Seconds between writes of the running totals (Tuning.accrue_interval; module docstring).
@@ -342,6 +344,8 @@ class IngestState:
             for _, g, _, _ in fresh:
                 for p in g.processes:  # the batch's slurm_jobs rows went with the rollback
                     self.slurm.note(rows.slurm_jobs, hid, p, ts)
+            if snap.allocations:
+                self._allocations(self._running(snap, item.facts), ts, hid, 0, fresh, rows, None)
             return
         # ... then the running totals, once per frame (store/accrual.py)
         facts = item.facts
@@ -352,6 +356,7 @@ class IngestState:
         totals = self.totals
         hour = usage.hour_of(ts)
         sm = item.sm
+        held = allocated_indexes(snap)  # GPUs running Slurm jobs hold: not free capacity, used or not
         for i, g, gs, seconds in fresh:
             stretch = gs.stretch
             assert stretch is not None
@@ -361,14 +366,38 @@ class IngestState:
             stretch.add(totals, gs, ts, hour, sms, seconds, g.util_gpu, kind in ("idle", "stuck"), charged)
             if stretch.slurm_procs:
                 note_jobs(self.slurm, rows.slurm_jobs, stretch, ts)
-            if not charged:
+            if charged:  # orphaned memory (nobody holds it) is charged to nobody (accounting.py)
+                usage.add_capacity(totals.capacity, (hour, hid, gs.id), seconds,
+                                   is_free(g, self.params, g.index in held))
+        if snap.allocations:
+            self._allocations(self._running(snap, facts), ts, hid, hour, fresh, rows, totals)
+
+    @staticmethod
+    def _running(snap: sample.Snapshot, facts: SnapshotFacts | None) -> list[AllocationUse]:
+        """The snapshot's running Slurm jobs' use of their GPUs (the loop's facts' answer when they are this
+        snapshot's)."""
+        return facts.allocation_uses() if facts is not None and facts.snapshot is snap else uses(snap)
+
+    def _allocations(self, running: list[AllocationUse], ts: float, hid: int, hour: int,
+                     fresh: Sequence[tuple[int, sample.GpuSample, GpuState, float]], rows: Rows,
+                     totals: Totals | None) -> None:
+        """The running Slurm jobs' allocated and unused seconds (accounting.allocation_charge), and what
+        Slurm says of each job (a job that never runs a process on a GPU is named only here); ``totals``
+        None: a retried frame, whose totals were added before the rollback (its rows only)."""
+        seconds = {g.index: sec for _, g, _, sec in fresh if g.error is None}
+        gpu_ids = {g.index: gs.id for _, g, gs, _ in fresh}
+        for use in running:
+            self.slurm.note_allocation(rows.slurm_jobs, hid, use.allocation, ts)
+            if totals is None:
                 continue
-            usage.add_capacity(totals.capacity, (hour, hid, gs.id), seconds, is_free(g, self.params))
-            if not stretch.users:  # nobody holds it: orphaned memory stays its last holders' (per sample)
-                c = charge(item.host, g, seconds, (), last_holders=gs.holders, thresholds=self.params)
-                gs.holders = c.holders
-                for user, hours in c.users.items():
-                    usage.add(totals.usage, (hour, hid, gs.id, user), hours)
+            for index, (allocated, unused) in allocation_charge(use, seconds).items():
+                key = (hour, hid, gpu_ids[index], use.job)
+                acc = totals.slurm_allocated.get(key)
+                if acc is None:
+                    totals.slurm_allocated[key] = [allocated, unused]
+                else:
+                    acc[0] += allocated
+                    acc[1] += unused
 
     def _stretch(self, host: str, hid: int, g: sample.GpuSample, starts: list[float],
                  gf: GpuFacts | None) -> Stretch:
@@ -445,3 +474,4 @@ def write_totals(conn: sqlite3.Connection, totals: Totals) -> None:
     if totals.capacity:
         conn.executemany(usage.CAPACITY_UPSERT, [(*k, v[0], v[1]) for k, v in totals.capacity.items()])
     slurm.write_usage(conn, totals.slurm_usage)
+    slurm.write_allocated(conn, totals.slurm_allocated)

@@ -311,8 +311,22 @@ _V6: Final[list[str]] = [
     "CREATE INDEX maintenance_ends ON maintenance(ends_at)",
 ]
 
+#: v7: GPUs Slurm gave a job and the job never ran on (collector/model/allocation.py). ``slurm_usage`` also
+#: counts, per (hour, host, GPU, job), the seconds the GPU was allocated to the running job and, of those, the
+#: seconds no process of the job was on it (collector/fleet/accounting.py charges both; a row of a GPU the
+#: job never touched has held = used = wasted = 0); ``jobs`` keeps each Slurm job's allocated GPUs and hours,
+#: and a Kubernetes pod's names (as the agent resolved them on the node).
+_V7: Final[list[str]] = [
+    "ALTER TABLE slurm_usage ADD COLUMN allocated REAL NOT NULL DEFAULT 0",
+    "ALTER TABLE slurm_usage ADD COLUMN unused REAL NOT NULL DEFAULT 0",
+    "ALTER TABLE jobs ADD COLUMN gpus_allocated TEXT NOT NULL DEFAULT '[]'",
+    "ALTER TABLE jobs ADD COLUMN allocated_hours REAL NOT NULL DEFAULT 0",
+    "ALTER TABLE jobs ADD COLUMN unused_hours REAL NOT NULL DEFAULT 0",
+    "ALTER TABLE jobs ADD COLUMN pod TEXT",  # a pod's job: JSON [namespace, name, container]
+]
+
 #: MIGRATIONS[i] brings the schema from version i to i + 1.
-MIGRATIONS: Final[list[list[str]]] = [_V1, _V2, _V3, _V4, _V5, _V6]
+MIGRATIONS: Final[list[list[str]]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
 LATEST: Final = len(MIGRATIONS)
 
 

@@ -142,7 +142,7 @@ def _charged(config: Config, feed: Feed) -> tuple[dict[str, float], dict[str, fl
             if g.error is not None:
                 continue
             seconds = clocks.setdefault((host, g.uuid), GpuClock()).tick(snap.ts) or 0.0
-            c = charge(host, g, seconds, gf.waste, jobs=gf.jobs, thresholds=facts.thresholds)
+            c = charge(host, g, seconds, gf.waste, jobs=gf.jobs)
             for key, hours in c.jobs.items():
                 held[key] = held.get(key, 0.0) + hours[0]
                 wasted[key] = wasted.get(key, 0.0) + hours[2]

@@ -275,6 +275,11 @@ def main() -> int:
                     missed.append(f"{at} status {r['status_ms']:.0f} ms (target < {STATUS_TARGET_MS:g})")
                 if r["rss_mb"] >= RSS_TARGET_MB:
                     missed.append(f"{at} RSS {r['rss_mb']:.0f} MB (target < {RSS_TARGET_MB:g})")
+    return verdict(missed)
+
+
+def verdict(missed: list[str]) -> int:
+    """Print each missed target and the summary line; the bench's exit status (1: something missed)."""
     for line in missed:
         print(f"MISSED: {line}")
     print("all targets met" if not missed else f"{len(missed)} target(s) missed")

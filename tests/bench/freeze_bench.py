@@ -31,7 +31,7 @@ from pathlib import Path
 import yaml
 from gpufleet.cli.client import ApiClient
 
-from tests.bench.daemon_bench import _cpu_seconds
+from tests.bench.daemon_bench import _cpu_seconds, verdict
 from tests.transport.opensshd import running_sshd, sshd_tree, user
 
 TARGET_S = 10.0
@@ -139,10 +139,7 @@ def main() -> int:
                       flush=True)
                 if python == sys.executable and (took is None or took > TARGET_S):
                     missed.append(f"up {shown} s after a {freeze:.0f} s freeze (target {TARGET_S:g})")
-    for line in missed:
-        print(f"MISSED: {line}")
-    print("all targets met" if not missed else f"{len(missed)} target(s) missed")
-    return 1 if missed else 0
+    return verdict(missed)
 
 
 if __name__ == "__main__":

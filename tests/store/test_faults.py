@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from gpufleet.collector.errors import StorageError, StorageFull
 from gpufleet.collector.model import sample
 from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.settings import StorageConfig
+from gpufleet.collector.store import raw
 from gpufleet.collector.store.store import Store, Tuning
 
 from tests.builders import cap_store_pages, snap
@@ -62,8 +64,8 @@ async def test_kill_9_loses_no_committed_sample(config: StorageConfig) -> None:
         committed = await asyncio.to_thread(_run_child_and_kill, path, first, 25)
         assert _integrity(path) == "ok"
         with sqlite3.connect(path) as conn:
-            present = {int(ts) - 1000 for (ts,) in conn.execute(
-                "SELECT ts FROM samples GROUP BY ts HAVING count(*) = 8")}
+            per_ts = Counter(r[1] for r in raw.all_rows(conn))
+            present = {int(ts) - 1000 for ts, n in per_ts.items() if n == 8}
             events = {x for (x,) in conn.execute("SELECT DISTINCT CAST(ts AS INTEGER) - 1000 FROM events")}
         assert set(range(committed[-1] + 1)) <= present
         assert set(range(committed[-1] + 1)) <= events
@@ -186,14 +188,14 @@ async def test_long_reader_does_not_stop_writes_or_starve_checkpoints(store: Sto
     await store.checkpoint()
     reader = sqlite3.connect(config.resolved_path(), isolation_level=None)
     reader.execute("BEGIN")
-    assert reader.execute("SELECT count(*) FROM samples").fetchone()[0] == 40  # holds this snapshot
+    assert len(raw.all_rows(reader)) == 40  # holds this snapshot
     for i in range(20, 60):  # the writer keeps committing while the read transaction is open
         store.submit_snapshot("h1", snap(gpu(0), gpu(1), ts=100.0 + i), 0.0)
         await store.flush()
     assert (await store.latest())["h1"].ts == 159.0
     busy, frames, done = await store.checkpoint()
     assert busy == 0 and done < frames  # frames after the reader's snapshot must wait for it
-    assert reader.execute("SELECT count(*) FROM samples").fetchone()[0] == 40  # its view is stable
+    assert len(raw.all_rows(reader)) == 40  # its view is stable
     reader.execute("COMMIT")
     reader.close()
     busy, frames_after, done_after = await store.checkpoint()

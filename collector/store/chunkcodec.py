@@ -24,8 +24,8 @@ python-zstandard is maintained, ships wheels for every supported Python, and rea
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
 from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Sequence
 from itertools import accumulate, repeat
 from operator import mul, sub, truediv
 from typing import Any, Final
@@ -237,8 +237,11 @@ def _col(body: _Body, i: int, n: int) -> list[Any]:
     return _decode_column(_decoder.decode(body[i]), n)
 
 
+Columns = tuple[list[Any], list[float], dict[int, list[Any]]]
+
+
 def decode_columns(blob: bytes, gpu_id: int | None = None,
-                   wanted: Sequence[int] = range(1, WIDTH)) -> tuple[list[Any], list[float], dict[int, list[Any]]]:
+                   wanted: Sequence[int] = range(1, WIDTH)) -> Columns:
     """(gpu ids, times, {column: values}) of the rows of ``gpu_id`` (every row: None) in a stored blob, in
     stored order; ``wanted``: indexes into COLUMNS (1.. : the readings; times always come)."""
     try:

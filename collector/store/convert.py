@@ -41,8 +41,8 @@ def samples_to_chunks(conn: sqlite3.Connection) -> None:
     moved = 0
     started = time.monotonic()
     for n, (hid, gids) in enumerate(sorted(hosts.items()), start=1):
-        bounds = [conn.execute("SELECT min(ts), max(ts) FROM samples WHERE gpu_id = ? AND ts >= ? AND ts <= ?",
-                               (gid, lo, hi)).fetchone() for gid in gids]
+        bounds = [conn.execute("SELECT min(ts), max(ts) FROM samples WHERE gpu_id = ? AND ts >= ? "
+                               "AND ts <= ?", (gid, lo, hi)).fetchone() for gid in gids]
         firsts = [b[0] for b in bounds if b[0] is not None]
         if not firsts:
             continue

@@ -171,8 +171,8 @@ class Head:
         parts = self._parts_of(conn)
         added: dict[int, set[int]] = {}
         rows = []
-        for hid, spans in _merge(self.pending, self._batch).items():
-            for span, group in spans.items():
+        for hid, groups in _merge(self.pending, self._batch).items():
+            for span, group in groups.items():
                 rows.append((hid, span, len(group), chunkcodec.encode_rows(group)))
                 added.setdefault(hid, set()).add(span)
         conn.executemany(PART_INSERT, rows)

@@ -77,7 +77,8 @@ def host_rows(conn: sqlite3.Connection, host_id: int, since: float, until: float
     out: list[Row] = []
     for (span,) in conn.execute("SELECT span FROM chunks WHERE host_id = ?1 AND span >= ?2 AND span <= ?3 "
                                 "UNION SELECT span FROM chunk_parts WHERE host_id = ?1 AND span >= ?2 "
-                                "AND span <= ?3 ORDER BY 1", (host_id, _first_span(since), min(until, 1e300))):
+                                "AND span <= ?3 ORDER BY 1",
+                                (host_id, _first_span(since), min(until, 1e300))):
         out += (r for r in chunkcodec.normalize(stored_rows(conn, host_id, span)) if since <= r[1] <= until)
     out.sort(key=lambda r: (r[0], r[1]))
     return out

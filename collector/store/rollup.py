@@ -29,7 +29,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Final
+from typing import Any, Final
 
 from gpufleet.collector.store import sqlagg
 from gpufleet.collector.store._db import in_tx
@@ -52,7 +52,7 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 _READINGS: Final = (UTIL, MEM_USED, TEMP, POWER)
 
 
-def _numeric(values: list[object]) -> list[object]:
+def _numeric(values: list[Any]) -> list[float]:
     return [v for v in values if type(v) is int or type(v) is float]
 
 

@@ -22,10 +22,8 @@ Layout, and why:
 from __future__ import annotations
 
 import sqlite3
-from typing import Final
-
 from collections.abc import Callable
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 from gpufleet.collector.errors import StorageError
 from gpufleet.collector.store._db import in_tx

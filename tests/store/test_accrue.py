@@ -114,7 +114,8 @@ async def test_a_batch_written_again_after_a_failed_write_adds_nothing_twice(tmp
     results = []
     for fail in (False, True):
         config = StorageConfig(path=str(tmp_path / f"{fail}.db"), batch_max_delay=0.0)
-        s = await Store.open(config, tuning=Tuning(accrue_interval=3600.0, retry_interval=0.02, head_interval=0.0))
+        s = await Store.open(config, tuning=Tuning(accrue_interval=3600.0, retry_interval=0.02,
+                                                   head_interval=0.0))
         for i in range(5):
             s.submit_snapshot(*_sample(i, gpus=8))  # type: ignore[arg-type]
         await s.flush()

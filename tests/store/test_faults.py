@@ -26,7 +26,8 @@ from tests.builders import cap_store_pages, snap
 from tests.builders import store_gpu as gpu
 from tests.builders import store_proc as proc
 
-FAST = Tuning(retry_interval=0.05, close_timeout=5.0, head_interval=0.0)  # samples written with every batch, as the disk fills
+# samples written with every batch (head_interval 0): the disk-full tests need each batch to take space
+FAST = Tuning(retry_interval=0.05, close_timeout=5.0, head_interval=0.0)
 CHILD = Path(__file__).with_name("ingest_child.py")
 
 

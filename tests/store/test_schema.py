@@ -15,10 +15,9 @@ from gpufleet.collector.store.store import Store
 
 from tests.builders import snap, stored_samples
 from tests.builders import store_gpu as gpu
-from tests.builders import store_proc as proc
 
-TABLES = {"meta", "hosts", "gpus", "gpu_placements", "chunks", "chunk_parts", "samples_1m", "samples_1h", "processes",
-          "usage", "events", "alerts", "silences"}
+TABLES = {"meta", "hosts", "gpus", "gpu_placements", "chunks", "chunk_parts", "samples_1m", "samples_1h",
+          "processes", "usage", "events", "alerts", "silences"}
 
 
 def _tables(path: Path) -> set[str]:

@@ -1,11 +1,20 @@
-"""One chunk of raw samples as bytes: a GPU's samples of one minute, column by column, compressed.
+"""One chunk of raw samples as bytes: a host's samples of one minute, column by column, compressed.
 
-Why columns: a GPU's readings change little from one second to the next, so each column is stored as the
-differences between neighbours (timestamps as differences of differences: a steady interval costs nothing)
-and a general-purpose compressor squeezes out what repeats. Prometheus' TSDB does the same with its own bit
-packing; here msgpack (msgspec, already the wire decoder's library: small integers take one byte, and it
-runs in C) packs the integers, and zstd (python-zstandard) compresses them. A chunk holds one *host's*
-minute: its GPUs share the snapshot times, so the times are stored once for all of them.
+Why columns: a GPU's readings change little from one second to the next, or jitter around a level, and each
+column holds one kind of number, so each is packed the way it varies, and a general-purpose compressor
+squeezes out what repeats. Prometheus' TSDB does the same with its own bit packing (delta-of-delta
+timestamps, XOR floats). A chunk holds one *host's* minute: its GPUs share the snapshot times, so the times
+are stored once for all of them, and rows are sorted by (GPU, time), so a column is one GPU's series after
+the other.
+
+How an integer column is packed (:func:`_pack`): as it is, or as the differences between neighbours,
+whichever varies less (noise around a level: as it is; a drift, a counter, a reading that holds: differences);
+then, when one value is nearly all of it (a reading that holds, a GPU's index), as that value and the few
+places that differ; else numbers that fit a byte as a msgpack list (one byte each); else wider numbers as
+their offset from the smallest, in the fewest bytes that hold them, regrouped into byte planes (every value's
+lowest byte, then every second byte...: the "shuffle" of Blosc and HDF5), so bytes that never change become
+runs. Planes that look random (the milliwatts of a busy GPU's power) go into a zstd block of their own, so
+they do not spoil the entropy coding of the rest. Everything runs in C (min, max, map, array, slicing, count).
 
 Exact, always: a chunk gives back exactly the values that went in, with their types as SQLite gave them
 back from the old ``samples`` table (REAL columns as floats): a reading that is no integer (a text in an old
@@ -14,20 +23,22 @@ milliwatts) keeps the column's floats; a time is stored as an integer count of 2
 smallest k that holds every time of the chunk exactly (k = 22 for today's times: 0.24 microseconds).
 Nulls stay nulls (their positions are listed); a gap stays a gap (there is simply no sample in it).
 
-Why zstd over the standard library's zlib (tests/bench/chunk_bench.py prints both): on these inputs they
-compress alike (within a few percent), but zlib sets up a new 256 KiB stream for every call, which on the
-head's small parts (a host's last two seconds) costs more than the compression itself: zlib takes 1.2 to
-2.3 us per sample there and ~0.3 on chunks, zstd with a context kept per thread 0.1 and 0.06.
+Why zstd over the standard library's zlib: on these inputs zstd compresses a few percent better, takes a
+tenth of the time (zlib sets up a new 256 KiB stream for every call: 1.2 to 2.3 us per sample on the head's
+small parts, zstd with a context kept per thread 0.1), and can end a block where the random planes begin.
 python-zstandard is maintained, ships wheels for every supported Python, and reads what any zstd writes.
 """
 
 from __future__ import annotations
 
+import struct
+import sys
 import threading
+from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
-from itertools import accumulate, repeat
-from operator import mul, sub, truediv
+from itertools import accumulate, compress, repeat
+from operator import add, mul, ne, sub, truediv
 from typing import Any, Final
 
 import msgspec
@@ -46,10 +57,21 @@ _TEXT_COLS: Final = frozenset({COLUMNS.index("throttle"), COLUMNS.index("error")
 #: First byte of a stored blob: how the rest is packed.
 COLUMNAR: Final = 1  # a chunk: columns, zstd
 ROWS: Final = 2  # a head part: the rows as they are (msgpack), zstd: written once, read once, cheap
-LEVEL: Final = 3
+#: zstd's level: 6 packs this data ~2 % smaller than 3 for 0.1 us a sample more; beyond, little more.
+LEVEL: Final = 6
 
 # column encodings (the first element of an encoded column; None: every value is null)
-_DELTA, _DELTA_NULLS, _RAW, _MILLI, _MILLI_NULLS, _TEXT, _TIME = range(7)
+_INTS, _INTS_NULLS, _RAW, _MILLI, _MILLI_NULLS, _TEXT, _TIME = range(7)
+# how integers are packed (:func:`_pack`): as they are, or as differences from the one before ...
+_PLAIN, _DIFF = 0, 1
+# ... and laid out: a list, one common value and the exceptions, or byte planes
+_LIST, _SPARSE, _PLANES = 0, 1, 2
+#: Byte width -> array typecode (unsigned, native order; written little-endian).
+_TYPECODES: Final = {2: "H", 4: "I", 8: "Q"}
+_BIG_ENDIAN: Final = sys.byteorder == "big"
+#: A plane with more distinct bytes than this looks random: it goes to the noise block.
+_NOISY: Final = 128
+_HEAD: Final = struct.Struct("<II")  # body length, calm planes length
 
 _encoder = msgspec.msgpack.Encoder()
 _decoder = msgspec.msgpack.Decoder()
@@ -70,13 +92,115 @@ _INT64: Final = (1 << 62)
 
 
 def _is_ints(values: list[Any]) -> bool:
-    """Plain integers within +-2**62, so every difference fits msgpack's 64 bits."""
+    """Plain integers within +-2**62, so every difference fits 64 bits."""
     return set(map(type, values)) == {int} and -_INT64 < min(values) and max(values) < _INT64
 
 
-def _encode_column(col: int, values: list[Any]) -> Any:
+class _Planes:
+    """Where wide columns' byte planes go while a chunk is encoded: the calm ones and the random-looking."""
+
+    def __init__(self) -> None:
+        self.calm = bytearray()
+        self.noise = bytearray()
+
+    def put(self, planes: bytes, width: int) -> list[int]:
+        """Store one column's planes; returns where: [stream, offset, noisy plane bitmap]."""
+        n = len(planes) // width
+        noisy = 0
+        for k in range(width):
+            if len(set(planes[k * n:(k + 1) * n])) > _NOISY:
+                noisy |= 1 << k
+        where = [len(self.calm), len(self.noise), noisy]
+        for k in range(width):
+            (self.noise if noisy >> k & 1 else self.calm).extend(planes[k * n:(k + 1) * n])
+        return where
+
+
+def _sparse(seq: list[int]) -> list[Any] | None:
+    """[common value, gaps between the places that differ, their values] when one value is 7/8 of ``seq``."""
+    n = len(seq)
+    distinct = set(seq)
+    if n < 16 or not 1 < len(distinct) <= 16:
+        return None
+    common = max(distinct, key=seq.count)
+    at = list(compress(range(n), map(ne, seq, repeat(common))))
+    if len(at) * 8 > n:
+        return None
+    return [common, _deltas(at), [seq[i] for i in at]]
+
+
+def _pack(values: list[int], planes: _Planes, starts: Sequence[int] = ()) -> list[Any]:
+    """Integers within +-2**62, packed (module docstring). ``starts``: where each GPU's series begins (a
+    jump there says nothing about how neighbours differ)."""
+    n = len(values)
+    lo, hi = min(values), max(values)
+    how, seq, base, top = _PLAIN, values, lo, hi
+    if hi > lo and n > 2:
+        diffs = _deltas(values)
+        inner = diffs[1:]
+        for i in starts:
+            inner[i - 1] = 0
+        # differences when they span no more than the values (a drift, a walk, a reading that holds)
+        if max(inner) - min(inner) <= hi - lo:
+            how, seq, base, top = _DIFF, diffs, min(diffs), max(diffs)
+    sparse = _sparse(seq)
+    if sparse is not None:  # one value nearly everywhere: a reading that holds, a flag that is rarely up
+        return [how, _SPARSE, *sparse]
+    span = top - base
+    if span < 1 << 8:
+        return [how, _LIST, seq]
+    width = 2 if span < 1 << 16 else 4 if span < 1 << 32 else 8
+    packed = array(_TYPECODES[width], map(sub, seq, repeat(base)) if base else seq)
+    if _BIG_ENDIAN:
+        packed.byteswap()
+    raw = packed.tobytes()
+    return [how, _PLANES, base, width, *planes.put(b"".join([raw[k::width] for k in range(width)]), width)]
+
+
+class _Streams:
+    """A decoded chunk's plane streams."""
+
+    __slots__ = ("calm", "noise")
+
+    def __init__(self, calm: memoryview, noise: memoryview) -> None:
+        self.calm = calm
+        self.noise = noise
+
+
+def _unpack(enc: list[Any], n: int, streams: _Streams) -> list[int]:
+    """The ``n`` integers :func:`_pack` packed."""
+    how, layout = enc[0], enc[1]
+    if layout == _LIST:
+        out = list(enc[2])
+    elif layout == _SPARSE:
+        out = [enc[2]] * n
+        for i, v in zip(accumulate(enc[3]), enc[4], strict=True):
+            out[i] = v
+    elif layout == _PLANES:
+        base, width, calm_at, noise_at, noisy = enc[2:]
+        raw = bytearray(n * width)
+        for k in range(width):
+            if noisy >> k & 1:
+                raw[k::width] = streams.noise[noise_at:noise_at + n]
+                noise_at += n
+            else:
+                raw[k::width] = streams.calm[calm_at:calm_at + n]
+                calm_at += n
+        packed = array(_TYPECODES[width])
+        packed.frombytes(raw)
+        if _BIG_ENDIAN:
+            packed.byteswap()
+        out = packed.tolist()
+        if base:
+            out = list(map(add, out, repeat(base)))
+    else:
+        raise ChunkError(f"unknown integer layout {layout!r}")
+    return list(accumulate(out)) if how == _DIFF else out
+
+
+def _encode_column(col: int, values: list[Any], planes: _Planes, starts: Sequence[int] = ()) -> Any:
     if col in _TEXT_COLS:
-        return _encode_text(values)
+        return _encode_text(values, planes)
     present = values
     nulls: list[int] = []
     if None in values:
@@ -84,6 +208,7 @@ def _encode_column(col: int, values: list[Any]) -> Any:
         if len(nulls) == len(values):
             return None
         present = [v for v in values if v is not None]
+        starts = ()  # positions moved: a slightly worse guess, never a wrong value
     if col == _POWER_COL:
         if set(map(type, present)) <= {int, float}:
             try:
@@ -91,21 +216,25 @@ def _encode_column(col: int, values: list[Any]) -> Any:
             except (OverflowError, ValueError):  # inf, nan
                 milli = []
             if milli and list(map(truediv, milli, repeat(1000.0))) == present and _is_ints(milli):
-                return [_MILLI_NULLS, nulls, _deltas(milli)] if nulls else [_MILLI, _deltas(milli)]
+                packed = _pack(milli, planes, starts)
+                return [_MILLI_NULLS, nulls, packed] if nulls else [_MILLI, packed]
         return [_RAW, _floats(values)]
-    if col != _POWER_COL and _is_ints(present):
-        return [_DELTA_NULLS, nulls, _deltas(present)] if nulls else [_DELTA, _deltas(present)]
+    if _is_ints(present):
+        packed = _pack(present, planes, starts)
+        return [_INTS_NULLS, nulls, packed] if nulls else [_INTS, packed]
     return [_RAW, values]
 
 
-def _encode_text(values: list[Any]) -> Any:
-    if not any(v is not None for v in values):
+def _encode_text(values: list[Any], planes: _Planes) -> Any:
+    """A text column as a small dictionary (null first) and each row's index into it."""
+    words = set(values)
+    if words == {None}:
         return None
-    if not all(v is None or type(v) is str for v in values):
+    if not set(map(type, words)) <= {str, type(None)}:
         return [_RAW, values]
-    words: dict[str | None, int] = {None: 0}
-    index = [words.setdefault(v, len(words)) for v in values]
-    return [_TEXT, list(words)[1:], index]
+    order = [None, *sorted(words - {None})]
+    index = dict(zip(order, range(len(order)), strict=True))
+    return [_TEXT, order[1:], _pack(list(map(index.__getitem__, values)), planes)]
 
 
 def _floats(values: list[Any]) -> list[Any]:
@@ -117,8 +246,9 @@ def _den_bits(t: float) -> int:
     return int(t.as_integer_ratio()[1]).bit_length() - 1
 
 
-def _encode_times(values: list[Any]) -> Any:
-    """Times as integer counts of 2**-k s: the first, the first step, then the change of each step."""
+def _encode_times(values: list[Any], planes: _Planes) -> Any:
+    """Times as integer counts of 2**-k s: how many, the first, the first step, then the steps (packed as
+    they are, or as the change of each step: a steady interval packs to nothing)."""
     if set(map(type, values)) <= {int, float}:
         try:
             k = max(map(_den_bits, values))
@@ -126,9 +256,11 @@ def _encode_times(values: list[Any]) -> Any:
             return [_RAW, _floats(values)]
         scale = float(1 << k)
         q = list(map(int, map(mul, values, repeat(scale))))
-        steps = _deltas(q)
-        if _is_ints(steps):
-            return [_TIME, k, steps[:1] + _deltas(steps[1:]) if len(steps) > 1 else steps]
+        if len(q) == 1:
+            return [_TIME, k, 1, q[0], 0, None]
+        steps = _deltas(q)[1:]
+        if _is_ints(q) and _is_ints(steps):
+            return [_TIME, k, len(q), q[0], steps[0], _pack(steps[1:], planes) if len(steps) > 1 else None]
     return [_RAW, _floats(values)]
 
 
@@ -147,9 +279,23 @@ def encode(rows: Sequence[Row]) -> bytes:
     else:
         where = {t: i for i, t in enumerate(times)}
         tidx = [where[t] for t in cols[1]]
-    body = [n, _encode_times(times), _encode_column(-1, list(cols[0])), _encode_column(-1, tidx)]
-    body += (_encode_column(c, list(cols[c + 1])) for c in range(1, WIDTH))
-    return bytes((COLUMNAR,)) + _zstd().compress(_encoder.encode(body))
+    gpus = list(cols[0])
+    starts = [i for i in range(1, n) if gpus[i] != gpus[i - 1]]
+    planes = _Planes()
+    body = [n, _encode_times(times, planes), _encode_column(-1, gpus, planes),
+            _encode_column(-1, tidx, planes, starts)]
+    body += (_encode_column(c, list(cols[c + 1]), planes, starts) for c in range(1, WIDTH))
+    packed = _encoder.encode(body)
+    head = _HEAD.pack(len(packed), len(planes.calm))
+    size = len(head) + len(packed) + len(planes.calm) + len(planes.noise)
+    z = _codecs.compressor.compressobj(size=size)
+    out = [bytes((COLUMNAR,)), z.compress(head), z.compress(packed), z.compress(planes.calm)]
+    if planes.noise:
+        # random planes: a block (and an entropy table) of their own
+        out.append(z.flush(zstandard.COMPRESSOBJ_FLUSH_BLOCK))
+        out.append(z.compress(planes.noise))
+    out.append(z.flush())
+    return b"".join(out)
 
 
 def encode_rows(rows: Sequence[Row]) -> bytes:
@@ -159,22 +305,19 @@ def encode_rows(rows: Sequence[Row]) -> bytes:
     except OverflowError:  # an integer beyond 64 bits (admission refuses them): stored as null, as before
         packed = _encoder.encode([tuple(None if type(v) is int and not -(1 << 63) <= v < (1 << 63) else v
                                         for v in r) for r in rows])
-    return bytes((ROWS,)) + _zstd().compress(packed)
+    return bytes((ROWS,)) + _codecs.fast.compress(packed)
 
 
 class _Codecs(threading.local):
-    """zstd contexts are not thread-safe: one pair per thread (the writer's, each reader's), reused."""
+    """zstd contexts are not thread-safe: one set per thread (the writer's, each reader's), reused."""
 
     def __init__(self) -> None:
         self.compressor = zstandard.ZstdCompressor(level=LEVEL, write_checksum=False, write_dict_id=False)
+        self.fast = zstandard.ZstdCompressor(level=1, write_checksum=False, write_dict_id=False)
         self.decompressor = zstandard.ZstdDecompressor()
 
 
 _codecs = _Codecs()
-
-
-def _zstd() -> zstandard.ZstdCompressor:
-    return _codecs.compressor
 
 
 def _unzstd(data: bytes | memoryview) -> bytes:
@@ -194,47 +337,56 @@ def _gpu_ts(r: Row) -> tuple[Any, Any]:
     return r[0], r[1]
 
 
-def _decode_column(enc: Any, n: int) -> list[Any]:
+def _decode_column(enc: Any, n: int, streams: _Streams) -> list[Any]:
     if enc is None:
         return [None] * n
     kind = enc[0]
-    if kind == _DELTA:
-        return list(accumulate(enc[1]))
+    if kind == _INTS:
+        return _unpack(enc[1], n, streams)
     if kind == _MILLI:
-        return list(map(truediv, accumulate(enc[1]), repeat(1000.0)))
+        return list(map(truediv, _unpack(enc[1], n, streams), repeat(1000.0)))
     if kind == _RAW:
         return list(enc[1])
     if kind == _TEXT:
         words = [None, *enc[1]]
-        return [words[i] for i in enc[2]]
-    if kind in (_DELTA_NULLS, _MILLI_NULLS):
-        present: Iterable[Any] = accumulate(enc[2])
+        return [words[i] for i in _unpack(enc[2], n, streams)]
+    if kind in (_INTS_NULLS, _MILLI_NULLS):
+        nulls = enc[1]
+        present: Iterable[Any] = _unpack(enc[2], n - len(nulls), streams)
         if kind == _MILLI_NULLS:
             present = map(truediv, present, repeat(1000.0))
         out: list[Any] = list(present)
-        for i in enc[1]:
+        for i in nulls:
             out.insert(i, None)
         return out
     if kind == _TIME:
-        scale = float(1 << enc[1])
-        steps = enc[2]
-        q = accumulate([steps[0], *accumulate(steps[1:])]) if len(steps) > 1 else steps
-        return list(map(truediv, q, repeat(scale)))
+        _, k, count, first, step, rest = enc
+        steps = [step, *(_unpack(rest, count - 2, streams) if rest is not None else ())]
+        return list(map(truediv, accumulate([first, *steps]), repeat(float(1 << k))))
     raise ChunkError(f"unknown column encoding {kind!r}")
 
 
-_Body = list[msgspec.Raw]
-_raw_decoder = msgspec.msgpack.Decoder(_Body)
+_raw_decoder = msgspec.msgpack.Decoder(list[msgspec.Raw])
 
 
-def _body(blob: bytes) -> _Body:
-    if blob[0] != COLUMNAR:
-        raise ChunkError(f"unknown chunk format {blob[0]} (written by a newer gpufleet?)")
-    return _raw_decoder.decode(_unzstd(memoryview(blob)[1:]))
+class _Chunk:
+    """A chunk opened for reading: its columns still packed (each decoded when asked for)."""
 
+    __slots__ = ("body", "n", "streams")
 
-def _col(body: _Body, i: int, n: int) -> list[Any]:
-    return _decode_column(_decoder.decode(body[i]), n)
+    def __init__(self, blob: bytes) -> None:
+        if not blob or blob[0] != COLUMNAR:
+            raise ChunkError(f"unknown chunk format {blob[:1]!r} (written by a newer gpufleet?)")
+        data = memoryview(_unzstd(memoryview(blob)[1:]))
+        size, calm = _HEAD.unpack_from(data)
+        at = _HEAD.size
+        self.body = _raw_decoder.decode(data[at:at + size])
+        at += size
+        self.streams = _Streams(data[at:at + calm], data[at + calm:])
+        self.n = int(_decoder.decode(self.body[0]))
+
+    def column(self, i: int, n: int) -> list[Any]:
+        return _decode_column(_decoder.decode(self.body[i]), n, self.streams)
 
 
 Columns = tuple[list[Any], list[float], dict[int, list[Any]]]
@@ -245,19 +397,20 @@ def decode_columns(blob: bytes, gpu_id: int | None = None,
     """(gpu ids, times, {column: values}) of the rows of ``gpu_id`` (every row: None) in a stored blob, in
     stored order; ``wanted``: indexes into COLUMNS (1.. : the readings; times always come)."""
     try:
-        body = _body(blob)
-        n = int(_decoder.decode(body[0]))
-        gpus = _col(body, 2, n)
+        chunk = _Chunk(blob)
+        n = chunk.n
+        gpus = chunk.column(2, n)
         lo, hi = (0, n) if gpu_id is None else (bisect_left(gpus, gpu_id), bisect_right(gpus, gpu_id))
         if lo == hi:
             return [], [], {c: [] for c in wanted}
-        times = _col(body, 1, 0)
-        tidx = _col(body, 3, n)[lo:hi]
+        times = chunk.column(1, 0)
+        tidx = chunk.column(3, n)[lo:hi]
         ts = [times[i] for i in tidx]
-        return gpus[lo:hi], ts, {c: _col(body, c + 3, n)[lo:hi] for c in wanted}
+        return gpus[lo:hi], ts, {c: chunk.column(c + 3, n)[lo:hi] for c in wanted}
     except ChunkError:
         raise
-    except (zstandard.ZstdError, msgspec.DecodeError, IndexError, TypeError, ValueError, KeyError) as exc:
+    except (zstandard.ZstdError, msgspec.DecodeError, struct.error, IndexError, TypeError, ValueError,
+            KeyError) as exc:
         raise ChunkError(f"unreadable chunk ({type(exc).__name__}: {exc})") from exc
 
 
@@ -269,8 +422,8 @@ def decode(blob: bytes, gpu_id: int | None = None) -> list[Row]:
 
 def decode_rows(blob: bytes) -> list[Row]:
     """The rows of a head part, as written; REAL columns (times, power) as floats, as SQLite gave them."""
-    if blob[0] != ROWS:
-        raise ChunkError(f"unknown head part format {blob[0]} (written by a newer gpufleet?)")
+    if not blob or blob[0] != ROWS:
+        raise ChunkError(f"unknown head part format {blob[:1]!r} (written by a newer gpufleet?)")
     try:
         rows = _decoder.decode(_unzstd(memoryview(blob)[1:]))
         return [_real(r) for r in rows]

@@ -15,10 +15,10 @@ import sqlite3
 import time
 from typing import Final
 
-from gpufleet.collector.store import chunkcodec
+from gpufleet.collector.store import chunkcodec, chunkrows
 from gpufleet.collector.store.admit import window
 from gpufleet.collector.store.chunkcodec import Row
-from gpufleet.collector.store.head import CHUNK_UPSERT, by_span
+from gpufleet.collector.store.head import by_span
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +52,11 @@ def samples_to_chunks(conn: sqlite3.Connection) -> None:
             rows: list[Row] = []
             for gid in gids:
                 rows += conn.execute(_SELECT, (gid, max(start, lo), min(start + WINDOW, hi + 1e-6)))
+            chunks = []
             for span, group in by_span(rows).items():
                 merged = chunkcodec.normalize(group)
-                conn.execute(CHUNK_UPSERT, (hid, span, len(merged), chunkcodec.encode(merged)))
+                chunks.append((hid, span, len(merged), chunkcodec.encode(merged)))
+            chunkrows.insert(conn, chunks)
             moved += len(rows)
             start += WINDOW
         if time.monotonic() - started > 10 and n % 50 == 0:

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Final
 
-from gpufleet.collector.store import chunkcodec
+from gpufleet.collector.store import chunkcodec, chunkrows
 from gpufleet.collector.store.chunkcodec import Row
 
 #: Seconds of samples one chunk holds: one minute, aligned (so a chunk is exactly a 1-minute rollup's input).
@@ -42,8 +42,6 @@ FLUSH_INTERVAL: Final = 2.0
 #: Host-minutes one flush compacts at most (the rest wait for the next flush).
 COMPACT_BATCH: Final = 300
 
-CHUNK_UPSERT: Final = ("INSERT INTO chunks (host_id, span, n, data) VALUES (?, ?, ?, ?) "
-                       "ON CONFLICT (host_id, span) DO UPDATE SET n = excluded.n, data = excluded.data")
 PART_INSERT: Final = "INSERT INTO chunk_parts (host_id, span, n, data) VALUES (?, ?, ?, ?)"
 
 
@@ -66,9 +64,9 @@ def by_span(rows: Iterable[Row]) -> dict[int, list[Row]]:
 
 def stored_rows(conn: sqlite3.Connection, host_id: int, span: int) -> Iterator[Row]:
     """A host-minute's rows in the file, in the order they were written (first: the chunk)."""
-    row = conn.execute("SELECT data FROM chunks WHERE host_id = ? AND span = ?", (host_id, span)).fetchone()
-    if row is not None:
-        yield from chunkcodec.decode(row[0])
+    blob = chunkrows.read(conn, host_id, span)
+    if blob is not None:
+        yield from chunkcodec.decode(blob)
     for (data,) in conn.execute("SELECT data FROM chunk_parts WHERE host_id = ? AND span = ? ORDER BY id",
                                 (host_id, span)):
         yield from chunkcodec.decode_rows(data)
@@ -77,15 +75,19 @@ def stored_rows(conn: sqlite3.Connection, host_id: int, span: int) -> Iterator[R
 def compact(conn: sqlite3.Connection, host_id: int, span: int, rolled_upto: float | None) -> None:
     """Merge a host-minute's parts (and its chunk, if any) into its chunk; delete the parts. The minute's
     GPUs that got samples after its rollup are marked in ``rollup_dirty``."""
-    chunk = conn.execute("SELECT data FROM chunks WHERE host_id = ? AND span = ?", (host_id, span)).fetchone()
-    rows: list[Row] = chunkcodec.decode(chunk[0]) if chunk is not None else []
+    chunk = chunkrows.read(conn, host_id, span)
+    rows: list[Row] = chunkcodec.decode(chunk) if chunk is not None else []
     added: list[Row] = []
     for (data,) in conn.execute("SELECT data FROM chunk_parts WHERE host_id = ? AND span = ? ORDER BY id",
                                 (host_id, span)):
         added += chunkcodec.decode_rows(data)
     merged = chunkcodec.normalize(rows + added)
     if merged:
-        conn.execute(CHUNK_UPSERT, (host_id, span, len(merged), chunkcodec.encode(merged)))
+        blob = chunkcodec.encode(merged)
+        if chunk is None:
+            chunkrows.insert(conn, [(host_id, span, len(merged), blob)])
+        else:
+            chunkrows.replace(conn, host_id, span, len(merged), blob)
     conn.execute("DELETE FROM chunk_parts WHERE host_id = ? AND span = ?", (host_id, span))
     if rolled_upto is not None and span < rolled_upto and added:
         conn.executemany("INSERT OR IGNORE INTO rollup_dirty (gpu_id, bucket) VALUES (?, ?)",

@@ -13,7 +13,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from typing import Any
 
-from gpufleet.collector.store import chunkcodec
+from gpufleet.collector.store import chunkcodec, chunkrows
 from gpufleet.collector.store.chunkcodec import COLUMNS, Row
 from gpufleet.collector.store.head import SPAN, span_of, stored_rows
 
@@ -32,8 +32,7 @@ def gpu_samples(conn: sqlite3.Connection, host_id: int, gpu_id: int, since: floa
     may stop early once more than ``limit`` samples are found (a count that only needs to know that)."""
     times: list[float] = []
     cols: dict[int, list[Any]] = {c: [] for c in columns}
-    for (data,) in conn.execute("SELECT data FROM chunks WHERE host_id = ? AND span >= ? AND span <= ? "
-                                "ORDER BY span", (host_id, _first_span(since), until)):
+    for _span, data in chunkrows.scan(conn, host_id, _first_span(since), until):
         _, ts, got = chunkcodec.decode_columns(data, gpu_id, columns)
         if not ts:
             continue

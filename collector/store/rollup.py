@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final
 
-from gpufleet.collector.store import sqlagg
+from gpufleet.collector.store import chunkrows, sqlagg
 from gpufleet.collector.store._db import in_tx
 from gpufleet.collector.store.admit import window
 from gpufleet.collector.store.chunkcodec import MEM_USED, POWER, TEMP, UTIL, decode_columns
@@ -84,9 +84,8 @@ def _roll_chunks(conn: sqlite3.Connection, start: int, end: int) -> None:
     known = {int(r[0]) for r in conn.execute("SELECT id FROM gpus")}
     rows: list[tuple[object, ...]] = []
     for (hid,) in conn.execute("SELECT id FROM hosts").fetchall():
-        for span, data in conn.execute("SELECT span, data FROM chunks WHERE host_id = ? AND span >= ? "
-                                       "AND span < ? ORDER BY span", (hid, start, end)):
-            rows += minute_rows(data, int(span), known)
+        for span, data in chunkrows.scan(conn, hid, start, end - 1):
+            rows += minute_rows(data, span, known)
     conn.executemany(_M1_INSERT, rows)
 
 
@@ -220,10 +219,10 @@ def rollup_dirty(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
         hosts = dict(conn.execute("SELECT id, host_id FROM gpus").fetchall())
         rows: list[tuple[object, ...]] = []
         for g, b in redo:
-            chunk = conn.execute("SELECT data FROM chunks WHERE host_id = ? AND span = ?",
-                                 (hosts.get(g), b)).fetchone()
+            host = hosts.get(g)
+            chunk = None if host is None else chunkrows.read(conn, host, b)
             if chunk is not None:  # no samples: the minute keeps the rollup it has
-                rows += minute_rows(chunk[0], b, None, g)
+                rows += minute_rows(chunk, b, None, g)
         conn.executemany(_M1_INSERT, rows)
         if h1 is not None:
             hours = sorted({(g, b // 3600 * 3600) for g, b in redo
@@ -265,11 +264,9 @@ def delete_raw(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
 
     def work() -> bool:
         _set_meta(conn, "raw_from", cutoff, only_up=True)
-        hosts = [(hid, cutoff - SPAN, policy.batch) for (hid,) in conn.execute("SELECT id FROM hosts")]
         deleted = 0
-        for args in hosts:
-            deleted += conn.execute("DELETE FROM chunks WHERE id IN (SELECT id FROM chunks WHERE host_id = ? "
-                                    "AND span <= ? LIMIT ?)", args).rowcount
+        for (hid,) in conn.execute("SELECT id FROM hosts").fetchall():
+            deleted += chunkrows.delete_before(conn, hid, cutoff - SPAN, policy.batch)
         return deleted >= policy.batch
     return in_tx(conn, work)
 

@@ -6,10 +6,11 @@ re-reads the version inside it, so two processes opening a new file at once cann
 Layout, and why:
 - ``gpus`` is keyed by (host, NVML UUID): a GPU moved to another slot keeps its id and its history
   (``gpu_placements`` records which slot from when); the same UUID from two hosts is two GPUs (v3).
-- Raw samples are ``chunks`` (v7; before it one ``samples`` row per GPU per second): one row per host and
-  minute, its GPUs' readings packed by column (store/chunkcodec.py), and ``chunk_parts``, the head: what
-  was flushed of the minutes not compacted yet (store/head.py). A chunk row is about 1 KiB, too large for
-  WITHOUT ROWID (whose inner pages would hold whole rows): a rowid table with a unique (host_id, span) key.
+- Raw samples are ``chunks`` (v7; before it one ``samples`` row per GPU per second): per host and minute its
+  GPUs' readings packed by column (store/chunkcodec.py), stored in pieces of 600 bytes (store/chunkrows.py:
+  rows that fill pages), and ``chunk_parts``, the head: what was flushed of the minutes not compacted yet
+  (store/head.py). Pieces are too large for WITHOUT ROWID (whose inner pages would hold whole rows): a
+  rowid table, written in time order, with a unique (host_id, span, piece) key.
 - ``samples_1m`` and ``samples_1h`` are WITHOUT ROWID tables keyed (gpu_id, time): one b-tree, compact,
   range scans per GPU.
 - ``processes`` stores *spans* (one row per process per GPU, identified by pid + start time), updated on
@@ -326,9 +327,10 @@ _V7: Final[list[Step]] = [
         id INTEGER PRIMARY KEY,
         host_id INTEGER NOT NULL,
         span INTEGER NOT NULL,
+        piece INTEGER NOT NULL,
         n INTEGER NOT NULL,
         data BLOB NOT NULL,
-        UNIQUE (host_id, span)
+        UNIQUE (host_id, span, piece)
     )""",
     """CREATE TABLE chunk_parts (
         id INTEGER PRIMARY KEY,

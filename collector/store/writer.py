@@ -193,6 +193,11 @@ def _compact(conn: sqlite3.Connection, state: IngestState, before: float) -> boo
     return more
 
 
+def _shrink(conn: sqlite3.Connection) -> None:
+    """Every free page back to the file system (auto_vacuum=INCREMENTAL, store/schema.py)."""
+    conn.executescript("PRAGMA incremental_vacuum")
+
+
 def _probe_write(conn: sqlite3.Connection) -> None:
     """A tiny real write: tells whether writes work again when nothing else is waiting."""
     in_tx(conn, partial(conn.execute, "INSERT OR REPLACE INTO meta (key, value) VALUES ('writer_probe', ?)",
@@ -525,13 +530,20 @@ class Writer:
 
     async def _write_totals(self) -> None:
         """A clean stop: the running totals held back (see :mod:`ingest`) and the head's pending samples
-        are written, and every minute is compacted into its chunk."""
+        are written, every minute is compacted into its chunk, and the pages the head's parts used go back
+        to the file system (the slack maintenance keeps is for a running store)."""
         try:
             await call(self._conn, partial(_write_batch, state=self._state, items=[], jobs=[], totals=True,
                                            seal=True))
         except Exception as exc:  # noqa: BLE001 - closing: say what is lost, do not raise
             log.error("%s: closing: running totals (spans, GPU-hours) and samples of the last seconds not "
                       "written: %s", self._where, storage_error(exc, self._where))
+            return
+        try:
+            await call(self._conn, _shrink)
+        except Exception as exc:  # noqa: BLE001 - closing: nothing is lost, the file stays larger
+            log.warning("%s: closing: free pages not given back: %s", self._where,
+                        storage_error(exc, self._where))
 
     async def _probe(self) -> None:
         try:

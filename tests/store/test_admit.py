@@ -103,7 +103,7 @@ async def test_maintenance_survives_rows_an_old_file_holds(tmp_path: Path) -> No
     with sqlite3.connect(path) as conn:
         (gid,) = conn.execute("SELECT id FROM gpus").fetchone()
         hid = conn.execute("SELECT host_id FROM gpus").fetchone()[0]
-        conn.executemany("INSERT INTO chunks (host_id, span, n, data) VALUES (?, ?, 1, x'01')",
+        conn.executemany("INSERT INTO chunks (host_id, span, piece, n, data) VALUES (?, ?, 0, 1, x'01')",
                          [(hid, -1e300), (hid, now + YEARS_10), (hid, "NaN"), (hid, float("inf")),
                           (hid, float("-inf")), (hid, 1e300)])
         conn.executemany("INSERT INTO rollup_dirty (gpu_id, bucket) VALUES (?, ?)",

@@ -36,9 +36,10 @@ import sys
 import threading
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import Counter
 from collections.abc import Iterable, Sequence
-from itertools import accumulate, compress, repeat
-from operator import add, mul, ne, sub, truediv
+from itertools import accumulate, chain, compress, repeat
+from operator import add, itemgetter, mul, ne, sub, truediv
 from typing import Any, Final
 
 import msgspec
@@ -81,19 +82,20 @@ class ChunkError(ValueError):
     """A stored blob this code cannot read (a damaged file, or written by a newer gpufleet)."""
 
 
-def _deltas(values: list[int]) -> list[int]:
+def _deltas(values: Sequence[int]) -> list[int]:
     """v0, v1 - v0, v2 - v1, ...: ``accumulate`` gives the values back."""
-    out = [values[0]]
-    out += map(sub, values[1:], values[:-1])
-    return out
+    return list(map(sub, values, chain((0,), values)))
 
 
 _INT64: Final = (1 << 62)
 
 
-def _is_ints(values: list[Any]) -> bool:
-    """Plain integers within +-2**62, so every difference fits 64 bits."""
-    return set(map(type, values)) == {int} and -_INT64 < min(values) and max(values) < _INT64
+def _int_range(values: Sequence[Any]) -> tuple[int, int] | None:
+    """(smallest, largest) of plain integers within +-2**62 (every difference fits 64 bits), else None."""
+    if set(map(type, values)) != {int}:
+        return None
+    lo, hi = min(values), max(values)
+    return (lo, hi) if -_INT64 < lo and hi < _INT64 else None
 
 
 class _Planes:
@@ -116,33 +118,41 @@ class _Planes:
         return where
 
 
-def _sparse(seq: list[int]) -> list[Any] | None:
+def _sparse(seq: Sequence[int]) -> list[Any] | None:
     """[common value, gaps between the places that differ, their values] when one value is 7/8 of ``seq``."""
     n = len(seq)
-    distinct = set(seq)
-    if n < 16 or not 1 < len(distinct) <= 16:
+    if n < 16:
         return None
-    common = max(distinct, key=seq.count)
+    counts = Counter(seq)
+    if len(counts) > 16:
+        return None
+    common, times = counts.most_common(1)[0]
+    if (n - times) * 8 > n:
+        return None
     at = list(compress(range(n), map(ne, seq, repeat(common))))
-    if len(at) * 8 > n:
-        return None
     return [common, _deltas(at), [seq[i] for i in at]]
 
 
-def _pack(values: list[int], planes: _Planes, starts: Sequence[int] = ()) -> list[Any]:
-    """Integers within +-2**62, packed (module docstring). ``starts``: where each GPU's series begins (a
-    jump there says nothing about how neighbours differ)."""
+def _pack(values: Sequence[int], planes: _Planes, lo: int, hi: int, starts: Sequence[int] = ()) -> list[Any]:
+    """Integers within +-2**62 (``lo`` the smallest, ``hi`` the largest), packed (module docstring).
+    ``starts``: where each GPU's series begins (a jump there says nothing about how neighbours differ)."""
+    if lo == hi:
+        return [_PLAIN, _SPARSE, lo, [], []]
     n = len(values)
-    lo, hi = min(values), max(values)
     how, seq, base, top = _PLAIN, values, lo, hi
-    if hi > lo and n > 2:
+    if n > 2:
         diffs = _deltas(values)
-        inner = diffs[1:]
-        for i in starts:
-            inner[i - 1] = 0
+        # the jumps where a GPU's series begins (and the first value) say nothing: left out of the range
+        jumps = [0, *starts]
+        kept = [diffs[i] for i in jumps]
+        for i in jumps:
+            diffs[i] = diffs[1]
+        dlo, dhi = min(diffs), max(diffs)
+        for i, v in zip(jumps, kept, strict=True):
+            diffs[i] = v
         # differences when they span no more than the values (a drift, a walk, a reading that holds)
-        if max(inner) - min(inner) <= hi - lo:
-            how, seq, base, top = _DIFF, diffs, min(diffs), max(diffs)
+        if dhi - dlo <= hi - lo:
+            how, seq, base, top = _DIFF, diffs, min(dlo, *kept), max(dhi, *kept)
     sparse = _sparse(seq)
     if sparse is not None:  # one value nearly everywhere: a reading that holds, a flag that is rarely up
         return [how, _SPARSE, *sparse]
@@ -198,7 +208,7 @@ def _unpack(enc: list[Any], n: int, streams: _Streams) -> list[int]:
     return list(accumulate(out)) if how == _DIFF else out
 
 
-def _encode_column(col: int, values: list[Any], planes: _Planes, starts: Sequence[int] = ()) -> Any:
+def _encode_column(col: int, values: Sequence[Any], planes: _Planes, starts: Sequence[int] = ()) -> Any:
     if col in _TEXT_COLS:
         return _encode_text(values, planes)
     present = values
@@ -215,29 +225,31 @@ def _encode_column(col: int, values: list[Any], planes: _Planes, starts: Sequenc
                 milli = list(map(round, map(mul, present, repeat(1000.0))))
             except (OverflowError, ValueError):  # inf, nan
                 milli = []
-            if milli and list(map(truediv, milli, repeat(1000.0))) == present and _is_ints(milli):
-                packed = _pack(milli, planes, starts)
+            bounds = _int_range(milli) if milli else None
+            if bounds is not None and list(map(truediv, milli, repeat(1000.0))) == list(present):
+                packed = _pack(milli, planes, *bounds, starts)
                 return [_MILLI_NULLS, nulls, packed] if nulls else [_MILLI, packed]
         return [_RAW, _floats(values)]
-    if _is_ints(present):
-        packed = _pack(present, planes, starts)
+    bounds = _int_range(present)
+    if bounds is not None:
+        packed = _pack(present, planes, *bounds, starts)
         return [_INTS_NULLS, nulls, packed] if nulls else [_INTS, packed]
-    return [_RAW, values]
+    return [_RAW, list(values)]
 
 
-def _encode_text(values: list[Any], planes: _Planes) -> Any:
+def _encode_text(values: Sequence[Any], planes: _Planes) -> Any:
     """A text column as a small dictionary (null first) and each row's index into it."""
     words = set(values)
     if words == {None}:
         return None
     if not set(map(type, words)) <= {str, type(None)}:
-        return [_RAW, values]
+        return [_RAW, list(values)]
     order = [None, *sorted(words - {None})]
     index = dict(zip(order, range(len(order)), strict=True))
-    return [_TEXT, order[1:], _pack(list(map(index.__getitem__, values)), planes)]
+    return [_TEXT, order[1:], _pack(list(map(index.__getitem__, values)), planes, 0, len(order) - 1)]
 
 
-def _floats(values: list[Any]) -> list[Any]:
+def _floats(values: Sequence[Any]) -> list[Any]:
     """A REAL column's integers as floats (what SQLite gave back from the old table)."""
     return [float(v) if type(v) is int else v for v in values]
 
@@ -246,7 +258,7 @@ def _den_bits(t: float) -> int:
     return int(t.as_integer_ratio()[1]).bit_length() - 1
 
 
-def _encode_times(values: list[Any], planes: _Planes) -> Any:
+def _encode_times(values: Sequence[Any], planes: _Planes) -> Any:
     """Times as integer counts of 2**-k s: how many, the first, the first step, then the steps (packed as
     they are, or as the change of each step: a steady interval packs to nothing)."""
     if set(map(type, values)) <= {int, float}:
@@ -259,8 +271,10 @@ def _encode_times(values: list[Any], planes: _Planes) -> Any:
         if len(q) == 1:
             return [_TIME, k, 1, q[0], 0, None]
         steps = _deltas(q)[1:]
-        if _is_ints(q) and _is_ints(steps):
-            return [_TIME, k, len(q), q[0], steps[0], _pack(steps[1:], planes) if len(steps) > 1 else None]
+        rest = steps[1:]
+        bounds = _int_range(rest) if rest else (0, 0)
+        if _int_range(q) is not None and bounds is not None:
+            return [_TIME, k, len(q), q[0], steps[0], _pack(rest, planes, *bounds) if rest else None]
     return [_RAW, _floats(values)]
 
 
@@ -272,19 +286,14 @@ def encode(rows: Sequence[Row]) -> bytes:
     n = len(rows)
     cols = list(zip(*rows, strict=True)) if rows else [()] * (WIDTH + 1)
     times = sorted(set(cols[1]))
-    if len(times) == n or not times:
-        tidx: list[int] = list(range(n))
-        if times != list(cols[1]):
-            tidx = [times.index(t) for t in cols[1]]  # one row per time but not in time order: rare
-    else:
-        where = {t: i for i, t in enumerate(times)}
-        tidx = [where[t] for t in cols[1]]
-    gpus = list(cols[0])
-    starts = [i for i in range(1, n) if gpus[i] != gpus[i - 1]]
+    where = dict(zip(times, range(len(times)), strict=True))
+    tidx = list(map(where.__getitem__, cols[1]))
+    gpus = cols[0]
+    starts = list(compress(range(1, n), map(ne, gpus[1:], gpus)))
     planes = _Planes()
     body = [n, _encode_times(times, planes), _encode_column(-1, gpus, planes),
             _encode_column(-1, tidx, planes, starts)]
-    body += (_encode_column(c, list(cols[c + 1]), planes, starts) for c in range(1, WIDTH))
+    body += (_encode_column(c, cols[c + 1], planes, starts) for c in range(1, WIDTH))
     packed = _encoder.encode(body)
     head = _HEAD.pack(len(packed), len(planes.calm))
     size = len(head) + len(packed) + len(planes.calm) + len(planes.noise)
@@ -299,21 +308,20 @@ def encode(rows: Sequence[Row]) -> bytes:
 
 
 def encode_rows(rows: Sequence[Row]) -> bytes:
-    """Pack rows as they are (a head part: a host's samples since the last flush)."""
+    """Pack rows as they are (a head part: a host's samples since the last flush). Not compressed: a part
+    lives a minute or two, and zstd's setup on a few hundred bytes costs more than the pages it saves."""
     try:
-        packed = _encoder.encode(rows)
+        return bytes((ROWS,)) + _encoder.encode(rows)
     except OverflowError:  # an integer beyond 64 bits (admission refuses them): stored as null, as before
-        packed = _encoder.encode([tuple(None if type(v) is int and not -(1 << 63) <= v < (1 << 63) else v
-                                        for v in r) for r in rows])
-    return bytes((ROWS,)) + _codecs.fast.compress(packed)
+        fits = [tuple(None if type(v) is int and not -(1 << 63) <= v < 1 << 63 else v for v in r) for r in rows]
+        return bytes((ROWS,)) + _encoder.encode(fits)
 
 
 class _Codecs(threading.local):
-    """zstd contexts are not thread-safe: one set per thread (the writer's, each reader's), reused."""
+    """zstd contexts are not thread-safe: one pair per thread (the writer's, each reader's), reused."""
 
     def __init__(self) -> None:
         self.compressor = zstandard.ZstdCompressor(level=LEVEL, write_checksum=False, write_dict_id=False)
-        self.fast = zstandard.ZstdCompressor(level=1, write_checksum=False, write_dict_id=False)
         self.decompressor = zstandard.ZstdDecompressor()
 
 
@@ -324,17 +332,16 @@ def _unzstd(data: bytes | memoryview) -> bytes:
     return _codecs.decompressor.decompress(data)
 
 
+_GPU_TS: Final = itemgetter(0, 1)
+
+
 def normalize(rows: Iterable[Row]) -> list[Row]:
     """Rows as :func:`encode` wants them: the first row of a (gpu_id, ts) wins (a replay, or a sample seen
     again after a clock step, never replaces what was stored), sorted by (gpu_id, ts)."""
-    seen: dict[tuple[Any, Any], Row] = {}
-    for r in rows:
-        seen.setdefault((r[0], r[1]), r)
-    return sorted(seen.values(), key=_gpu_ts)
-
-
-def _gpu_ts(r: Row) -> tuple[Any, Any]:
-    return r[0], r[1]
+    ordered = rows if isinstance(rows, list) else list(rows)
+    # a dict keeps the last value given for a key: walked backwards, that is each key's first row
+    first = dict(zip(map(_GPU_TS, reversed(ordered)), reversed(ordered), strict=True))
+    return sorted(first.values(), key=_GPU_TS)
 
 
 def _decode_column(enc: Any, n: int, streams: _Streams) -> list[Any]:
@@ -420,21 +427,16 @@ def decode(blob: bytes, gpu_id: int | None = None) -> list[Row]:
     return list(zip(gpus, ts, *(cols[c] for c in range(1, WIDTH)), strict=True))
 
 
+#: A head part's rows: tuples, the REAL columns (time, power) as floats, as SQLite gave them back.
+_Part = list[tuple[Any, float, Any, Any, Any, Any, float | None, Any, Any, Any, Any, Any, Any, Any]]
+_part_decoder = msgspec.msgpack.Decoder(_Part)
+
+
 def decode_rows(blob: bytes) -> list[Row]:
-    """The rows of a head part, as written; REAL columns (times, power) as floats, as SQLite gave them."""
+    """The rows of a head part, as written."""
     if not blob or blob[0] != ROWS:
         raise ChunkError(f"unknown head part format {blob[:1]!r} (written by a newer gpufleet?)")
     try:
-        rows = _decoder.decode(_unzstd(memoryview(blob)[1:]))
-        return [_real(r) for r in rows]
-    except (zstandard.ZstdError, msgspec.DecodeError, TypeError, ValueError) as exc:
+        return _part_decoder.decode(memoryview(blob)[1:])
+    except (msgspec.DecodeError, TypeError, ValueError) as exc:
         raise ChunkError(f"unreadable head part ({type(exc).__name__}: {exc})") from exc
-
-
-def _real(r: list[Any]) -> Row:
-    ts, power = r[1], r[6]
-    if type(ts) is int:
-        r[1] = float(ts)
-    if type(power) is int:
-        r[6] = float(power)
-    return tuple(r)

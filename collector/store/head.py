@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from operator import itemgetter
 from typing import Final
 
 from gpufleet.collector.store import chunkcodec, chunkrows
@@ -50,7 +51,17 @@ def span_of(ts: float) -> int:
     return int(ts // SPAN) * SPAN
 
 
-def by_span(rows: Iterable[Row]) -> dict[int, list[Row]]:
+_TS: Final = itemgetter(1)
+
+
+def by_span(rows: Sequence[Row]) -> dict[int, list[Row]]:
+    """The rows grouped by the minute they belong in, each group in the rows' order."""
+    if not rows:
+        return {}
+    times = list(map(_TS, rows))
+    first, last = span_of(min(times)), span_of(max(times))
+    if first == last:  # nearly always: a host's samples of the last seconds
+        return {first: list(rows)}
     out: dict[int, list[Row]] = {}
     for r in rows:
         span = int(r[1] // SPAN) * SPAN
@@ -128,7 +139,7 @@ class Head:
         for hid, rows in samples.items():
             if not rows:
                 continue
-            top = max(r[1] for r in rows)
+            top = max(map(_TS, rows))
             if top > newest.get(hid, float("-inf")):
                 newest[hid] = top
 

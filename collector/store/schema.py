@@ -394,6 +394,11 @@ def migrate(conn: sqlite3.Connection) -> int:
     conn.execute("PRAGMA foreign_keys=OFF")
     try:
         in_tx(conn, run)
+    except StorageError:
+        raise
+    except Exception as exc:  # most writes of a migration happen at its commit (a full disk shows there)
+        raise StorageError(f"migrating the database from v{found} to v{LATEST} failed writing it "
+                           f"({type(exc).__name__}: {exc}); the file is unchanged (still v{found})") from exc
     finally:
         conn.execute(f"PRAGMA foreign_keys={fk}")
     return found

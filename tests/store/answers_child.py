@@ -3,6 +3,7 @@
     python -m tests.store.answers_child ingest DB T0        # frames and maintenance into DB
     python -m tests.store.answers_child answer DB T0 OUT    # every answer, as JSON into OUT
     python -m tests.store.answers_child later DB T0         # an hour later: hour rollups, raw retention
+    python -m tests.store.answers_child open DB T0          # open for writing (migrate), close
 
 tests/store/test_same_answers.py runs it with this tree and with main before chunks (tests/oldtree.py) and
 compares the outputs; tests/store/test_migrate_v7.py answers from a file written by the old code, then from
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 import sqlite3
 import sys
@@ -218,8 +220,18 @@ def meta(db: str, key: str) -> float:
     return float("-inf") if row is None or row[0] is None else float(row[0])
 
 
+async def open_once(db: str) -> None:
+    """What a collector's start does to the file first: open it for writing (and migrate it), then stop."""
+    store = await Store.open(config(db))
+    await store.close()
+
+
 def main() -> int:
     what, db, t0 = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    if what == "open":
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+        asyncio.run(open_once(db))
+        return 0
     if what in ("ingest", "later"):
         asyncio.run((ingest if what == "ingest" else later)(db, t0))
         return 0

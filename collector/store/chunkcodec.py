@@ -313,7 +313,8 @@ def encode_rows(rows: Sequence[Row]) -> bytes:
     try:
         return bytes((ROWS,)) + _encoder.encode(rows)
     except OverflowError:  # an integer beyond 64 bits (admission refuses them): stored as null, as before
-        fits = [tuple(None if type(v) is int and not -(1 << 63) <= v < 1 << 63 else v for v in r) for r in rows]
+        fits = [tuple(None if type(v) is int and not -_INT64 * 2 <= v < _INT64 * 2 else v for v in r)
+                for r in rows]
         return bytes((ROWS,)) + _encoder.encode(fits)
 
 

@@ -62,7 +62,7 @@ ROWS: Final = 2  # a head part: the rows as they are (msgpack), zstd: written on
 LEVEL: Final = 6
 
 # column encodings (the first element of an encoded column; None: every value is null)
-_INTS, _INTS_NULLS, _RAW, _MILLI, _MILLI_NULLS, _TEXT, _TIME = range(7)
+_INTS, _INTS_NULLS, _RAW, _MILLI, _MILLI_NULLS, _TEXT, _TIME, _GRID = range(8)
 # how integers are packed (:func:`_pack`): as they are, or as differences from the one before ...
 _PLAIN, _DIFF = 0, 1
 # ... and laid out: a list, one common value and the exceptions, or byte planes
@@ -121,7 +121,7 @@ class _Planes:
 def _sparse(seq: Sequence[int]) -> list[Any] | None:
     """[common value, gaps between the places that differ, their values] when one value is 7/8 of ``seq``."""
     n = len(seq)
-    if n < 16:
+    if n < 16 or len(set(seq[:64])) > 16:  # plainly many values: not worth a count
         return None
     counts = Counter(seq)
     if len(counts) > 16:
@@ -138,21 +138,15 @@ def _pack(values: Sequence[int], planes: _Planes, lo: int, hi: int, starts: Sequ
     ``starts``: where each GPU's series begins (a jump there says nothing about how neighbours differ)."""
     if lo == hi:
         return [_PLAIN, _SPARSE, lo, [], []]
-    n = len(values)
     how, seq, base, top = _PLAIN, values, lo, hi
-    if n > 2:
-        diffs = _deltas(values)
-        # the jumps where a GPU's series begins (and the first value) say nothing: left out of the range
-        jumps = [0, *starts]
-        kept = [diffs[i] for i in jumps]
-        for i in jumps:
-            diffs[i] = diffs[1]
-        dlo, dhi = min(diffs), max(diffs)
-        for i, v in zip(jumps, kept, strict=True):
-            diffs[i] = v
-        # differences when they span no more than the values (a drift, a walk, a reading that holds)
-        if dhi - dlo <= hi - lo:
-            how, seq, base, top = _DIFF, diffs, min(dlo, *kept), max(dhi, *kept)
+    # differences when, over the first GPU's series, they span no more than the values (a drift, a walk,
+    # a reading that holds); the jump where a GPU's series begins says nothing about either
+    probe = values[:starts[0] if starts else 64]
+    if len(probe) > 2:
+        steps = list(map(sub, probe[1:], probe))
+        if max(steps) - min(steps) <= max(probe) - min(probe):
+            how, seq = _DIFF, _deltas(values)
+            base, top = min(seq), max(seq)
     sparse = _sparse(seq)
     if sparse is not None:  # one value nearly everywhere: a reading that holds, a flag that is rarely up
         return [how, _SPARSE, *sparse]
@@ -211,6 +205,12 @@ def _unpack(enc: list[Any], n: int, streams: _Streams) -> list[int]:
 def _encode_column(col: int, values: Sequence[Any], planes: _Planes, starts: Sequence[int] = ()) -> Any:
     if col in _TEXT_COLS:
         return _encode_text(values, planes)
+    first = values[0]
+    if values.count(first) == len(values):  # one value all minute (a fan not reported, ECC counts, a clock)
+        if first is None:
+            return None
+        if type(first) is int and -_INT64 < first < _INT64:
+            return [_INTS, [_PLAIN, _SPARSE, first, [], []]]
     present = values
     nulls: list[int] = []
     if None in values:
@@ -286,13 +286,18 @@ def encode(rows: Sequence[Row]) -> bytes:
     n = len(rows)
     cols = list(zip(*rows, strict=True)) if rows else [()] * (WIDTH + 1)
     times = sorted(set(cols[1]))
-    where = dict(zip(times, range(len(times)), strict=True))
-    tidx = list(map(where.__getitem__, cols[1]))
     gpus = cols[0]
     starts = list(compress(range(1, n), map(ne, gpus[1:], gpus)))
     planes = _Planes()
-    body = [n, _encode_times(times, planes), _encode_column(-1, gpus, planes),
-            _encode_column(-1, tidx, planes, starts)]
+    ids = [gpus[i] for i in (0, *starts)] if n else []
+    if n == len(ids) * len(times) and cols[1] == tuple(times) * len(ids):
+        # the usual minute: every GPU at every time (the grid is the GPU ids; no row needs its own index)
+        where: list[Any] = [[_GRID, ids], None]
+    else:
+        at = dict(zip(times, range(len(times)), strict=True))
+        where = [_encode_column(-1, gpus, planes), _encode_column(-1, list(map(at.__getitem__, cols[1])),
+                                                                    planes, starts)]
+    body = [n, _encode_times(times, planes), *where]
     body += (_encode_column(c, cols[c + 1], planes, starts) for c in range(1, WIDTH))
     packed = _encoder.encode(body)
     head = _HEAD.pack(len(packed), len(planes.calm))
@@ -369,7 +374,7 @@ def _decode_column(enc: Any, n: int, streams: _Streams) -> list[Any]:
         return out
     if kind == _TIME:
         _, k, count, first, step, rest = enc
-        steps = [step, *(_unpack(rest, count - 2, streams) if rest is not None else ())]
+        steps = [step, *(_unpack(rest, count - 2, streams) if rest is not None else ())] if count > 1 else []
         return list(map(truediv, accumulate([first, *steps]), repeat(float(1 << k))))
     raise ChunkError(f"unknown column encoding {kind!r}")
 
@@ -407,13 +412,22 @@ def decode_columns(blob: bytes, gpu_id: int | None = None,
     try:
         chunk = _Chunk(blob)
         n = chunk.n
-        gpus = chunk.column(2, n)
+        grid = _decoder.decode(chunk.body[2])
+        times = chunk.column(1, 0)
+        if grid and grid[0] == _GRID:
+            ids = grid[1]
+            per = len(times)
+            gpus = [g for g in ids for _ in range(per)]
+        else:
+            gpus = chunk.column(2, n)
         lo, hi = (0, n) if gpu_id is None else (bisect_left(gpus, gpu_id), bisect_right(gpus, gpu_id))
         if lo == hi:
             return [], [], {c: [] for c in wanted}
-        times = chunk.column(1, 0)
-        tidx = chunk.column(3, n)[lo:hi]
-        ts = [times[i] for i in tidx]
+        if grid and grid[0] == _GRID:
+            ts = (times * len(ids))[lo:hi]
+        else:
+            tidx = chunk.column(3, n)[lo:hi]
+            ts = [times[i] for i in tidx]
         return gpus[lo:hi], ts, {c: chunk.column(c + 3, n)[lo:hi] for c in wanted}
     except ChunkError:
         raise

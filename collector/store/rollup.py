@@ -29,7 +29,7 @@ import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Final
+from typing import Final
 
 from gpufleet.collector.store import chunkrows, sqlagg
 from gpufleet.collector.store._db import in_tx
@@ -52,10 +52,6 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 _READINGS: Final = (UTIL, MEM_USED, TEMP, POWER)
 
 
-def _numeric(values: list[Any]) -> list[float]:
-    return [v for v in values if type(v) is int or type(v) is float]
-
-
 def minute_rows(data: bytes, minute: int, known: set[int] | None,
                 gpu_id: int | None = None) -> list[tuple[object, ...]]:
     """The samples_1m rows of one chunk (one host's minute): per GPU the count, and min / avg / max of each
@@ -72,8 +68,7 @@ def minute_rows(data: bytes, minute: int, known: set[int] | None,
         if known is None or gid in known:
             row: list[object] = [gid, minute, j - i]
             for c in _READINGS:
-                vals = _numeric(cols[c][i:j])
-                row += (min(vals), sqlagg.avg(vals), max(vals)) if vals else (None, None, None)
+                row += sqlagg.min_avg_max(cols[c][i:j])
             out.append(tuple(row))
         i = j
     return out

@@ -4,16 +4,18 @@ bit, what the same SQL gave over the old one-row-per-sample table (same values, 
 SQLite before 3.43 adds every value as a double, in order; from 3.43 on it uses Kahan-Babuska-Neumaier
 summation and keeps integers exact until a non-integer comes (func.c, sumStep / avgFinalize). Python's own
 sum() compensates floats from 3.12 on, so neither it nor math.fsum is the same thing.
-tests/store/test_sqlagg.py checks both functions against the linked SQLite on random data.
+tests/store/test_sqlagg.py checks them against the linked SQLite on random data (the branch that SQLite
+uses; these machines link 3.40, so the Kahan-Babuska-Neumaier branch is checked where a newer one is linked).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Sequence
 from functools import reduce
 from operator import add
-from typing import Final
+from typing import Any, Final
 
 #: The summation the linked SQLite library uses.
 KBN: Final = sqlite3.sqlite_version_info >= (3, 43, 0)
@@ -105,11 +107,44 @@ def sum_(values: Iterable[object]) -> int | float | None:
     return acc.value()
 
 
+def min_avg_max(values: Sequence[object]) -> tuple[Any, Any, Any]:
+    """``min(x), avg(x), max(x)`` as SQLite gives them over ``values`` in this order (the 1-minute rollup).
+    Numbers (and NULLs) here; anything else (a text an old file holds in a number column, which SQLite's
+    min and max order after numbers and its avg counts as what its text reads as) by SQLite itself."""
+    kinds = set(map(type, values))
+    if kinds <= _NUMBERS:
+        if type(None) in kinds:
+            values = [v for v in values if v is not None]
+        if not values:
+            return None, None, None
+        return min(values), _avg(values), max(values)  # type: ignore[type-var,arg-type]
+    conn = _scratch()
+    conn.execute("DELETE FROM v")
+    conn.executemany("INSERT INTO v (x) VALUES (?)", [(x,) for x in values])
+    out: tuple[Any, Any, Any] = conn.execute("SELECT min(x), avg(x), max(x) FROM v").fetchone()
+    return out
+
+
+_NUMBERS: Final = frozenset({int, float, type(None)})
+_local = threading.local()
+
+
+def _scratch() -> sqlite3.Connection:
+    """A private in-memory database of this thread: one table of one untyped column, in insertion order."""
+    conn: sqlite3.Connection | None = getattr(_local, "conn", None)
+    if conn is None:
+        conn = _local.conn = sqlite3.connect(":memory:")
+        conn.execute("CREATE TABLE v (x)")
+    return conn
+
+
 def avg(values: Iterable[object]) -> float | None:
     """``avg(x)``: NULL over no numbers."""
     nums = _numbers(values)
-    if not nums:
-        return None
+    return _avg(nums) if nums else None
+
+
+def _avg(nums: Sequence[int | float]) -> float:
     if not KBN:
         return float(reduce(add, map(float, nums), 0.0)) / float(len(nums))
     acc = _Sum()

@@ -72,6 +72,8 @@ def test_readings_that_are_not_what_agents_send_come_back_as_stored() -> None:
     assert _same(chunkcodec.decode(chunkcodec.encode(rows)), rows)
     one = [(7, t, 1, 2, 3, 4, 5.0, 6, 7, 8, 9, 10, None, None)]
     assert _same(chunkcodec.decode(chunkcodec.encode(one)), one)
+    two = [(7, t, *[None] * 12), (8, t, *[None] * 12)]  # one time, two GPUs
+    assert _same(chunkcodec.decode(chunkcodec.encode(two)), two)
 
 
 def test_noise_packs_smaller_than_its_rows_and_steady_readings_to_almost_nothing() -> None:

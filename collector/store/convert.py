@@ -24,11 +24,21 @@ log = logging.getLogger(__name__)
 
 #: Seconds of samples read at a time per host.
 WINDOW: Final = 3600
+#: Seconds between two log lines saying how far the conversion is.
+PROGRESS_EVERY: Final = 30.0
 #: How far ahead of the clock a stored time may lie and still be kept (store/sweep.py keeps as much).
 AHEAD: Final = 86400.0
 _SELECT: Final = ("SELECT gpu_id, ts, util, util_mem, mem_used, temp, power, clock_sm, clock_mem, fan, "
                   "ecc_corrected, ecc_uncorrected, throttle, error FROM samples "
                   "WHERE gpu_id = ? AND ts >= ? AND ts < ? ORDER BY ts")
+
+
+def _next_hour(conn: sqlite3.Connection, gids: list[int], after: float, hi: float) -> float | None:
+    """The start of the first hour at or after ``after`` in which one of the GPUs has a sample (or None)."""
+    found = [row[0] for gid in gids for row in conn.execute(
+        "SELECT min(ts) FROM samples WHERE gpu_id = ? AND ts >= ? AND ts <= ?", (gid, after, hi))]
+    first = min((t for t in found if t is not None), default=None)
+    return None if first is None else max(after, int(first // WINDOW) * WINDOW)
 
 
 def samples_to_chunks(conn: sqlite3.Connection) -> None:
@@ -39,16 +49,15 @@ def samples_to_chunks(conn: sqlite3.Connection) -> None:
         hosts.setdefault(int(hid), []).append(int(gid))
     total = int(conn.execute("SELECT count(*) FROM samples").fetchone()[0])
     moved = 0
-    started = time.monotonic()
+    started = said = time.monotonic()
     for n, (hid, gids) in enumerate(sorted(hosts.items()), start=1):
         bounds = [conn.execute("SELECT min(ts), max(ts) FROM samples WHERE gpu_id = ? AND ts >= ? "
                                "AND ts <= ?", (gid, lo, hi)).fetchone() for gid in gids]
         firsts = [b[0] for b in bounds if b[0] is not None]
         if not firsts:
             continue
-        start = int(min(firsts) // WINDOW) * WINDOW
-        end = max(b[1] for b in bounds if b[1] is not None)
-        while start <= end:
+        start: float | None = int(min(firsts) // WINDOW) * WINDOW
+        while start is not None:
             rows: list[Row] = []
             for gid in gids:
                 rows += conn.execute(_SELECT, (gid, max(start, lo), min(start + WINDOW, hi + 1e-6)))
@@ -58,10 +67,11 @@ def samples_to_chunks(conn: sqlite3.Connection) -> None:
                 chunks.append((hid, span, len(merged), chunkcodec.encode(merged)))
             chunkrows.insert(conn, chunks)
             moved += len(rows)
-            start += WINDOW
-        if time.monotonic() - started > 10 and n % 50 == 0:
-            log.warning("converting raw history to chunks: %d of %d hosts, %d of %d samples", n, len(hosts),
-                        moved, total)
+            start = _next_hour(conn, gids, start + WINDOW, hi)  # over hours without samples in one step
+        if time.monotonic() - said >= PROGRESS_EVERY:
+            said = time.monotonic()
+            log.warning("converting raw history to chunks: %d of %d hosts, %d of %d samples, %.0f s so far",
+                        n, len(hosts), moved, total, said - started)
     if moved != total:
         log.warning("converting raw history to chunks: %d raw samples left behind (a time no store writes, "
                     "or a GPU the file no longer lists)", total - moved)

@@ -53,6 +53,16 @@ def view(commit: str = BEFORE_CHUNKS, cache: Path | None = None) -> Path:
     return out
 
 
+def view_or_skip(commit: str = BEFORE_CHUNKS) -> Path:
+    """:func:`view` in a test: skipped (with the reason) where the history does not hold the commit."""
+    import pytest
+
+    try:
+        return view(commit)
+    except NoOldTree as exc:
+        pytest.skip(str(exc))
+
+
 def env(tree: Path | None) -> dict[str, str]:
     """A child's environment that imports gpufleet from ``tree`` (None: this checkout, as installed)."""
     out = dict(os.environ)

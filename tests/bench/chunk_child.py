@@ -44,6 +44,8 @@ from gpufleet.collector.model.thresholds import DEFAULT_THRESHOLDS
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store.store import Store, Tuning
 
+from tests.bench.store_bench import synthesize_rollups
+
 if os.environ.get("CHUNK_BENCH_FLOOR"):  # tests/bench/chunk_bench.py's floor: the store without its samples
     from gpufleet.collector.store import head
 
@@ -202,24 +204,6 @@ async def ingest(args: argparse.Namespace) -> dict[str, Any]:
             "free_bytes": free, "tables": tables}
 
 
-def _synthesize_rollups(path: Path, host: str, since: float, until: float) -> None:
-    """1m and 1h rollup rows for [since, until) for every GPU of ``host`` (29 days before the raw hour)."""
-    with sqlite3.connect(path, isolation_level=None) as conn:
-        ids = [r[0] for r in conn.execute(
-            "SELECT g.id FROM gpus g JOIN hosts h ON h.id = g.host_id WHERE h.name = ?", (host,))]
-        conn.execute("BEGIN")
-        for table, size in (("samples_1m", 60), ("samples_1h", 3600)):
-            for gid in ids:
-                conn.execute(
-                    f"""WITH RECURSIVE b(t) AS (SELECT CAST(? AS INTEGER) UNION ALL
-                           SELECT t + ? FROM b WHERE t + ? < ?)
-                        INSERT OR REPLACE INTO {table}
-                        SELECT ?, t, ?, 0, (t / ?) % 100, 100, 9e9, 9e9, 9.1e9, 40, 55, 70, 100, 300, 650
-                        FROM b""", (int(since), size, size, int(until), gid, size, size))
-        conn.execute("INSERT OR REPLACE INTO meta VALUES ('raw_from', ?)", (until,))
-        conn.execute("COMMIT")
-
-
 async def _median_ms(fn: Any, runs: int = 15) -> float:
     times = []
     out = None
@@ -249,7 +233,7 @@ async def reads(args: argparse.Namespace) -> dict[str, Any]:
     await store.flush()
     await store.run_maintenance(until + 120)
     await store.close()
-    _synthesize_rollups(path, "host0000", until - 30 * DAY, t0)
+    synthesize_rollups(path, "host0000", until - 30 * DAY, t0)
     out: dict[str, Any] = {}
     store = await Store.open(StorageConfig(path=str(path)), readonly=True)
     try:

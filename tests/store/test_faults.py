@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import os
 import signal
 import sqlite3
 import subprocess
 import sys
-import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -140,22 +138,6 @@ async def test_disk_full_max_page_count_rolls_back_and_recovers(config: StorageC
     finally:
         await store.close()
     assert _integrity(config.resolved_path()) == "ok"
-
-
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A real 3 MiB file system (tmpfs); skipped where mounting is not allowed."""
-    mnt = tmp_path / f"fs-{uuid.uuid4().hex[:6]}"
-    mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a small file system")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount tmpfs here: {done.stderr.decode().strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 async def test_disk_full_real_filesystem(small_fs: Path) -> None:

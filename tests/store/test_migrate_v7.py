@@ -15,12 +15,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import shutil
 import sqlite3
-import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -60,15 +57,18 @@ def _differ(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return [key for key in a if a[key] != b[key]]
 
 
-def test_an_old_file_is_converted_and_answers_as_before(tmp_path: Path) -> None:
-    try:
-        old = oldtree.view(oldtree.BEFORE_CHUNKS)
-    except oldtree.NoOldTree as exc:
-        pytest.skip(str(exc))
+def _old_file(db: Path) -> tuple[Path, float]:
+    """The old code, and a v6 file it wrote (frames from ``t0``)."""
+    old = oldtree.view_or_skip()
     t0 = float(math.floor(time.time() / 3600) * 3600 - 5 * 3600)
+    _run(old, "ingest", str(db), repr(t0))
+    assert _version(db) == 6
+    return old, t0
+
+
+def test_an_old_file_is_converted_and_answers_as_before(tmp_path: Path) -> None:
     v6 = tmp_path / "v6.db"
-    _run(old, "ingest", str(v6), repr(t0))
-    assert _version(v6) == 6
+    old, t0 = _old_file(v6)
     conn = sqlite3.connect(v6)
     try:
         rows = conn.execute("SELECT count(*), max(ts) - min(ts) FROM samples").fetchone()
@@ -98,30 +98,9 @@ def test_an_old_file_is_converted_and_answers_as_before(tmp_path: Path) -> None:
     assert not differ, f"{len(differ)} answers differ an hour later, first {differ[0]!r}"
 
 
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A real file system of 8 MiB (tmpfs); skipped where mounting is not allowed."""
-    mnt = tmp_path / "fs"
-    mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a small file system")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mnt)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount tmpfs here: {done.stderr.decode().strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
 def test_a_failed_conversion_leaves_the_file_as_it_was_and_says_why(tmp_path: Path, small_fs: Path) -> None:
-    try:
-        old = oldtree.view(oldtree.BEFORE_CHUNKS)
-    except oldtree.NoOldTree as exc:
-        pytest.skip(str(exc))
-    t0 = float(math.floor(time.time() / 3600) * 3600 - 5 * 3600)
     made = tmp_path / "v6.db"
-    _run(old, "ingest", str(made), repr(t0))
+    old, t0 = _old_file(made)
     before = _answers(old, made, t0, tmp_path / "before.json")
     db = small_fs / "v6.db"
     shutil.copy(made, db)

@@ -48,10 +48,7 @@ def _comparable(answers: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_chunk_store_answers_as_the_old_one_did(tmp_path: Path) -> None:
-    try:
-        old = oldtree.view(oldtree.BEFORE_CHUNKS)
-    except oldtree.NoOldTree as exc:
-        pytest.skip(str(exc))
+    old = oldtree.view_or_skip()
     t0 = float(math.floor(time.time() / 3600) * 3600 - 5 * 3600)
     before = _steps(old, tmp_path / "old.db", t0)
     after = _steps(None, tmp_path / "new.db", t0)

@@ -75,8 +75,8 @@ def host_rows(conn: sqlite3.Connection, host_id: int, since: float, until: float
     """Every stored sample of a host's GPUs in [since, until] (first writings), sorted by (gpu, time)."""
     out: list[Row] = []
     for (span,) in conn.execute("SELECT span FROM chunks WHERE host_id = ?1 AND span >= ?2 AND span <= ?3 "
-                                "UNION SELECT span FROM chunk_parts WHERE host_id = ?1 AND span >= ?2 "
-                                "AND span <= ?3 ORDER BY 1",
+                                "AND piece = 0 UNION SELECT span FROM chunk_parts WHERE host_id = ?1 "
+                                "AND span >= ?2 AND span <= ?3 ORDER BY 1",
                                 (host_id, _first_span(since), min(until, 1e300))):
         out += (r for r in chunkcodec.normalize(stored_rows(conn, host_id, span)) if since <= r[1] <= until)
     out.sort(key=lambda r: (r[0], r[1]))
@@ -86,8 +86,8 @@ def host_rows(conn: sqlite3.Connection, host_id: int, since: float, until: float
 def all_rows(conn: sqlite3.Connection) -> list[Row]:
     """Every stored raw sample, sorted by (gpu, time): the old ``samples`` table's rows (tests, checks)."""
     out: list[Row] = []
-    for (hid,) in conn.execute("SELECT DISTINCT host_id FROM chunks UNION SELECT DISTINCT host_id FROM "
-                               "chunk_parts"):
+    for (hid,) in conn.execute("SELECT DISTINCT host_id FROM chunks WHERE piece = 0 UNION "
+                               "SELECT DISTINCT host_id FROM chunk_parts"):
         out += host_rows(conn, hid, float("-inf"), float("inf"))
     out.sort(key=lambda r: (r[0], r[1]))
     return out
@@ -95,8 +95,8 @@ def all_rows(conn: sqlite3.Connection) -> list[Row]:
 
 def newest_stored(conn: sqlite3.Connection, host_id: int, gpu_id: int, upto: float) -> float | None:
     """The time of the GPU's newest stored sample at or before ``upto`` (minute by minute, newest first)."""
-    spans = conn.execute("SELECT span FROM chunks WHERE host_id = ?1 AND span <= ?2 UNION SELECT span FROM "
-                         "chunk_parts WHERE host_id = ?1 AND span <= ?2 ORDER BY 1 DESC",
+    spans = conn.execute("SELECT span FROM chunks WHERE host_id = ?1 AND span <= ?2 AND piece = 0 UNION "
+                         "SELECT span FROM chunk_parts WHERE host_id = ?1 AND span <= ?2 ORDER BY 1 DESC",
                          (host_id, upto)).fetchall()
     for (span,) in spans:
         found = [r[1] for r in stored_rows(conn, host_id, span) if r[0] == gpu_id and r[1] <= upto]

@@ -130,7 +130,7 @@ def _first_at_or_after(conn: sqlite3.Connection, table: str, col: str, after: fl
     minutes stand for their samples) instead of a scan."""
     if table == "chunks":
         sql = ("SELECT min(m) FROM (SELECT (SELECT min(span) FROM chunks WHERE host_id = h.id AND span >= ? "
-               "AND span <= ?) AS m FROM hosts h)")
+               "AND span <= ? AND piece = 0) AS m FROM hosts h)")
         after = math.floor(after / SPAN) * SPAN if math.isfinite(after) else after
     else:
         sql = (f"SELECT min(m) FROM (SELECT (SELECT min({col}) FROM {table} "
@@ -315,7 +315,7 @@ _UNUSED_GPUS: Final = (
     "SELECT id, host_id, uuid FROM gpus g WHERE last_seen < ?1"
     # raw samples are its host's chunks: none in its lifetime, none of its own
     " AND NOT EXISTS (SELECT 1 FROM chunks WHERE host_id = g.host_id AND span >= g.first_seen - 60"
-    " AND span <= g.last_seen)"
+    " AND span <= g.last_seen AND piece = 0)"
     " AND NOT EXISTS (SELECT 1 FROM chunk_parts WHERE host_id = g.host_id AND span >= g.first_seen - 60"
     " AND span <= g.last_seen)"
     " AND NOT EXISTS (SELECT 1 FROM samples_1m WHERE gpu_id = g.id)"

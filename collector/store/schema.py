@@ -10,7 +10,8 @@ Layout, and why:
   GPUs' readings packed by column (store/chunkcodec.py), stored in pieces of 600 bytes (store/chunkrows.py:
   rows that fill pages), and ``chunk_parts``, the head: what was flushed of the minutes not compacted yet
   (store/head.py). Pieces are too large for WITHOUT ROWID (whose inner pages would hold whole rows): a
-  rowid table, written in time order, with a unique (host_id, span, piece) key.
+  rowid table, written in time order; a chunk's pieces are consecutive rows, and only its first piece
+  (``piece`` 0, which holds the count in ``pieces``) is indexed, unique by (host_id, span).
 - ``samples_1m`` and ``samples_1h`` are WITHOUT ROWID tables keyed (gpu_id, time): one b-tree, compact,
   range scans per GPU.
 - ``processes`` stores *spans* (one row per process per GPU, identified by pid + start time), updated on
@@ -328,10 +329,11 @@ _V7: Final[list[Step]] = [
         host_id INTEGER NOT NULL,
         span INTEGER NOT NULL,
         piece INTEGER NOT NULL,
+        pieces INTEGER NOT NULL DEFAULT 1,
         n INTEGER NOT NULL,
-        data BLOB NOT NULL,
-        UNIQUE (host_id, span, piece)
+        data BLOB NOT NULL
     )""",
+    "CREATE UNIQUE INDEX chunks_first ON chunks(host_id, span) WHERE piece = 0",
     """CREATE TABLE chunk_parts (
         id INTEGER PRIMARY KEY,
         host_id INTEGER NOT NULL,

@@ -28,6 +28,7 @@ from types import FrameType
 from typing import IO, Any
 
 from gpufleet.agent import __version__, wire
+from gpufleet.agent.errors import AgentError, DriverError, NvmlUnavailable
 from gpufleet.agent.k8s import DEFAULT_ROOT as KUBELET_LOGS
 from gpufleet.agent.slurm_node import LIST_EVERY
 
@@ -309,8 +310,6 @@ class Agent:
 
     def _recover(self, exc: Exception) -> None:
         """Driver/library error: one driver_error event, then re-init with backoff while heartbeating."""
-        from gpufleet.agent.errors import NvmlUnavailable
-
         log.error("%s; re-initialising NVML", exc)
         self.writer.write(wire.Event(ts=self.wall(), kind="driver_error", message=str(exc)))
         self._stop_watcher()
@@ -329,8 +328,6 @@ class Agent:
     def _reinit(self) -> Exception | None:
         """Re-initialise NVML while a GPU is lost, so one that comes back (``nvidia-smi -r``, a reset after
         an Xid) is picked up with a fresh handle; returns the error to recover from if NVML is gone."""
-        from gpufleet.agent.errors import DriverError, NvmlUnavailable
-
         log.info("a GPU is lost: re-initialising NVML to look for it")
         self._stop_watcher()
         try:
@@ -350,8 +347,6 @@ class Agent:
         self.writer.write(wire.Event(ts=self.wall(), kind="agent_error", message=f"sampling failed: {key}"))
 
     def run(self) -> int:
-        from gpufleet.agent.errors import DriverError
-
         try:
             if self.stop.is_set():  # a signal during start-up
                 return EXIT_OK
@@ -467,10 +462,6 @@ def main(argv: list[str] | None = None, stdout: IO[bytes] | None = None) -> int:
     _setup_logging(args)
     if args.json and not args.once:
         log.info("--json only changes --once output; the stream is always JSON")
-    try:
-        from gpufleet.agent.errors import AgentError
-    except ImportError as exc:  # pragma: no cover - broken install
-        return _fail(f"cannot import the agent: {exc}")
     stop = threading.Event()
     if not args.once:  # installed before NVML init, which can take seconds without the persistence daemon
         _handle_signals(stop)
@@ -511,8 +502,7 @@ def main(argv: list[str] | None = None, stdout: IO[bytes] | None = None) -> int:
 
 
 def _once(sampler: Any, hostname: str, out: IO[bytes], as_json: bool) -> int:
-    from gpufleet.agent.errors import DriverError
-    from gpufleet.agent.table import render
+    from gpufleet.agent.table import render, terminal_width
 
     try:
         snapshot, _events = sampler.sample()
@@ -525,7 +515,7 @@ def _once(sampler: Any, hostname: str, out: IO[bytes], as_json: bool) -> int:
         if as_json:
             out.write(wire.encode(snapshot))
         else:
-            out.write(render(snapshot, hello).encode())
+            out.write(render(snapshot, hello, width=terminal_width(out)).encode())
         out.flush()
     except BrokenPipeError:
         pass

@@ -1,8 +1,15 @@
-"""The human-readable table ``gpufleet-agent --once`` prints: one screen, no dependencies (no rich here)."""
+"""The human-readable table ``gpufleet-agent --once`` prints: one screen, no dependencies (no rich here).
+
+Its units are the collector's views' (issue 36): ``40/48G``, ``41°C``, ``3h00m``; lines fit the terminal's
+width (a command is cut at the edge, a note wraps between words), and a pipe gets them whole.
+"""
 
 from __future__ import annotations
 
+import shutil
+import textwrap
 import time
+from typing import IO
 
 from gpufleet.agent.wire import GpuSample, Hello, ProcessSample, Snapshot
 
@@ -10,7 +17,29 @@ GIB = float(1 << 30)
 
 
 def _gib(value: int | None) -> str:
-    return "-" if value is None else f"{value / GIB:.1f}"
+    """``40G``, ``1.2G`` (one decimal under 10 GiB), ``-``."""
+    if value is None:
+        return "-"
+    g = value / GIB
+    return f"{g:.1f}G" if g < 10 else f"{g:.0f}G"
+
+
+def _pair(used: int | None, total: int | None) -> str:
+    """``40/48G``, one decimal on cards under 10 GiB: the collector's status view writes them so."""
+    if total is not None and total < 10 * GIB:
+        return f"{(used or 0) / GIB:.1f}/{total / GIB:.0f}G"
+    u = "?" if used is None else f"{used / GIB:.0f}"
+    t = "?" if total is None else f"{total / GIB:.0f}"
+    return f"{u}/{t}G"
+
+
+def terminal_width(stream: IO[bytes]) -> int | None:
+    """The terminal's width when ``stream`` is one, else None (a pipe: lines whole)."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return shutil.get_terminal_size((80, 24)).columns if tty else None
 
 
 def _duration(seconds: float) -> str:
@@ -50,7 +79,7 @@ def _flags(g: GpuSample) -> str:
 
 UNATTRIBUTED = "(unattributed: its /proc entry is not readable, or it just exited)"
 NO_PID_NAMESPACE = "(unattributed: pid not in this /proc; run the agent in the host PID namespace)"
-PROCESS_HEADER = f"     {'PID':>8}  {'USER':<10} {'GPU MEM':>10}  {'SM':>4}  {'RUNNING':>7}  S  COMMAND"
+PROCESS_HEADER = f"     {'PID':>8}  {'USER':<10} {'GMEM':>5}  {'SM':>4}  {'TIME':>6}  S  COMMAND"
 
 
 def _process_line(p: ProcessSample, now: float, unattributed: str = UNATTRIBUTED) -> str:
@@ -69,14 +98,26 @@ def _process_line(p: ProcessSample, now: float, unattributed: str = UNATTRIBUTED
     if p.pod:
         where += f" pod={p.pod[:8]}"
     sm = "-" if p.sm_util is None else f"{p.sm_util}%"
-    return (
-        f"     {p.pid:>8}  {who:<10.10} {_gib(p.gpu_memory):>6} GiB  {sm:>4}  {age:>7}  {state}  "
-        f"{cmd[:80]}{where}"
-    )
+    return f"     {p.pid:>8}  {who:<10.10} {_gib(p.gpu_memory):>5}  {sm:>4}  {age:>6}  {state}  {cmd}{where}"
 
 
-def render(snapshot: Snapshot, hello: Hello | None = None, now: float | None = None) -> str:
-    """One line per GPU (nvidia-smi's readings, gpustat's density), its MIG instances, then its processes."""
+def _fit(line: str, width: int | None) -> list[str]:
+    """A table line cut at the edge (its command), or a sentence wrapped between words."""
+    if width is None or len(line) <= width:
+        return [line]
+    if line.startswith(("note:", "     (")):
+        return textwrap.wrap(line, width, subsequent_indent="      ", break_on_hyphens=False)
+    return [line[: max(width - 1, 0)] + "…"]
+
+
+def render(snapshot: Snapshot, hello: Hello | None = None, now: float | None = None,
+           width: int | None = None) -> str:
+    """One line per GPU (nvidia-smi's readings, gpustat's density), its MIG instances, then its processes;
+    at most ``width`` cells a line (None: no limit)."""
+    return "\n".join(out for line in _lines(snapshot, hello, now) for out in _fit(line, width)) + "\n"
+
+
+def _lines(snapshot: Snapshot, hello: Hello | None, now: float | None) -> list[str]:
     now = time.time() if now is None else now
     lines = []
     unattributed = UNATTRIBUTED
@@ -93,7 +134,7 @@ def render(snapshot: Snapshot, hello: Hello | None = None, now: float | None = N
             )
     width = min(40, max([len(g.name or "?") for g in snapshot.gpus] + [len("NAME")]))
     lines.append(
-        f"{'GPU':>3}  {'NAME':<{width}} {'UTIL':>5}  {'MEMORY (GiB)':>13}  {'TEMP':>5}  {'POWER (W)':>10}  "
+        f"{'GPU':>3}  {'NAME':<{width}} {'UTIL':>5}  {'MEMORY':>13}  {'TEMP':>5}  {'POWER':>10}  "
         f"{'FAN':>4}  FLAGS"
     )
     for g in snapshot.gpus:
@@ -101,11 +142,11 @@ def render(snapshot: Snapshot, hello: Hello | None = None, now: float | None = N
         if g.error:
             lines.append(f"{g.index:>3}  {name} {g.error}")
             continue
-        mem = f"{_gib(g.memory_used)}/{_gib(g.memory_total)}"
-        power = f"{_num(g.power_draw)}/{_num(g.power_limit)}"
+        mem = _pair(g.memory_used, g.memory_total)
+        power = f"{_num(g.power_draw)}/{_num(g.power_limit)}W"
         lines.append(
             f"{g.index:>3}  {name} {_num(g.util_gpu, '%'):>5}  {mem:>13}  "
-            f"{_num(g.temperature, 'C'):>5}  {power:>10}  {_num(g.fan_speed, '%'):>4}  {_flags(g)}".rstrip()
+            f"{_num(g.temperature, '°C'):>5}  {power:>10}  {_num(g.fan_speed, '%'):>4}  {_flags(g)}".rstrip()
         )
         if g.read_errors:
             errors = sorted(g.read_errors.items())
@@ -114,7 +155,7 @@ def render(snapshot: Snapshot, hello: Hello | None = None, now: float | None = N
         for m in g.mig_instances:
             lines.append(
                 f"     MIG gi={m.gi_id} ci={m.ci_id if m.ci_id is not None else '-'} {m.profile or ''}  "
-                f"{_gib(m.memory_used)}/{_gib(m.memory_total)} GiB  {m.uuid or ''}"
+                f"{_pair(m.memory_used, m.memory_total)}  {m.uuid or ''}"
             )
         if g.processes:
             lines.append(PROCESS_HEADER)
@@ -124,4 +165,4 @@ def render(snapshot: Snapshot, hello: Hello | None = None, now: float | None = N
             lines.append(f"     (process list not readable: {g.processes_error})")
         elif not g.processes:
             lines.append("     (no processes)")
-    return "\n".join(lines) + "\n"
+    return lines

@@ -138,9 +138,9 @@ def connect(
         reason = str(exc)
     db = ends.db_path()
     if not os.path.isfile(db):
-        raise CollectorUnavailable(
-            f"{reason} and no history at {db} — start it with `gpufleet collector run`"
-        )
+        from gpufleet.cli.hints import start_hint
+
+        raise CollectorUnavailable(f"{reason} and no history at {db} — {start_hint()}")
     from gpufleet.cli.fallback import StoreFallback  # asyncio, aiosqlite and the store: only when needed
 
     return StoreFallback(db, notice=notice if notice is not None else _stderr, thresholds=ends.thresholds)

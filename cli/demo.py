@@ -27,15 +27,17 @@ import yaml
 from gpufleet.agent import scenarios
 from gpufleet.cli.client import CliError
 from gpufleet.cli.connect import clear_pointer, write_pointer
+from gpufleet.cli.hints import start_hint
 from gpufleet.cli.keys import KeyReader
 from gpufleet.cli.options import State, pass_state
+from gpufleet.cli.render_alerts import unplaced
 from gpufleet.cli.render_status import fitted_lines, head_height, host_height, status_lines
 from gpufleet.collector.config import parse_config
 from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.fleet.query import build_fleet_view
-from gpufleet.collector.model.names import natural_key
+from gpufleet.collector.model.problems import problems
 from gpufleet.collector.model.thresholds import thresholds_of
-from gpufleet.collector.rules.catalog import SEVERITY_STYLES, flag_name, severity_rank
+from gpufleet.collector.rules.catalog import SEVERITY_STYLES
 from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import Config
 from gpufleet.collector.simfleet import SimFleet
@@ -57,8 +59,6 @@ DEMO_HOSTS: dict[str, str] = {
 }
 #: the full banner folds to one line after this many seconds of a live screen
 FOLD_SECONDS = 12.0
-#: the width piped output (--no-screen) is laid out for: wide enough that nothing is cut
-PIPE_WIDTH = 200
 
 
 def demo_config(workdir: Path) -> Config:
@@ -87,7 +87,7 @@ def _descriptions() -> dict[str, str]:
     return out
 
 
-def banner(socket: str, log_path: str, width: int) -> list[Text]:
+def banner(socket: str, log_path: str, width: int | None) -> list[Text]:
     """The full introduction: what each simulated host does, and how to ask the collector."""
     lines = [
         Text.assemble(
@@ -106,70 +106,73 @@ def banner(socket: str, log_path: str, width: int) -> list[Text]:
     lines.append(Text.assemble("    ", ("gpufleet top", "bold"), "   ", ("gpufleet alerts", "bold"),
                                (f"   (socket {socket})", "dim")))
     lines.append(Text(f"  Collector log: {log_path}   q or Ctrl-C quits.", style="dim"))
-    for t in lines:
-        t.truncate(width, overflow="ellipsis")
+    if width is not None:  # a pipe gets them whole
+        for t in lines:
+            t.truncate(width, overflow="ellipsis")
     return lines
 
 
-def folded_banner(width: int) -> Text:
+def folded_banner(width: int, url: str | None = None) -> Text:
     """The banner once the first seconds are over, or when the screen has no room for it: one line, the
-    longest form that fits (at 80 columns the hint names one command rather than being cut)."""
+    longest form that fits. Every form names the web page (issue 36: at 80x24 it was never shown) and a
+    command to try; at 60 columns the command gives way to the page's address, never the other way."""
+    page = [("page ", "dim"), (url, "bold")] if url else []
     hosts = f" · {len(DEMO_HOSTS)} simulated hosts"
+    sep = [(" · ", "dim")] if page else []
     forms = [
-        [(hosts + " · another terminal: ", "dim"), ("gpufleet top", "bold"), (", ", "dim"),
-         ("gpufleet alerts", "bold"), (" · q quits", "dim")],
-        [(hosts + " · in another terminal: ", "dim"), ("gpufleet top", "bold"), (" · q quits", "dim")],
-        [(hosts + " · try ", "dim"), ("gpufleet top", "bold"), (" · q quits", "dim")],
+        [(hosts + " · ", "dim"), *page, *sep, ("another terminal: ", "dim"), ("gpufleet top", "bold"),
+         (", ", "dim"), ("gpufleet alerts", "bold"), (" · q quits", "dim")],
+        [(hosts + " · ", "dim"), *page, *sep, ("try ", "dim"), ("gpufleet top", "bold"),
+         (" · q quits", "dim")],
+        [(" · ", "dim"), *page, *sep, ("try ", "dim"), ("gpufleet top", "bold")],
+        [(" · ", "dim"), *page] if page else [(" · try ", "dim"), ("gpufleet top", "bold")],
     ]
     for parts in forms:
         t = Text.assemble(("gpufleet demo", "bold cyan"), *parts)
         if t.cell_len <= width:
             return t
+    t = Text.assemble(*(page or [("gpufleet top", "bold")]))  # the address alone, whole where it fits
     t.truncate(width, overflow="ellipsis")
     return t
 
 
 def firing(collector: Collector) -> list[Any]:
-    """Firing alerts, the worst first (critical, warning, info), then by host and GPU: when the screen has
-    rows for only some, those are the ones it keeps."""
-    active = [a for a in collector.alerts.active() if a.state == "firing"]
-    active.sort(key=lambda a: (-severity_rank(a.severity), natural_key(a.labels.get("host", "")),
-                               a.labels.get("gpu", ""), a.rule))
-    return active
+    """Firing alerts (the screen groups them into problems, the worst first: collector/model/problems.py)."""
+    return [a for a in collector.alerts.active() if a.state == "firing"]
 
 
-def alert_lines(active: list[Any], width: int, rows: int | None = None) -> list[Text]:
-    """The firing alerts, one a line, in at most ``rows`` lines (the last says how many more)."""
-    head = Text.assemble(("Firing alerts: ", "bold"), (str(len(active)), "bold red" if active else "green"))
+def alert_lines(active: list[Any], width: int | None, rows: int | None = None) -> list[Text]:
+    """The firing problems, one a line (a job's idle GPUs are one), the informational ones after them and
+    not counted as firing, in at most ``rows`` lines (the last says how many more)."""
+    items = problems(active)
+    serious = [p for p in items if not p.info]
+    info = [p for p in items if p.info]
+    head = Text.assemble(("Firing alerts: ", "bold"), (str(len(serious)), "bold red" if serious else "green"))
+    if info:
+        head.append(f" · info: {len(info)}", "dim")
     lines = [head]
-    room = len(active) if rows is None else max(rows - 1, 0)
-    shown = active if len(active) <= room else active[: max(room - 1, 0)]
-    for a in shown:
-        line = Text.assemble("  ", (f"{flag_name(a.rule):<9} ", SEVERITY_STYLES.get(a.severity, "")))
-        where, summary = _where(a.labels, a.annotations.get("summary") or "")
-        line.append(where, "bold")
-        line.append(summary or " ".join(f"{k}={v}" for k, v in sorted(a.labels.items())))
-        line.truncate(width, overflow="ellipsis")
+    ordered = serious + info
+    room = len(ordered) if rows is None else max(rows - 1, 0)
+    shown = ordered if len(ordered) <= room else ordered[: max(room - 1, 0)]
+    pad = max((len(" ".join(p.flags)) for p in shown), default=0)
+    for p in shown:
+        flags = " ".join(p.flags)
+        line = Text.assemble("  ", (f"{flags:<{pad}} ", SEVERITY_STYLES.get(p.severity, "")))
+        lead = p.lead
+        where = f"{p.hosts} GPU {p.gpus}" if p.gpus else p.hosts
+        line.append(f"{where}: " if where else "", "bold")
+        summary = unplaced(lead.annotations.get("summary") or "", lead.labels)
+        line.append(summary or " ".join(f"{k}={v}" for k, v in sorted(lead.labels.items())))
+        if width is not None:
+            line.truncate(width, overflow="ellipsis")
         lines.append(line)
-    if len(shown) < len(active) and room >= 1:
-        lines.append(Text(f"  ... {len(active) - len(shown)} more (gpufleet alerts)", style="dim"))
+    if len(shown) < len(ordered) and room >= 1:
+        lines.append(Text(f"  ... {len(ordered) - len(shown)} more (gpufleet alerts)", style="dim"))
     return lines
 
 
-def _where(labels: dict[str, str], summary: str) -> tuple[str, str]:
-    """``"gpu-node-03 GPU 0: "`` first (so a cut line still says where), and the summary without it."""
-    host, gpu = labels.get("host"), labels.get("gpu")
-    if not host:
-        return "", summary
-    place = f"{host} GPU {gpu}" if gpu is not None else host
-    for said in (f" on {place}", f"{place} ", f"{place}: "):
-        summary = summary.replace(said, "", 1) if said.startswith(" ") else summary.removeprefix(said)
-    return f"{place}: ", summary
-
-
-def frame(
-    collector: Collector, head: list[Text], width: int, height: int | None = None, *, fold: bool = False
-) -> RenderableType:
+def frame(collector: Collector, head: list[Text], width: int | None, height: int | None = None, *,
+          fold: bool = False) -> RenderableType:
     """One screen: the banner (``head``; folded to one line when ``fold`` or when it leaves no room), the
     status and the firing alerts, in at most ``height`` lines. Room goes first to one line per host and
     to the alerts, then to a line per GPU (hosts with a problem first), then to the full banner."""
@@ -178,17 +181,17 @@ def frame(
         thresholds=thresholds_of(collector.config.rules),
     )
     active = firing(collector)
-    if height is None:  # no screen: everything
+    if height is None or width is None:  # no screen: everything
         status = status_lines(view, width, title="status")
         return Group(*head, Text(), *(t.text() for t in status), Text(), *alert_lines(active, width))
-    status_min = head_height(view, width) + len(view.hosts)
-    alerts_full = 1 + len(active)
+    status_min = head_height(view, width) + len(view.hosts) + 1  # and a legend line
+    alerts_full = 1 + len(problems(active))
     full_head = len(head) + 1
     beside = status_min  # what the full banner must leave room for
     if fold:  # after the first seconds the banner stays only where everything fits beside it
         beside = head_height(view, width) + sum(host_height(h, True) for h in view.hosts)
     if full_head + beside + 1 + alerts_full > height:
-        head = [folded_banner(width)] if head else []
+        head = [folded_banner(width, collector.web_url)] if head else []
         full_head = len(head)
     alert_rows = max(min(alerts_full, height - full_head - status_min - 1), 1)
     status_rows = height - full_head - 1 - alert_rows
@@ -218,13 +221,11 @@ async def _run(
     collector: Collector | None = None
     pointed: Path | None = None  # the socket the pointer file names while the demo runs
     last: RenderableType | None = None
-    width = console.width
     live_screen = screen and console.is_terminal
+    # a pipe cuts nothing: its lines are laid out whole (rich's console there is as wide as any line)
+    width: int | None = console.width if live_screen else None
     try:
         cfg = demo_config(workdir)
-        if not live_screen:  # a pipe cuts nothing: lay out for a wide terminal (lines carry no padding)
-            console.width = max(console.width, PIPE_WIDTH)
-        width = console.width
         head = banner(str(cfg.api.socket), str(log_path), width)
         if not live_screen:
             for line in head:
@@ -268,6 +269,7 @@ async def _run(
     if last is not None:
         console.print(last, no_wrap=True, crop=False)
     console.print(Text("demo stopped; the simulated fleet and its temp data are gone.", style="dim"))
+    console.print(Text(f"Next, your own GPUs: {start_hint()}.", style="dim"))
 
 
 @contextlib.contextmanager

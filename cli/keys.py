@@ -23,7 +23,8 @@ ESC_WAIT = 0.05  # seconds: how long a lone Esc waits for the rest of an escape 
 _SEQUENCES = {
     "[A": "up", "[B": "down", "[C": "right", "[D": "left", "OA": "up", "OB": "down", "OC": "right",
     "OD": "left", "[5~": "pgup", "[6~": "pgdn", "[H": "home", "[F": "end", "[1~": "home", "[4~": "end",
-    "[7~": "home", "[8~": "end", "OH": "home", "OF": "end", "[3~": "delete",
+    "[7~": "home", "[8~": "end", "OH": "home", "OF": "end", "[3~": "delete", "OP": "f1", "[11~": "f1",
+    "[21~": "f10",
 }
 _SINGLE = {"\r": "enter", "\n": "enter", "\x7f": "backspace", "\x08": "backspace", "\t": "tab"}
 

@@ -163,9 +163,22 @@ def use_color(stream: IO[str]) -> bool:
         return False
 
 
-def term_width(default: int = 80) -> int:
-    """$COLUMNS, else the terminal's width, else ``default``."""
-    return shutil.get_terminal_size((default, 24)).columns
+#: the width rich lays out a pipe's output for: wide enough that no line is cut or wrapped
+UNBOUNDED = 1 << 14
+
+
+def output_width(stream: IO[str], explicit: int | None = None) -> int | None:
+    """The width to lay ``stream``'s lines out for: ``explicit`` (``--width``), else the terminal's ($COLUMNS
+    where set); None when ``stream`` is not a terminal (a pipe or a file gets every line whole, so
+    ``gpufleet alerts | grep n07`` finds what the screen shows: as systemd's tools, which ellipsize only on a
+    terminal)."""
+    if explicit:
+        return explicit
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return shutil.get_terminal_size((80, 24)).columns if tty else None
 
 
 def write_lines(lines: list[Line], stream: IO[str], *, color: bool) -> None:

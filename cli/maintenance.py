@@ -1,5 +1,5 @@
 """``gpufleet maintenance start | stop | list``: let go of a host for a while (driver reset, MIG change,
-upgrade) with its alerts muted; what it does on the collector is collector/maintenance.py's."""
+upgrade) with its alerts muted; what it does on the collector is collector/fleet/maintenance.py's."""
 
 from __future__ import annotations
 
@@ -9,7 +9,13 @@ from typing import Any
 
 import click
 from gpufleet.cli.client import EXIT_USAGE, CliError
+from gpufleet.cli.grid import Cell, Col, grid
 from gpufleet.cli.options import State, pass_state, print_json, split_list, where_options
+from gpufleet.cli.timeparse import fmt_ts, parse_duration
+from gpufleet.collector.errors import QueryError
+from gpufleet.collector.fleet.maintenance import DEFAULT_WINDOW, MAX_WINDOW_TEXT, check_comment, check_window
+from gpufleet.collector.model.names import is_glob, natural_key
+from gpufleet.collector.units import DurationError, fmt_duration
 
 
 @click.group()
@@ -19,11 +25,6 @@ def maintenance() -> None:
 
 def _window(text: str | None) -> float:
     """``--for`` in seconds (the collector's default when absent), checked before anything is sent."""
-    from gpufleet.cli.timeparse import parse_duration
-    from gpufleet.collector.errors import QueryError
-    from gpufleet.collector.fleet.maintenance import DEFAULT_WINDOW, MAX_WINDOW_TEXT, check_window
-    from gpufleet.collector.units import DurationError
-
     if text is None:
         return DEFAULT_WINDOW
     try:
@@ -49,10 +50,8 @@ def _hosts(hosts: Sequence[str]) -> list[str]:
 def _left_out(names: Sequence[str], rows: Sequence[dict[str, Any]], why: str) -> None:
     """Names no collector changed (shards each change their own hosts and pass over the others'): one line
     and exit 1, after the hosts that were changed are shown."""
-    from gpufleet.collector.model.names import is_glob as _is_glob
-
     done = {r.get("host") for r in rows}
-    missing = [n for n in names if not _is_glob(n) and n not in done]
+    missing = [n for n in names if not is_glob(n) and n not in done]
     if missing:
         raise CliError(f"not changed: {', '.join(missing)} ({why})")
 
@@ -69,9 +68,6 @@ def _left_out(names: Sequence[str], rows: Sequence[dict[str, Any]], why: str) ->
 def maintenance_start(state: State, hosts: tuple[str, ...], duration: str | None, comment: str,
                       as_json: bool) -> None:
     """End the hosts' agent sessions and do not reconnect until the window ends; mute their alerts."""
-    from gpufleet.collector.errors import QueryError
-    from gpufleet.collector.fleet.maintenance import check_comment
-
     seconds = _window(duration)
     try:
         comment = check_comment(comment)
@@ -83,9 +79,6 @@ def maintenance_start(state: State, hosts: tuple[str, ...], duration: str | None
     if as_json:
         print_json(rows)
     else:
-        from gpufleet.cli.timeparse import fmt_ts
-        from gpufleet.collector.units import fmt_duration
-
         for r in rows:
             click.echo(f"{r['host']}: in maintenance until {fmt_ts(r['ends_at'])} ({fmt_duration(seconds)}): "
                        "agent session ended, no reconnect until then; "
@@ -106,8 +99,6 @@ def maintenance_stop(state: State, hosts: tuple[str, ...], as_json: bool) -> Non
     if as_json:
         print_json(rows)
     else:
-        from gpufleet.collector.units import fmt_duration
-
         for r in rows:
             took = fmt_duration(max(0.0, r["ends_at"] - r["starts_at"]))
             click.echo(f"{r['host']}: maintenance ended after {took}; reconnecting now")
@@ -130,10 +121,6 @@ def maintenance_list(state: State, include_ended: bool, as_json: bool) -> None:
 
 def render_windows(rows: Sequence[dict[str, Any]], width: int, now: float) -> Any:
     """The windows as a table (ending soonest first), or one dim line when there are none."""
-    from gpufleet.cli.grid import Cell, Col, grid
-    from gpufleet.cli.timeparse import fmt_ts
-    from gpufleet.collector.model.names import natural_key
-    from gpufleet.collector.units import fmt_duration
     from rich.text import Text
 
     if not rows:

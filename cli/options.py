@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from gpufleet.cli.client import EXIT_USAGE, ApiError, Backend, CliError
 from gpufleet.cli.connect import Endpoints, connect
+from gpufleet.cli.lines import UNBOUNDED, output_width
 from gpufleet.cli.timeparse import parse_range
 from gpufleet.collector.addresses import Resolver
 from gpufleet.collector.model.codec import ROWS_FORM, USERS_FORM, fleet_view_from_dict, user_usage_from_dict
@@ -31,6 +32,7 @@ class State:
 
     def __init__(self, resolver: Resolver | None = None) -> None:
         self.resolver = resolver
+        self.width: int | None = None  # --width: lay out for this many columns
         self.ends = Endpoints(
             socket=os.environ.get("GPUFLEET_SOCKET") or None, db=os.environ.get("GPUFLEET_DB") or None,
             collectors=[c for c in os.environ.get("GPUFLEET_COLLECTORS", "").split(",") if c.strip()],
@@ -39,11 +41,21 @@ class State:
 
     @property
     def console(self) -> Console:
+        """rich's console, laid out for :meth:`out_width` (a pipe's: no limit, every line whole)."""
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(highlight=False)
+            width = self.out_width()
+            if width is None:
+                width = UNBOUNDED
+            elif self.width is None and sys.stdout.isatty():
+                width = None  # rich follows the terminal (a watch screen resized)
+            self._console = Console(highlight=False, width=width)
         return self._console
+
+    def out_width(self) -> int | None:
+        """Columns to lay stdout out for: ``--width``, else the terminal's; None into a pipe or a file."""
+        return output_width(sys.stdout, self.width)
 
     def backend(self, *, fallback: bool = True) -> Backend:
         return connect(self.ends, fallback=fallback)
@@ -63,6 +75,12 @@ def _set_endpoint(attr: str) -> Callable[[click.Context, click.Parameter, str | 
     return callback
 
 
+def _set_width(ctx: click.Context, _param: click.Parameter, value: int | None) -> int | None:
+    if value is not None:
+        ctx.ensure_object(State).width = value
+    return value
+
+
 def _add_collectors(ctx: click.Context, _param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
     if value:
         ctx.ensure_object(State).ends.collectors = list(value)
@@ -79,7 +97,14 @@ _WHERE: tuple[tuple[tuple[str, ...], str, str, str], ...] = (
 
 
 def where_options(f: F) -> F:
-    """``-c/--config``, ``--socket``, ``--db``, ``--collector`` on the group *and* every command."""
+    """``-c/--config``, ``--socket``, ``--db``, ``--collector`` on the group *and* every command; and
+    ``--width``, the columns the answer is laid out for."""
+    f = click.option(
+        "--width", type=click.IntRange(40, UNBOUNDED), metavar="COLUMNS", expose_value=False,
+        callback=_set_width, is_eager=True,
+        help="Lay the output out for this many columns (default: the terminal's; into a pipe or a file "
+        "every line whole).",
+    )(f)
     f = click.option(
         "--collector", metavar="WHERE", multiple=True, expose_value=False, callback=_add_collectors,
         is_eager=True,

@@ -9,16 +9,18 @@ from __future__ import annotations
 import csv
 import io
 import re
+import textwrap
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from gpufleet.cli import convert
+from gpufleet.cli.columns import fmt_mem_pair
 from gpufleet.cli.grid import Cell, Col, grid
 from gpufleet.cli.render_status import plural
 from gpufleet.cli.timeparse import fmt_ts
 from gpufleet.collector.model.records import EventRow, GpuSeries, ProcessSpan, SeriesPoint, UsageRow
 from gpufleet.collector.model.views import slurm_label
-from gpufleet.collector.units import fmt_duration, fmt_pct, fmt_size
+from gpufleet.collector.units import fmt_duration, fmt_pct, fmt_size_short
 from rich.console import Group, RenderableType
 from rich.text import Text
 
@@ -112,7 +114,8 @@ def _series_block(s: GpuSeries, since: float, until: float, width: int) -> list[
     line = Text("  mem  ", "dim")
     line.append(sparkline(mems, 0, hi), "magenta")
     if mpeak:
-        line.append(f"  peak {fmt_size(max(mpeak))}" + (f" of {fmt_size(total)}" if total else ""))
+        line.append(f"  peak {fmt_mem_pair(int(max(mpeak)), int(total))}" if total
+                    else f"  peak {fmt_size_short(max(mpeak))}")
     lines.append(line)
 
     temps = _vals(s.points, lambda p: p.temp_max)
@@ -129,11 +132,13 @@ def _series_block(s: GpuSeries, since: float, until: float, width: int) -> list[
     return lines
 
 
-def plot_start(series: Sequence[GpuSeries], since: float, until: float) -> float:
+def plot_start(series: Sequence[GpuSeries], since: float, until: float, first: float | None = None) -> float:
     """Where the sparklines start: ``since``, or the first sample when the samples cover under a quarter of
     the range (a collector that started minutes ago would otherwise draw all it has in one column of a
-    24 h window)."""
-    first = min((p.ts for s in series for p in s.points), default=None)
+    24 h window). ``first``: when the samples really start (the answer's ``first_sample``: a rolled-up
+    point says only its bucket)."""
+    if first is None:
+        first = min((p.ts for s in series for p in s.points), default=None)
     if first is None or first <= since or (until - first) >= (until - since) / 4:
         return since
     return first
@@ -164,7 +169,7 @@ def summary_line(series: Sequence[GpuSeries], usage: Sequence[UsageRow], width: 
                 peak = (v, s.index)
     phrases = [Text(f"mean util {fmt_pct(sum(utils) / len(utils), compact=True)}" if utils else "no samples")]
     if peak:
-        phrases.append(Text(f"peak memory {fmt_size(peak[0])} (GPU {peak[1]})"))
+        phrases.append(Text(f"peak memory {fmt_size_short(peak[0])} (GPU {peak[1]})"))
     held = sum(u.gpu_hours_held for u in usage)
     used = sum(u.gpu_hours_used for u in usage)
     wasted = sum(u.gpu_hours_wasted for u in usage)
@@ -190,10 +195,25 @@ def _slurm(p: ProcessSpan) -> str:
     return slurm_label(p.job, p.job_name, p.job_account, p.job_partition) or ""
 
 
+def held_for(p: ProcessSpan) -> str:
+    """``3m``, or ``3m of 3h`` when the process had run for longer than the collector saw it hold the GPU
+    (it started before the collector did, or before the range)."""
+    held = fmt_duration(p.last_seen - p.first_seen)
+    if p.started is None or p.last_seen - p.started < (p.last_seen - p.first_seen) + 60:
+        return held
+    return f"{held} of {fmt_duration(p.last_seen - p.started)}"
+
+
+#: what HELD FOR counts, said under the table whenever a process ran longer than it was seen (issue 36:
+#: "HELD FOR 3m" where status says "TIME 3h")
+HELD_NOTE = ("HELD FOR: how long the collector saw the process hold the GPU in this range; "
+             "'of': how long the process had run (status's TIME): it started before it was first seen")
+
+
 def process_table(procs: Sequence[ProcessSpan], width: int) -> Text:
     """The processes seen on the GPUs in the range. HELD SINCE / LAST SEEN / HELD FOR are what the collector
-    observed within the range (a process older than the range shows the range's start), not the
-    process's own start time: the store keeps spans, not /proc start times."""
+    observed within the range (a process older than the range shows the range's start); ``of`` adds how
+    long the process had run by then, from its own start time where the agent read it."""
     cols = [
         Col("USER", shrink=True, max=16),
         Col("PID", right=True),
@@ -218,8 +238,8 @@ def process_table(procs: Sequence[ProcessSpan], width: int) -> Text:
                 str(p.gpu_index),
                 fmt_ts(p.first_seen)[5:16],
                 fmt_ts(p.last_seen)[5:16],
-                fmt_duration(p.last_seen - p.first_seen),
-                fmt_size(p.max_gpu_memory),
+                held_for(p),
+                fmt_size_short(p.max_gpu_memory),
                 fmt_pct(p.mean_sm_util, compact=True),
                 (p.command or "-") + (f"  [{where}]" if where else ""),
             ]
@@ -240,19 +260,29 @@ def render_history(result: dict[str, Any], width: int) -> RenderableType:
         title.append(f" · user {result['user']}")
     title.append(f"  {fmt_ts(since)[:16]} → {fmt_ts(until)[:16]} ({fmt_duration(until - since)})", "dim")
     parts: list[RenderableType] = [title, Text()]
-    if not series:
+    seen = result.get("users_seen")
+    if result.get("user") and not procs:
+        who = f" (users seen: {', '.join(seen)})" if seen else " (no process held one)"
+        gpu = result.get("gpu")
+        where = f"GPU {gpu} of {result['host']}" if gpu is not None else result["host"]
+        parts.append(Text(f"user {result['user']} held no GPU on {where} in this range{who}", "yellow"))
+    elif not series:
         parts.append(Text("no samples in this range", "dim"))
-    start = plot_start(series, since, until)
+    first = result.get("first_sample")
+    start = plot_start(series, since, until, None if first is None else float(first))
     if start > since:
         parts.append(Text(f"samples only since {fmt_ts(start)[:16]}: the sparklines start there", "dim"))
     for s in series:
         parts.extend(_series_block(s, start, until, width))
     if series:
         parts.append(_axis(start, until, width))
-    parts += [Text(), summary_line(series, usage, width)]
+    if not (result.get("user") and not procs):  # nothing of the user's to sum
+        parts += [Text(), summary_line(series, usage, width)]
     if procs:
         extra = f" (latest {MAX_PROCESS_ROWS} of {len(procs)})" if len(procs) > MAX_PROCESS_ROWS else ""
         parts += [Text(), Text(f"Processes{extra}", "bold"), process_table(procs, width)]
+        if any(" of " in held_for(p) for p in procs[-MAX_PROCESS_ROWS:]):
+            parts.append(Text("\n".join(textwrap.wrap(HELD_NOTE, max(width, 40))), "dim"))
     if events:
         parts += [Text(), Text("Events", "bold")]
         for e in events[-MAX_EVENT_ROWS:]:

@@ -8,11 +8,21 @@ budget. Every line is cut to the width, so nothing wraps at 80 columns.
 from __future__ import annotations
 
 import time
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Container, Sequence
 from typing import TYPE_CHECKING, TextIO
 
+from gpufleet.cli.columns import (
+    HEADERS,
+    Layout,
+    command_text,
+    fit,
+    fmt_mem_pair,
+    fmt_power,
+    fmt_temp,
+    unused_text,
+)
 from gpufleet.cli.grid import Cell, Col, grid
-from gpufleet.cli.lines import Line, cells, cut, tagged, term_width, to_text, use_color, write_lines
+from gpufleet.cli.lines import Line, cells, output_width, tagged, to_text, use_color, write_lines
 from gpufleet.cli.timeparse import fmt_ago, fmt_until
 from gpufleet.collector.model.views import (
     UNKNOWN,
@@ -22,25 +32,30 @@ from gpufleet.collector.model.views import (
     HostView,
     ProcView,
     UserUsage,
-    slurm_label,
 )
-from gpufleet.collector.rules.catalog import flag_style, worst_first
-from gpufleet.collector.units import GIB, fmt_duration, fmt_duration_short, fmt_pct, fmt_size, fmt_size_short
+from gpufleet.collector.rules.catalog import SHORT_FLAGS, flag_style, worst_first
+from gpufleet.collector.units import fmt_duration, fmt_pct, fmt_size_short
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.text import Text
+
+__all__ = ["Layout", "fmt_mem_pair"]  # the columns' owners, re-exported for the screens that lay them out
 
 MAX_PROCS_SHOWN = 3
 _EIGHTHS = " ▏▎▍▌▋▊▉"
 
 STATUS_STYLES = {"up": "green", "down": "bold red", "connecting": "yellow", "maintenance": "bold blue",
                  UNKNOWN: "dim"}
-FLAG_CELLS = 9  # the narrow flags column: "orphaned", "throttled"; wider where a longer flag is on screen
-FLAG_ORDER = (
-    "down", "lost", "xid", "ecc", "storage", "duplicate_gpu", "hot", "near_oom", "stale", "wasted",
-    "idle_peers", "orphaned", "underused", "input_bound", "throttled", "idle",
-)
+#: how a GPU that could not be read is described, by the agent's fault (collector/model/classify.py)
+FAULT_STYLES = {"unreadable": "yellow", "hung": "bold red", "lost": "bold red"}
+#: the fleet line: each GPU state (collector/model/views.py GPU_STATES) and its style; busy, wasted and
+#: idle always, the others where there are any
+STATE_STYLES = {"busy": "green", "wasted": "bold yellow", "idle": "dim", "unused": "bold yellow",
+                "lost": "bold red", "hung": "bold red", "unreadable": "yellow", "unknown": "dim",
+                "maintenance": "bold blue"}
+#: legend lines: a folded host (``*`` in the GPU column) and a flag written short
+FOLDED_NOTE = "* all of a host's GPUs on one line (problem hosts first)"
 
 
 # ------------------------------------------------------------------------------------------ formatting
@@ -61,17 +76,6 @@ def plural(n: int, word: str) -> str:
     if n == 1:
         return f"{n} {word}"
     return f"{n} {word}es" if word.endswith(("s", "x", "sh", "ch")) else f"{n} {word}s"
-
-
-def fmt_mem_pair(used: int | None, total: int | None) -> str:
-    """``31/80G`` (used/total GiB; one decimal on small cards)."""
-    if used is None and total is None:
-        return "-"
-    if total is not None and total < 10 * GIB:
-        return f"{(used or 0) / GIB:.1f}/{total / GIB:.0f}G"
-    u = "?" if used is None else f"{used / GIB:.0f}"
-    t = "?" if total is None else f"{total / GIB:.0f}"
-    return f"{u}/{t}G"
 
 
 def util_style(util: int | None) -> str:
@@ -95,89 +99,32 @@ def temp_style(temp: int | None) -> str:
     return "bold red" if temp >= 85 else "yellow" if temp >= 75 else "green"
 
 
-def _fit(text: str, width: int, align: str = "left") -> str:
-    """Pad or cut ``text`` to exactly ``width`` cells."""
-    if width <= 0:
-        return ""
-    n = cells(text)
-    if n > width:
-        if width == 1:
-            return cut(text, 1)
-        cut_text = cut(text, width - 1) + "…"
-        return cut_text + " " * (width - cells(cut_text))
-    pad = " " * (width - n)
-    return pad + text if align == "right" else text + pad
+_fit = fit
 
 
-# -------------------------------------------------------------------------------------------- layout
-
-
-class Layout:
-    """Column widths for one console width. Narrow consoles drop the power column (under 96), shrink the
-    bars and print running times with one unit, so the command keeps some room at 80 columns; wide ones
-    add the PID (130+), the GPU model (170+), the fan (180+), and the job / container after the command."""
-
-    def __init__(self, width: int, host_names: Iterable[str], longest_flag: int = 0) -> None:
-        self.width = max(width, 40)
-        self.host = max(min(max((len(n) for n in host_names), default=4), 16), 4)
-        self.wide = wide = self.width >= 110
-        self.bar = (10 if self.width >= 140 else 6) if wide else 4  # util bar
-        self.mbar = (10 if self.width >= 140 else 6) if wide else 3  # memory bar
-        self.gpu = 3 if wide else 2
-        self.model = 14 if self.width >= 170 else 0  # "A100-SXM4-80GB"
-        self.util = self.bar + 5  # bar + " 100%"
-        self.mtext = 8  # "141/141G"
-        self.mem = self.mbar + 1 + self.mtext
-        self.temp = 4 if wide else 3
-        self.power = 9 if self.width >= 96 else 0  # "210/400W"
-        self.fan = 4 if self.width >= 180 else 0  # " 45%"
-        self.pid = 7 if self.width >= 130 else 0
-        self.user = 10 if wide else 7
-        self.pmem = 5 if wide else 4
-        self.run = 7 if wide else 3  # how long the process has been running
-        left = [self.host, self.gpu, self.model, self.util, self.mem, self.temp, self.fan, self.power]
-        self.left = sum(w + 1 for w in left if w)  # cells before the process columns
-        fixed = self.left + sum(w + 1 for w in (self.pid, self.user, self.pmem, self.run) if w)
-        # one whole flag name always fits: the longest one on screen (``longest_flag``), at least FLAG_CELLS
-        self.flags = max(14 if wide else FLAG_CELLS, min(longest_flag, 16))
-        self.cmd = max(self.width - fixed - self.flags - 1, 6)
-        if wide and self.cmd > 48:
-            self.flags += self.cmd - 48
-            self.cmd = 48
-        #: cells of the process columns (PID, user, command, memory, running for) with their gaps
-        self.procs = fixed - self.left + self.cmd + 1
-        #: every column fits: GPU lines need no truncation (their cells are padded or cut to the columns)
-        self.fits = fixed + self.cmd + 1 + self.flags <= self.width
-        self.gauges: _Gauges | None = None  # the memoized cells of this layout, made on first use
-
-    def duration(self, seconds: float | None) -> str:
-        if seconds is None:
-            return "-"
-        return fmt_duration(seconds) if self.wide else fmt_duration_short(seconds)
-
-    def header(self) -> Line:
-        parts = [
-            _fit("HOST", self.host),
-            _fit("GPU" if self.gpu >= 3 else "#", self.gpu, "right"),
-            *([_fit("MODEL", self.model)] if self.model else []),
-            _fit("UTIL", self.util),
-            _fit("MEMORY GiB", self.mem),
-            _fit("TEMP" if self.temp >= 4 else "T°", self.temp),
-        ]
-        if self.fan:
-            parts.append(_fit("FAN", self.fan, "right"))
-        if self.power:
-            parts.append(_fit("POWER", self.power))
-        if self.pid:
-            parts.append(_fit("PID", self.pid, "right"))
-        parts += [
-            _fit("USER", self.user),
-            _fit("COMMAND", self.cmd),
-            _fit("GMEM" if self.pmem >= 4 else "MEM", self.pmem, "right"),
-            _fit("RUNNING" if self.run >= 7 else "RUN", self.run, "right"),
-            "FLAGS",
-        ]
-        return Line(" ".join(parts), "bold dim").truncate(self.width)
+def header(lay: Layout) -> Line:
+    """The column names, one name per column at every width (issue 36)."""
+    h = HEADERS
+    parts = [_fit(h["host"], lay.host), _fit(h["gpu"], lay.gpu, "right")]
+    if lay.model:
+        parts.append(_fit(h["model"], lay.model))
+    parts += [_fit(h["util"], lay.util), _fit(h["mem"], lay.mem), _fit(h["temp"], lay.temp, "right")]
+    if lay.fan:
+        parts.append(_fit(h["fan"], lay.fan, "right"))
+    if lay.power:
+        parts.append(_fit(h["power"], lay.power, "right"))
+    if lay.pid:
+        parts.append(_fit(h["pid"], lay.pid, "right"))
+    parts.append(_fit(h["user"], lay.user))
+    if lay.cmd:
+        parts.append(_fit(h["cmd"], lay.cmd))
+    if lay.pmem:
+        parts.append(_fit(h["pmem"], lay.pmem, "right"))
+    if lay.run:
+        parts.append(_fit(h["run"], lay.run, "right"))
+    parts.append(h["flags"])
+    line = Line(" ".join(parts), "bold dim")
+    return line if lay.width is None else line.truncate(lay.width)
 
 
 def _proc_cells(line: Line, lay: Layout, p: ProcView | None, extra: str | None = None) -> None:
@@ -188,18 +135,16 @@ def _proc_cells(line: Line, lay: Layout, p: ProcView | None, extra: str | None =
     sp.extend(_Gauges.of(lay).proc_cells(p))
 
 
-def _flags(line: Line, flags: Sequence[str], width: int) -> None:
-    used = 0
-    for i, f in enumerate(flags):
-        need = len(f) + (1 if i else 0)
-        more = len(flags) - i - 1
-        if used + need + (3 if more else 0) > width and i:
-            line.append(f" +{len(flags) - i}", "dim")
-            return
+def _flags(line: Line, flags: Sequence[str], lay: Layout, gauges: _Gauges | None = None) -> None:
+    """The flags as they fit the column: whole names, else short forms (noted for the legend), else +N."""
+    text, short = lay.flags_fit(flags)
+    if short and gauges is not None:
+        gauges.shortened.update(short)
+    for i, word in enumerate(text.split(" ")):
         if i:
             line.append(" ")
-        line.append(f, flag_style(f))
-        used += need
+        name = SHORT_FLAGS.get(word, word)
+        line.append(word, "dim" if word.startswith("+") else flag_style(name))
 
 
 class _Gauges:
@@ -219,10 +164,12 @@ class _Gauges:
         self.temp: dict[int | None, tuple[str, str]] = {}
         self.mem: dict[tuple[int | None, int | None], list[tuple[str, str]]] = {}
         self.power: dict[tuple[float | None, float | None], tuple[str, str]] = {}
+        self.shortened: set[str] = set()  # short flag forms written: the legend explains them
 
     @staticmethod
     def of(lay: Layout) -> _Gauges:
-        return lay.gauges if lay.gauges is not None else _Gauges(lay)
+        g = lay.gauges
+        return g if isinstance(g, _Gauges) else _Gauges(lay)
 
     def index_cell(self, index: int) -> str:
         c = self.index.get(index)
@@ -238,8 +185,8 @@ class _Gauges:
         return c
 
     def proc_cells(self, p: ProcView) -> list[tuple[str, str]]:
-        """PID (wide layouts), user, command (and job / container where wide), and memory + running time of
-        one process (the last keyed by its shown text)."""
+        """PID (where shown), user, command (and its job / container where there is room), and memory and
+        running time of one process (the last keyed by its shown text)."""
         lay = self.lay
         out = []
         if lay.pid:
@@ -250,38 +197,41 @@ class _Gauges:
         user = self.user.get(p.user)
         if user is None:
             user = self.user[p.user] = (_fit(p.user or "?", lay.user) + " ", "bold" if p.user else "dim")
-        zombie = p.state == "Z"
-        # wide: the job (or container) after the command; narrower: a named Slurm job where it fits
-        label = slurm_label(p.job, p.job_name)
-        where = (label or p.container) if lay.wide else (label if p.job_name else None)
-        ckey = (p.command, None if p.command else p.pid, zombie, where)
-        cmd = self.cmd.get(ckey)
-        if cmd is None:
-            name = p.command or f"pid {p.pid}"
-            prefix = "<zombie> " if zombie else ""
-            if p.command and " " in p.command and cells(prefix + name) > lay.cmd:
-                name = p.command.split(" ", 1)[1]  # "python3 train.py": the script says more than python
-            text = tagged(prefix, name, where, lay.cmd, keep=lay.wide) if where else prefix + name
-            cmd = self.cmd[ckey] = (_fit(text, lay.cmd) + " ", "red" if zombie else "")
+        out.append(user)
+        if lay.cmd:
+            out.append(self._cmd(p))
         tkey = (p.memory, lay.duration(p.running_for))
         tail = self.tail.get(tkey)
         if tail is None:
-            tail = self.tail[tkey] = (
-                _fit(fmt_size_short(p.memory), lay.pmem, "right") + " "
-                + _fit(tkey[1], lay.run, "right") + " ",
-                "",
-            )
-        out += [user, cmd, tail]
+            text = (_fit(fmt_size_short(p.memory), lay.pmem, "right") + " " if lay.pmem else "") + (
+                _fit(tkey[1], lay.run, "right") + " " if lay.run else "")
+            tail = self.tail[tkey] = (text, "")
+        if tail[0]:
+            out.append(tail)
         return out
+
+    def _cmd(self, p: ProcView) -> tuple[str, str]:
+        lay = self.lay
+        zombie = p.state == "Z"
+        text, where = command_text(p, tags=lay.tags)
+        ckey = (p.command, None if p.command else p.pid, zombie, where)
+        cmd = self.cmd.get(ckey)
+        if cmd is None:
+            prefix = "<zombie> " if zombie else ""
+            name = text[len(prefix):]
+            if p.command and " " in p.command and cells(text) > lay.cmd:
+                name = p.command.split(" ", 1)[1]  # "python3 train.py": the script says more than python
+            text = tagged(prefix, name, where, lay.cmd, keep=lay.tags) if where else prefix + name
+            cmd = self.cmd[ckey] = (_fit(text, lay.cmd) + " ", "red" if zombie else "")
+        return cmd
 
     def util_cells(self, util: int | None) -> list[tuple[str, str]]:
         c = self.util.get(util)
         if c is None:
             frac = None if util is None else util / 100
-            c = self.util[util] = [
-                (bar(frac, self.lay.bar), util_style(util)),
-                (_fit(fmt_pct(util, compact=True), 5, "right") + " ", ""),
-            ]
+            pct = (_fit(fmt_pct(util, compact=True), self.lay.pct, "right") + " ", "")
+            c = self.util[util] = [(bar(frac, self.lay.bar) + " ", util_style(util)), pct] if self.lay.bar \
+                else [pct]
         return c
 
     def mem_cells(self, used: int | None, total: int | None) -> list[tuple[str, str]]:
@@ -289,33 +239,28 @@ class _Gauges:
         c = self.mem.get(key)
         if c is None:
             frac = used / total if used is not None and total else None
-            c = self.mem[key] = [
-                (bar(frac, self.lay.mbar), mem_style(used, total)),
-                (" " + _fit(fmt_mem_pair(used, total), self.lay.mtext) + " ", ""),
-            ]
+            text = (_fit(fmt_mem_pair(used, total), self.lay.mtext) + " ", "")
+            c = self.mem[key] = [(bar(frac, self.lay.mbar) + " ", mem_style(used, total)), text] \
+                if self.lay.mbar else [text]
         return c
 
     def temp_cell(self, temp: int | None) -> tuple[str, str]:
         c = self.temp.get(temp)
         if c is None:
-            c = self.temp[temp] = (
-                _fit("-" if temp is None else f"{temp}°", self.lay.temp, "right") + " ",
-                temp_style(temp),
-            )
+            c = self.temp[temp] = (_fit(fmt_temp(temp), self.lay.temp, "right") + " ", temp_style(temp))
         return c
 
     def power_cell(self, power: float | None, limit: float | None) -> tuple[str, str]:
         key = (None if power is None else round(power), limit)
         c = self.power.get(key)
         if c is None:
-            if power is None:
-                pw = "-"
-            elif limit:
-                pw = f"{power:.0f}/{limit:.0f}W"
-            else:
-                pw = f"{power:.0f}W"
-            c = self.power[key] = (_fit(pw, self.lay.power, "right") + " ", "dim")
+            c = self.power[key] = (_fit(fmt_power(power, limit), self.lay.power, "right") + " ", "dim")
         return c
+
+
+def _done(lay: Layout, line: Line) -> Line:
+    line.rstrip()
+    return line if lay.fits or lay.width is None else line.truncate(lay.width)
 
 
 def _gpu_lines(
@@ -333,9 +278,11 @@ def _gpu_lines(
     flags = g.flags + [f for f in host.flags if f not in g.flags] if first and host.flags else g.flags
     if g.error:
         span = lay.left - (lay.host + 1 + lay.gpu + 1) - (lay.model + 1 if lay.model else 0) + lay.procs
-        sp.append((_fit(f"lost: {g.error}", span - 1) + " ", "bold red"))
-        _flags(line, flags, lay.flags)
-        out.append(line.rstrip().truncate(lay.width))
+        fault = g.fault or "lost"
+        said = g.error.removeprefix(f"GPU {fault}: ")  # the agent's own prefix, said once
+        sp.append((_fit(f"{fault}: {said}", span - 1) + " ", FAULT_STYLES.get(fault, "bold red")))
+        _flags(line, flags, lay, gauges)
+        out.append(_done(lay, line))
         return
     sp.extend(gauges.util_cells(g.util))
     sp.extend(gauges.mem_cells(g.mem_used, g.mem_total))
@@ -347,20 +294,20 @@ def _gpu_lines(
     procs = g.processes
     if procs:
         sp.extend(gauges.proc_cells(procs[0]))
+    elif (held := unused_text(host, g)) is not None:  # a Slurm job holds it and runs nothing on it
+        sp.append((_fit(held, lay.procs - 1) + " ", "yellow"))
     else:
         _proc_cells(line, lay, None, "-")
     if flags:
-        _flags(line, flags, lay.flags)
-    line.rstrip()
-    out.append(line if lay.fits else line.truncate(lay.width))
+        _flags(line, flags, lay, gauges)
+    out.append(_done(lay, line))
     if len(procs) < 2:
         return
     shown = procs[1:MAX_PROCS_SHOWN]
     for p in shown:
         cont = Line(" " * lay.left)
         cont.spans.extend(gauges.proc_cells(p))
-        cont.rstrip()
-        out.append(cont if lay.fits else cont.truncate(lay.width))
+        out.append(_done(lay, cont))
     hidden = len(procs) - 1 - len(shown)
     if hidden > 0:
         out.append(Line(" " * lay.left + f"+{hidden} more processes", "dim"))
@@ -380,9 +327,15 @@ def host_row(lay: Layout, h: HostView, now: float) -> Line:
 
 
 def _host_line(lay: Layout, h: HostView, now: float) -> Line:
+    """A host that is not up (or has no GPUs): its name, status and flags first, so a narrow screen cuts
+    only the reason and times after them."""
     line = Line()
     line.append(_fit(h.name, lay.host) + " ", "bold")
     line.append(h.status, STATUS_STYLES.get(h.status, ""))
+    extra = [f for f in h.flags if f != h.status and f != "down"]
+    if extra:
+        line.append(" ")
+        _flags(line, extra, lay, None)
     bits = []
     if h.reason:
         bits.append(h.reason)
@@ -392,16 +345,12 @@ def _host_line(lay: Layout, h: HostView, now: float) -> Line:
     if h.gpus:
         bits.append(plural(len(h.gpus), "GPU"))
     line.append("  " + " · ".join(bits), "dim")
-    extra = [f for f in h.flags if f != "down"]
-    if extra:
-        line.append("  ")
-        _flags(line, extra, lay.width)
-    line.truncate(lay.width)
-    return line
+    return line if lay.width is None else line.truncate(lay.width)
 
 
-def totals_lines(view: FleetView, width: int) -> list[Line]:
-    """Hosts up/down and GPUs busy/idle/wasted/...; one line, or two when the console is narrow."""
+def totals_lines(view: FleetView, width: int | None) -> list[Line]:
+    """Hosts up/down, and the GPUs by state, each GPU once (``26 GPUs = 15 busy + 6 wasted + 4 idle + 1
+    lost``), then GPUs running hot; one line, or two when the console is narrow."""
     t = view.totals
     hosts = Line()
     hosts.append(f"{plural(t.hosts, 'host')}: ", "bold")
@@ -413,32 +362,25 @@ def totals_lines(view: FleetView, width: int) -> list[Line]:
     if t.hosts_maintenance:
         hosts.append(f", {t.hosts_maintenance} in maintenance", "bold blue")
     gpus = Line()
-    gpus.append(f"{plural(t.gpus, 'GPU')}: ", "bold")
-    parts = [
-        (t.busy, "busy", "green"),
-        (t.idle, "idle", "dim"),
-        (t.wasted, "wasted", "bold yellow"),
-        (t.hot, "hot", "bold red"),
-        (t.stale, "stale", "magenta"),
-        (t.orphaned, "orphaned", "magenta"),
-        (t.lost, "lost", "bold red"),
-        (t.unknown, "unknown", "dim"),
-    ]
+    gpus.append(f"{plural(t.gpus, 'GPU')} = ", "bold")
     first = True
-    for n, name, style in parts:
-        if n or name in ("busy", "idle", "wasted"):
+    for state, style in STATE_STYLES.items():
+        n = getattr(t, state)
+        if n or state in ("busy", "wasted", "idle"):
             if not first:
-                gpus.append(" · ", "dim")
-            gpus.append(f"{n} {name}", style if n else "dim")
+                gpus.append(" + ", "dim")
+            gpus.append(f"{n} {state}", style if n else "dim")
             first = False
-    if hosts.cell_len() + 3 + gpus.cell_len() <= width:
+    if t.hot:
+        gpus.append(" · ", "dim").append(f"{t.hot} hot", "bold red")
+    if width is None or hosts.cell_len() + 3 + gpus.cell_len() <= width:
         return [hosts.append("   ").extend(gpus)]
     hosts.truncate(width)
     gpus.truncate(width)
     return [hosts, gpus]
 
 
-def title_line(view: FleetView, width: int, label: str = "gpufleet status") -> Line:
+def title_line(view: FleetView, width: int | None, label: str = "gpufleet status") -> Line:
     line = Line()
     line.append(label, "bold cyan")
     when = time.strftime("%H:%M:%S", time.localtime(view.generated_at))
@@ -449,64 +391,68 @@ def title_line(view: FleetView, width: int, label: str = "gpufleet status") -> L
     if view.filters:
         line.append("  " + " ".join(f"--{k} {','.join(v)}" for k, v in view.filters.items()), "dim")
     line.append(f"  {when}", "dim")
-    line.truncate(width)
-    return line
+    return line if width is None else line.truncate(width)
+
+
+def legend_lines(gauges: _Gauges, folded: bool, width: int | None) -> list[Line]:
+    """What the screen wrote in short: ``*`` for a folded host, the short flags used."""
+    out = []
+    if folded:
+        out.append(Line(FOLDED_NOTE, "dim"))
+    if gauges.shortened:
+        names = ", ".join(f"{s} = {SHORT_FLAGS[s]}" for s in sorted(gauges.shortened))
+        out.append(Line(f"short flags: {names}", "dim"))
+    return out if width is None else [line.truncate(width) for line in out]
 
 
 def status_lines(
     view: FleetView,
-    width: int,
+    width: int | None,
     *,
     title: str = "gpufleet status",
     height: int | None = None,
     expand: Container[str] | None = None,
 ) -> list[Line]:
     """The whole screen as lines: title, totals, column header, then every host's GPUs (at most ``height``
-    lines: a watch screen needs no more, and building fewer is what keeps it cheap). With ``expand``, only
-    the hosts it names get a line per GPU; the others get one summary line each."""
+    lines: a watch screen needs no more, and building fewer is what keeps it cheap), then what the screen
+    wrote in short. With ``expand``, only the hosts it names get a line per GPU; the others get one summary
+    line each. ``width`` None: no limit (a pipe: every line whole)."""
     now = view.generated_at
-    lay = Layout(width, (h.name for h in view.hosts), longest_flag(view))
+    lay = Layout(width, view)
     lines: list[Line] = [
         title_line(view, lay.width, title),
         *totals_lines(view, lay.width),
         Line(),
-        lay.header(),
+        header(lay),
     ]
-    limit = height if height is not None else 1 << 62
     gauges = _Gauges(lay)
+    folded = False
     for h in view.hosts:
-        if len(lines) >= limit:
+        if height is not None and len(lines) >= height:
             break
         if h.status != "up" and view.source == "live" or not h.gpus:
             lines.append(_host_line(lay, h, now))
             continue
         if expand is not None and h.name not in expand:
             lines.append(_summary_line(lay, gauges, h))
+            folded = True
             continue
         for i, g in enumerate(h.gpus):
             _gpu_lines(lines, lay, gauges, h, g, i == 0)
     if not view.hosts:
-        lines.append(Line("no hosts match" if view.filters else "no hosts configured", "dim"))
-    return lines[:limit]
+        users = view.filters.get("user")
+        said = (f"no GPU held by {', '.join(users)} now" if users and set(view.filters) == {"user"}
+                else "no hosts match" if view.filters else "no hosts configured")
+        lines.append(Line(said, "dim"))
+    legend = legend_lines(gauges, folded, lay.width)
+    if height is None:
+        return lines + legend
+    return lines[: max(height - len(legend), 0)] + legend[:height]
 
 
-def longest_flag(view: FleetView) -> int:
-    """Cells the flags column needs so it never cuts a flag: the longest flag name in the view, and room
-    for a " +N" after it where a GPU or host has more than one."""
-    longest, more = 0, False
-    for h in view.hosts:
-        lists = [h.flags, *(g.flags for g in h.gpus)]
-        more = more or len(h.flags) > 0 and any(g.flags for g in h.gpus)
-        for flags in lists:
-            if flags:
-                longest = max(longest, *map(len, flags))
-                more = more or len(flags) > 1
-    return longest + (3 if more else 0)
-
-
-def head_height(view: FleetView, width: int) -> int:
+def head_height(view: FleetView, width: int | None) -> int:
     """Lines :func:`status_lines` writes before the first host: title, totals (one or two), blank, header."""
-    return 3 + len(totals_lines(view, max(width, 40)))
+    return 3 + len(totals_lines(view, None if width is None else max(width, 40)))
 
 
 def host_height(h: HostView, live: bool) -> int:
@@ -527,13 +473,13 @@ def host_height(h: HostView, live: bool) -> int:
 def hosts_to_expand(view: FleetView, rows: int) -> set[str] | None:
     """Which hosts get a line per GPU when ``rows`` lines are left for hosts: None when all of them fit
     (or not even one summary line per host does: then the list is cut, as before). Otherwise every host
-    gets a summary line and hosts with a problem flag are opened first, then the rest in order, while the
-    room lasts: what matters stays visible at 80x24."""
+    gets a summary line (and the legend one line) and hosts with a problem flag are opened first, then the
+    rest in order, while the room lasts: what matters stays visible at 80x24."""
     live = view.source == "live"
     counts = [host_height(h, live) for h in view.hosts]
-    if sum(counts) <= rows or len(counts) > rows:
+    if sum(counts) <= rows or len(counts) > rows - 1:
         return None
-    left = rows - len(counts)
+    left = rows - 1 - len(counts)
     flagged = [bool(h.flags) or any(g.flags for g in h.gpus) for h in view.hosts]
     order = sorted(range(len(counts)), key=lambda i: (not flagged[i], i))
     expand: set[str] = set()
@@ -547,13 +493,25 @@ def hosts_to_expand(view: FleetView, rows: int) -> set[str] | None:
 def fitted_lines(view: FleetView, width: int, height: int, *, title: str = "gpufleet status") -> list[Line]:
     """:func:`status_lines` in at most ``height`` lines, hosts summarised one a line when their GPUs do
     not all fit (see :func:`hosts_to_expand`)."""
-    expand = hosts_to_expand(view, height - head_height(view, width))
+    lay_rows = height - head_height(view, width) - _short_legend(view, width)
+    expand = hosts_to_expand(view, lay_rows)
     return status_lines(view, width, title=title, height=height, expand=expand)
 
 
+def _short_legend(view: FleetView, width: int) -> int:
+    """1 when the screen will write some flag short (its legend takes a line), else 0."""
+    lay = Layout(width, view)
+    for h in view.hosts:
+        for i, g in enumerate(h.gpus):
+            flags = g.flags + (h.flags if i == 0 else [])
+            if flags and lay.flags_fit(flags)[1]:
+                return 1
+    return 0
+
+
 def _summary_line(lay: Layout, gauges: _Gauges, h: HostView) -> Line:
-    """One host on one line: mean util, summed memory, hottest GPU, total power, its users and every flag
-    of the host and its GPUs (the worst first)."""
+    """One host on one line: mean util, summed memory, hottest GPU, total power, its users (the one who
+    holds most, ``+N`` others) and every flag of the host and its GPUs (the worst first)."""
     ok = [g for g in h.gpus if not g.error]
     utils = [g.util for g in ok if g.util is not None]
     used = [g.mem_used for g in ok if g.mem_used is not None]
@@ -582,35 +540,42 @@ def _summary_line(lay: Layout, gauges: _Gauges, h: HostView) -> Line:
         sp.append(gauges.power_cell(sum(powers) if powers else None, sum(limits) if limits else None))
     if lay.pid:
         sp.append((" " * (lay.pid + 1), ""))
-    users = ",".join(sorted(held, key=lambda u: -held[u])) or "-"
-    sp.append((_fit(users, lay.user) + " ", "bold" if held else "dim"))
-    what = f"{plural(len(h.gpus), 'GPU')}, {plural(len(procs), 'process')}"
-    if cells(what) > lay.cmd:
-        what = plural(len(h.gpus), "GPU")
-    sp.append((_fit(what, lay.cmd) + " ", "dim"))
+    users = sorted(held, key=lambda u: -held[u])
+    who = users[0] if users else "-"
+    if len(users) > 1 and cells(f"{who} +{len(users) - 1}") <= lay.user:
+        who = f"{who} +{len(users) - 1}"
+    sp.append((_fit(who, lay.user) + " ", "bold" if held else "dim"))
+    if lay.cmd:
+        what = f"{plural(len(h.gpus), 'GPU')}, {plural(len(procs), 'process')}"
+        if cells(what) > lay.cmd:
+            what = plural(len(h.gpus), "GPU")
+        sp.append((_fit(what, lay.cmd) + " ", "dim"))
     longest = max((p.running_for for p in procs if p.running_for is not None), default=None)
     mem = sum(p.memory or 0 for p in procs) if procs else None
-    tail = _fit(fmt_size_short(mem), lay.pmem, "right") + " " + _fit(lay.duration(longest), lay.run, "right")
-    sp.append((tail + " ", ""))
+    tail = (_fit(fmt_size_short(mem), lay.pmem, "right") + " " if lay.pmem else "") + (
+        _fit(lay.duration(longest), lay.run, "right") + " " if lay.run else "")
+    if tail:
+        sp.append((tail, ""))
     names = set(h.flags).union(*(g.flags for g in h.gpus))
     flags = worst_first(names)
     if flags:
-        _flags(line, flags, lay.flags)
-    line.rstrip()
-    return line if lay.fits else line.truncate(lay.width)
+        _flags(line, flags, lay, gauges)
+    return _done(lay, line)
 
 
-def print_status(view: FleetView, out: TextIO) -> None:
-    """The one-shot status screen as plain lines on ``out`` (colour when it is a terminal): no rich."""
-    write_lines(status_lines(view, term_width()), out, color=use_color(out))
+def print_status(view: FleetView, out: TextIO, width: int | None = None) -> None:
+    """The one-shot status screen as plain lines on ``out`` (colour when it is a terminal): no rich.
+    ``width`` None: the terminal's, or no limit where ``out`` is not a terminal (a pipe gets whole lines)."""
+    write_lines(status_lines(view, width if width is not None else output_width(out)), out,
+                color=use_color(out))
 
 
 def render_status(
-    view: FleetView, width: int, *, title: str = "gpufleet status", height: int | None = None
+    view: FleetView, width: int | None, *, title: str = "gpufleet status", height: int | None = None
 ) -> Text:
     """:func:`status_lines` as one rich Text (the watch screen, the demo, tests); with ``height``, fitted
     to it (:func:`fitted_lines`)."""
-    if height is None:
+    if height is None or width is None:
         return to_text(status_lines(view, width, title=title))
     return to_text(fitted_lines(view, width, height, title=title))
 
@@ -635,7 +600,7 @@ def render_by_user(view: FleetView, rows: Sequence[UserUsage], width: int) -> Re
             (r.user, "bold"),
             str(r.gpus),
             (str(r.wasted), "bold yellow" if r.wasted else "dim"),
-            fmt_size(r.memory),
+            fmt_size_short(r.memory),
             fmt_pct(r.mean_util, compact=True),
             fmt_duration(r.longest),
             ", ".join(r.hosts),

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 from gpufleet.cli.client import EXIT_USAGE, CliError
+from gpufleet.cli.hints import nvidia_driver_loaded, start_hint
 from gpufleet.cli.options import State, pass_state, where_options
 from gpufleet.cli.render_status import plural
 from gpufleet.collector.config import default_config, load_config
@@ -114,6 +115,8 @@ def _load_config(state: State) -> Config:
             "gpufleet: no config file found; watching this machine only (see `gpufleet config check`)",
             err=True,
         )
+        if not nvidia_driver_loaded():
+            click.echo(f"gpufleet: {start_hint()}", err=True)
         return default_config()
     try:
         config = load_config(path)

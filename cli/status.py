@@ -93,21 +93,57 @@ def status(
     from gpufleet.cli import render_status as screen  # after the request: imported while collectors answer
 
     if watch is None and by is None:
-        screen.print_status(answer(), sys.stdout)
+        screen.print_status(answer(), sys.stdout, state.width)
         return
+    screen_height = state.console.height if sys.stdout.isatty() else None
 
     def frame(width: int) -> RenderableType:
         if by == "user":
             lines = users_view(backend, {k: v for k, v in args.items() if k != "form"})
             return screen.render_by_user(*lines, width)
-        return screen.render_status(status_view(backend, args), width, height=state.console.height)
+        return screen.render_status(status_view(backend, args), width, height=screen_height)
 
     if watch is not None:
         if watch <= 0:
             raise CliError("--watch needs a positive number of seconds", EXIT_USAGE)
+        if not sys.stdout.isatty():  # a file or a pipe: a whole status every interval, like vmstat 2
+            watch_into(state.console, frame, watch)
+            return
         watch_loop(state.console, frame, watch)
         return
     state.console.print(frame(state.console.width), overflow="crop", no_wrap=True)
+
+
+def watch_into(console: Console, frame: Callable[[int], RenderableType], interval: float, *,
+               count: int | None = None) -> None:
+    """``--watch`` into a file or a pipe: a whole screen every ``interval`` (a blank line between them),
+    flushed at once, until Ctrl-C or SIGTERM (or ``count`` screens); a collector that is restarting is
+    said on its own line, and the watch goes on."""
+    import signal
+
+    def stop(_sig: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    shown = 0
+    try:
+        while count is None or shown < count:
+            if shown:
+                console.print()
+            try:
+                console.print(frame(console.width), overflow="crop", no_wrap=True)
+            except CliError as exc:
+                if exc.code == EXIT_DENIED:
+                    raise
+                console.print(f"gpufleet: {exc} (retrying every {interval:g} s)", markup=False)
+            console.file.flush()
+            shown += 1
+            if count is None or shown < count:
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def watch_loop(

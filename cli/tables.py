@@ -17,6 +17,10 @@ from gpufleet.cli.render_jobs import render_jobs
 from gpufleet.cli.render_status import render_hosts
 from gpufleet.collector.model.codec import host_info_from_dict
 
+#: a range up to this long is drawn from raw samples, at most this many a GPU (2 a second for an hour)
+RAW_RANGE = 3600.0
+RAW_POINTS = 7200
+
 
 @click.command()
 @where_options
@@ -40,11 +44,13 @@ def hosts(state: State, as_json: bool) -> None:
 @where_options
 @click.option("--host", required=True, metavar="NAME", help="The host.")
 @click.option("--gpu", type=int, default=None, metavar="INDEX", help="Only this GPU.")
-@click.option("--since", default=None, metavar="WHEN", help="Start: 24h, 7d, 90m or a date (default 24h).")
-@click.option("--until", default=None, metavar="WHEN", help="End (default now).")
+@click.option("--since", default=None, metavar="WHEN",
+              help="Start: 24h, -90m, '2h ago', yesterday, 08:00 or a date (default: 24h before --until).")
+@click.option("--until", default=None, metavar="WHEN", help="End, the same forms and +1h (default now).")
 @click.option("--user", default=None, help="Only this user's processes (and the GPUs they used).")
 @click.option(
-    "--max-points", type=click.IntRange(1, 10_000), default=500, show_default=True, help="Points per GPU."
+    "--max-points", type=click.IntRange(1, 10_000), default=None,
+    help="Points per GPU [default: 500; for a range up to an hour, every raw sample (up to 7200)].",
 )
 @click.option("--csv", "as_csv", is_flag=True, help="Print the series as CSV.")
 @click.option("--json", "as_json", is_flag=True, help="Print everything as JSON.")
@@ -56,12 +62,17 @@ def history(
     since: str | None,
     until: str | None,
     user: str | None,
-    max_points: int,
+    max_points: int | None,
     as_csv: bool,
     as_json: bool,
 ) -> None:
-    """Usage over time per GPU: util and memory sparklines, summary, the processes that ran."""
+    """Usage over time per GPU: util and memory sparklines, summary, the processes that ran.
+
+    --since and --until read like journalctl's: 2h, -2h, '2h ago', +1h, today, yesterday, 08:00, a date;
+    --until alone ends the default 24 h there."""
     start, end = time_range(since, until, "24h")
+    if max_points is None:  # up to an hour: the raw samples (1 s), as the web page's hour (issue 36)
+        max_points = RAW_POINTS if end - start <= RAW_RANGE else 500
     result = state.backend().call(
         "history", host=host, gpu=gpu, since=start, until=end, user=user, max_points=max_points
     )

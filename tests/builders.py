@@ -150,6 +150,23 @@ def scenario_frames(samples: int = 12, step: float = 5.0) -> Iterator[wire.Frame
             clock.advance(step)
 
 
+def old_schema_file(path: Path, version: int) -> sqlite3.Connection:
+    """A history file exactly as the gpufleet of schema ``version`` left it (its migrations only), open for
+    the test to put data in (close it before the store opens the file)."""
+    from gpufleet.collector.store import schema
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, isolation_level=None)
+    for v in range(version):
+        for step in schema.MIGRATIONS[v]:
+            if isinstance(step, str):
+                conn.execute(step)
+            else:  # a conversion (v8: raw samples into chunks)
+                step(conn)
+    conn.execute(f"PRAGMA user_version={version}")
+    return conn
+
+
 def cap_store_pages(store: Store, pages: int | None) -> int:
     """Cap the store's file at ``pages`` (None: the pages it has now) so the next writes hit SQLITE_FULL: a
     disk filling up, on the writing connection only (PRAGMA max_page_count is per connection).

@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Final
 
 ROOT: Final = Path(__file__).resolve().parent.parent
-#: main before raw history went into chunks (issue 34): the one-row-per-sample store.
-BEFORE_CHUNKS: Final = "2501273"
+#: main before raw history went into chunks (issue 34; main as it was merged in): the one-row-per-sample
+#: store, schema v7.
+BEFORE_CHUNKS: Final = "f2a8b86574"
 
 
 class NoOldTree(RuntimeError):

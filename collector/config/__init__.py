@@ -84,6 +84,8 @@ def parse_config(text: str, source: str = "<config>", *, base_dir: str | Path | 
         problem = " ".join(x for x in (exc.context, exc.problem) if x) or str(exc)
         if "'\\t'" in problem:
             problem += " (indent with spaces: YAML does not allow tabs)"
+        else:
+            problem = _plain_yaml(problem, text, mark)
         raise ConfigErrors([ConfigError(f"YAML syntax error: {problem}", path=source,
                                         line=mark.line + 1 if mark else None)]) from None
     except yaml.YAMLError as exc:
@@ -155,6 +157,25 @@ def parse_config(text: str, source: str = "<config>", *, base_dir: str | Path | 
 #: libyaml's composer when PyYAML was built with it: the same nodes and line marks, 20x faster (a 600-host
 #: file: 23 ms instead of 490, paid by every CLI command that reads the config)
 _FAST_LOADER = getattr(yaml, "CSafeLoader", None)
+
+
+def _plain_yaml(problem: str, text: str, mark: yaml.Mark | None) -> str:
+    """PyYAML's parser words for a misplaced indent, said as the mistake a person made (issue 36): the line
+    and column are the file's; what PyYAML expected stays in brackets for the curious."""
+    lines = text.splitlines()
+    if mark is None or mark.line >= len(lines):
+        return problem
+    shown = lines[mark.line].strip()
+    if len(shown) > 60:
+        shown = shown[:59] + "…"
+    where = f"{shown!r} (column {mark.column + 1})"
+    if "expected <block end>" in problem or "did not find expected key" in problem:
+        return (f"bad indentation: {where} does not line up with the lines above it in its list or mapping; "
+                f"YAML nests by indentation ({problem})")
+    if "mapping values are not allowed here" in problem:
+        return (f"bad indentation or an unquoted ': ': {where} starts a key where none can start; line it up "
+                f"with its siblings, or quote a value that contains ': ' ({problem})")
+    return problem
 
 
 def _compose(text: str) -> Node | None:

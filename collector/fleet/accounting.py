@@ -10,8 +10,13 @@ report and in its job record.
   += seconds when the sample is waste for that holder (:func:`~gpufleet.collector.model.classify.waste_of`:
   idle or stuck while holding memory, or a zombie holding memory). A job is wasting when one of its
   holders is.
-- *Orphaned memory* (in use with no process visible) stays held and wasted by the GPU's last holding
-  users; not by their jobs: the job's processes are gone, so the job has ended (its record is written).
+- *Orphaned memory* (in use with no process visible) is charged to nobody: its job has ended (its record
+  is written), and every other view (status, alerts, the page) names no user for it either (issue 36:
+  one story everywhere); the orphaned_memory alert and the GPU's history say whose process last held it.
+- *Allocated* (Slurm): every GPU a running Slurm job holds charges the job its seconds, used or not, and
+  *unused* the seconds no process of the job was on it (:func:`allocation_charge`; which GPUs those are is
+  collector/model/allocation.py's). These are the job's, its Slurm user's and its account's hours; a GPU the
+  snapshot could not judge (lost, process list unreadable) is allocated but never unused.
 The store keeps the sums per hour (store/usage.py, store/slurm.py); the job tracker per job (fleet/jobs.py).
 """
 
@@ -21,10 +26,10 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from gpufleet.collector.model.classify import holds_memory, orphaned_bytes, user_of
+from gpufleet.collector.model.allocation import AllocationUse
+from gpufleet.collector.model.classify import holds_memory, user_of
 from gpufleet.collector.model.jobkey import job_key
 from gpufleet.collector.model.sample import GpuSample
-from gpufleet.collector.model.thresholds import Thresholds
 
 #: Never charge more than this many seconds for one sample, however long the gap before it.
 MAX_GAP: Final = 10.0
@@ -96,16 +101,14 @@ class Charge:
 
     users: dict[str, Hours] = field(default_factory=dict)
     jobs: dict[str, Hours] = field(default_factory=dict)  # job key (model/jobkey.py) -> hours
-    holders: frozenset[str] = frozenset()  # the users to charge orphaned memory to next (the last holders)
 
 
 def charge(host: str, gpu: GpuSample, seconds: float, waste: Collection[str], *,
-           jobs: Mapping[int, str] | None = None, last_holders: frozenset[str] = frozenset(),
-           thresholds: Thresholds) -> Charge:
+           jobs: Mapping[int, str] | None = None) -> Charge:
     """The charges of one sample of ``gpu`` on ``host`` for ``seconds``: ``waste`` is the users whose holding
     is waste (classify.waste_of, as model/facts.py worked it out); ``jobs`` each process's job key by pid
-    (the facts' keys; worked out here when not given); ``last_holders`` those of the GPU's previous sample."""
-    out = Charge(holders=last_holders)
+    (the facts' keys; worked out here when not given)."""
+    out = Charge()
     if seconds <= 0 or gpu.error is not None:
         return out
     util = gpu.util_gpu
@@ -121,10 +124,17 @@ def charge(host: str, gpu: GpuSample, seconds: float, waste: Collection[str], *,
         job_waste[key] = job_waste.get(key, False) or wasting
     if out.users:
         out.jobs = {key: (seconds, used, seconds if wasting else 0.0) for key, wasting in job_waste.items()}
-        out.holders = frozenset(out.users)
-    elif last_holders and orphaned_bytes(gpu, thresholds) is not None:
-        # their process is gone from the list; its memory is not
-        out.users = {user: (seconds, 0.0, seconds) for user in last_holders}
-    else:
-        out.holders = frozenset()
+    return out
+
+
+def allocation_charge(use: AllocationUse, seconds: Mapping[int, float]) -> dict[int, tuple[float, float]]:
+    """GPU index -> (allocated, unused) seconds one snapshot charges a running Slurm job, for each GPU it
+    holds that the snapshot charges time for (``seconds``: GPU index -> what its :class:`GpuClock` gave
+    it)."""
+    unused = set(use.unused)
+    out: dict[int, tuple[float, float]] = {}
+    for index in use.allocated:
+        s = seconds.get(index)
+        if s is not None and s > 0:
+            out[index] = (s, s if index in unused else 0.0)
     return out

@@ -9,6 +9,10 @@ Slurm job has the same hours in its record as in the report; util is averaged ov
 diagnoses are the rules firing on the job's GPUs while it holds them (the alert engine's flags per GPU,
 read at most once a second for the whole fleet).
 
+A running Slurm job is also followed from the GPUs Slurm gave it (``Snapshot.allocations``), used or not:
+its record lists them and their allocated and unused hours (accounting.allocation_charge), and a job that
+runs no process on any of its GPUs has a record too.
+
 Each ended job's record also goes to ``note`` when given (the daemon's end-of-job note to the user,
 collector/notify/jobnotes.py, with ``alerting.job_notes``).
 
@@ -26,14 +30,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from gpufleet.collector.fleet.accounting import GpuClock, charge
+from gpufleet.collector.fleet.accounting import GpuClock, allocation_charge, charge
 from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.model import sample
-from gpufleet.collector.model.classify import holds_memory, processes_unknown, user_of
+from gpufleet.collector.model.allocation import AllocationUse
+from gpufleet.collector.model.classify import UNATTRIBUTED, holds_memory, processes_unknown, user_of
 from gpufleet.collector.model.facts import FleetFacts
 from gpufleet.collector.model.firing import Firing
+from gpufleet.collector.model.jobkey import SLURM
 from gpufleet.collector.model.procname import short_command
-from gpufleet.collector.model.records import JobRecord
+from gpufleet.collector.model.records import POD_FIELDS, JobRecord
 from gpufleet.collector.model.thresholds import DEFAULT_THRESHOLDS
 
 log = logging.getLogger(__name__)
@@ -67,6 +73,10 @@ class _Job:
     peak_util: float | None = None
     peak_memory: int | None = None
     diagnoses: set[str] = field(default_factory=set)
+    allocated: set[tuple[str, int]] = field(default_factory=set)  # (host, GPU index) Slurm gave the job
+    allocated_seconds: float = 0.0  # GPU-seconds allocated to the running job (accounting.allocation_charge)
+    unused_seconds: float = 0.0
+    pod: tuple[str | None, str | None, str | None] | None = None  # namespace, name, container (kubelet's)
 
     def record(self) -> JobRecord:
         hosts = sorted(self.seen)
@@ -77,7 +87,10 @@ class _Job:
             mean_util=self.util_seconds / self.util_held if self.util_held else None,
             peak_util=self.peak_util, peak_memory=self.peak_memory,
             waste_pct=100.0 * self.wasted / self.held if self.held else None,
-            diagnoses=sorted(self.diagnoses))
+            diagnoses=sorted(self.diagnoses), gpus_allocated=[f"{h}:{i}" for h, i in sorted(self.allocated)],
+            gpu_hours_allocated=self.allocated_seconds / 3600.0,
+            gpu_hours_unused=self.unused_seconds / 3600.0,
+            **dict(zip(POD_FIELDS, self.pod or (None, None, None), strict=True)))
 
 
 class JobTracker:
@@ -122,6 +135,7 @@ class JobTracker:
         shown: set[str] = set()
         on_host = self._on_host.setdefault(host, set())
         facts = self.facts.of(host, snap)
+        seconds_at: dict[int, float] = {}  # GPU index -> what its clock charged this sample
         for gf in facts.gpus:
             g = gf.gpu
             if g.error is None and processes_unknown(g):  # no evidence: the jobs here go on as they were
@@ -136,7 +150,7 @@ class JobTracker:
             known = self._clocks.get((host, g.uuid))
             clock = known[0] if known is not None else GpuClock()
             self._clocks[(host, g.uuid)] = (clock, now)
-            seconds = clock.tick(snap.ts) or 0.0  # None: a replayed or late sample charges nothing
+            seconds = seconds_at[g.index] = clock.tick(snap.ts) or 0.0  # None: replayed or late: nothing
             # job -> the memory its processes hold here (and its first process): one pass, no list per job
             memory: dict[str, int] = {}
             first: dict[str, sample.ProcessSample] = {}
@@ -150,7 +164,7 @@ class JobTracker:
                     memory[key] = (held or 0) + (p.gpu_memory or 0)
             if not memory:
                 continue
-            charged = charge(host, g, seconds, gf.waste, jobs=jobs, thresholds=facts.thresholds).jobs
+            charged = charge(host, g, seconds, gf.waste, jobs=jobs).jobs
             fired = self._fired.on(host, g.index)
             util = g.util_gpu
             where = (host, g.index)
@@ -163,6 +177,9 @@ class JobTracker:
                 job.present.add(host)
                 on_host.add(key)
                 job.gpus.add(where)
+                if job.pod is None and first[key].pod_name:  # the kubelet's names may come a sample late
+                    p = first[key]
+                    job.pod = (p.pod_namespace, p.pod_name, p.container_name)
                 if job.peak_memory is None or mem_sum > job.peak_memory:
                     job.peak_memory = mem_sum
                 if util is not None and (job.peak_util is None or util > job.peak_util):
@@ -176,6 +193,8 @@ class JobTracker:
                     if util is not None:
                         job.util_seconds += hours[0] * util
                         job.util_held += hours[0]
+        if snap.allocations:
+            self._allocations(host, facts.allocation_uses(), seconds_at, shown, on_host, now)
         gone_after = GONE_INTERVALS * self.intervals.get(host, 1.0)
         ended = []
         for key in [k for k in on_host if k not in shown]:
@@ -188,6 +207,27 @@ class JobTracker:
                 if not job.present:
                     ended.append(job)
         self._end(ended)
+
+    def _allocations(self, host: str, running: list[AllocationUse], seconds_at: dict[int, float],
+                     shown: set[str], on_host: set[str], now: float) -> None:
+        """The running Slurm jobs holding GPUs here, used or not: a job that runs no process on any GPU is a
+        job too (its record says so), and every job is charged its allocated and unused hours."""
+        for use in running:
+            a = use.allocation
+            key = f"{SLURM}{a.job}"
+            job = self.jobs.get(key)
+            if job is None:
+                job = self.jobs[key] = _Job(key, a.user or UNATTRIBUTED, now, None, now)
+            shown.add(key)
+            job.seen[host] = now
+            job.present.add(host)
+            on_host.add(key)
+            job.allocated.update((host, i) for i in use.allocated)
+            for allocated, unused in allocation_charge(use, seconds_at).values():
+                job.allocated_seconds += allocated
+                job.unused_seconds += unused
+            for index in use.unused:
+                job.diagnoses |= self._fired.on(host, index)
 
     @staticmethod
     def _new_job(key: str, p: sample.ProcessSample, g: sample.GpuSample, jobs: dict[int, str],

@@ -13,16 +13,18 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from gpufleet.collector.errors import QueryError
 from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model.allocation import uses
 from gpufleet.collector.model.classify import gpu_state
 from gpufleet.collector.model.firing import Firing
 from gpufleet.collector.model.names import check_hosts, is_glob, known_list, matches_any, natural_key
 from gpufleet.collector.model.procname import short_command
 from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.model.sample import GpuSample, ProcessSample, Snapshot
-from gpufleet.collector.model.summary import fleet_totals
+from gpufleet.collector.model.summary import fleet_state, fleet_totals
 from gpufleet.collector.model.thresholds import DEFAULT_THRESHOLDS, Thresholds
 from gpufleet.collector.model.views import (
     UNKNOWN,
+    AllocationView,
     FleetView,
     GpuView,
     HostInfo,
@@ -30,7 +32,7 @@ from gpufleet.collector.model.views import (
     HostView,
     ProcView,
 )
-from gpufleet.collector.rules.catalog import flag_name
+from gpufleet.collector.rules.catalog import flag_name, worst_first
 from gpufleet.collector.transport.wirestate import edge_facts
 
 # Positional arguments below, in the dataclasses' field order: this runs 8,000+ times per status request.
@@ -52,24 +54,30 @@ def _proc_view(p: ProcessSample, now: float) -> ProcView:
         p.job_account,
         p.job_partition,
         p.job_state,
+        p.pod_namespace,
+        p.pod_name,
+        p.container_name,
     )
 
 
-def _gpu_view(g: GpuSample, flags: Iterable[str], host_up: bool, now: float, t: Thresholds) -> GpuView:
+def _gpu_view(g: GpuSample, flags: Iterable[str], host_status: str, now: float, t: Thresholds,
+              held_by: Mapping[int, str] | None = None) -> GpuView:
+    """``host_status``: the host's, for a live view; "up" for a stored one (its GPUs as last sampled).
+    ``held_by``: GPU index -> the running Slurm job holding it (allocation views of the host)."""
     procs = [_proc_view(p, now) for p in g.processes] if g.processes else []
-    names = sorted({flag_name(f) for f in flags}) if flags else []
+    names = worst_first({flag_name(f) for f in flags}) if flags else []  # as alerts and top list them
     error = g.error
-    state: str = gpu_state(g, t)  # idle means free capacity, as the idle rule sees it (model/classify.py)
-    if error:
-        if "lost" not in names and g.fault != "unreadable":  # unreadable: the agent may not open it
-            names.append("lost")
-    elif not host_up:
-        state = UNKNOWN
+    job = held_by.get(g.index) if held_by else None
+    # idle means free capacity, as the idle rule sees it; unused: a Slurm job's, nothing on it (classify)
+    sampled = gpu_state(g, t, job is not None)
+    lost = flag_name("gpu_lost")
+    if error and lost not in names and sampled != "unreadable":  # unreadable: the agent may not open it
+        names.append(lost)
     return GpuView(
         g.index,
         g.uuid,
         g.name,
-        state,
+        fleet_state(sampled, names, host_status),
         g.util_gpu,
         g.memory_used,
         g.memory_total,
@@ -79,8 +87,29 @@ def _gpu_view(g: GpuSample, flags: Iterable[str], host_up: bool, now: float, t: 
         error,
         g.fan_speed,  # None in a stored sample: the store keeps no fan reading
         names,
+        job,
+        g.fault if error else None,
         procs,
     )
+
+
+def allocation_views(snap: Snapshot) -> list[AllocationView]:
+    """The host's running Slurm jobs and their GPUs, used or not (model/allocation.py decides)."""
+    out = []
+    for u in uses(snap):
+        a = u.allocation
+        out.append(AllocationView(a.job, a.name, a.user, a.account, a.partition, list(u.allocated),
+                                  list(u.used), list(u.unused)))
+    return out
+
+
+def _held_by(allocations: Sequence[AllocationView]) -> dict[int, str]:
+    """GPU index -> the job holding it (the first, where Slurm shares a GPU between jobs)."""
+    out: dict[int, str] = {}
+    for a in allocations:
+        for i in a.gpus:
+            out.setdefault(i, a.job)
+    return out
 
 
 def _filter(
@@ -99,9 +128,13 @@ def _filter(
     if user:
         kept: list[HostView] = []
         for h in hosts:
-            gpus = [g for g in h.gpus if any(p.user and matches_any(p.user, user) for p in g.processes)]
+            # the user's processes, and the GPUs the user's Slurm jobs hold (used or not)
+            jobs = {a.job for a in h.allocations if a.user and matches_any(a.user, user)}
+            gpus = [g for g in h.gpus if any(p.user and matches_any(p.user, user) for p in g.processes)
+                    or g.allocated_to in jobs]
             if gpus:
                 h.gpus = gpus
+                h.allocations = [a for a in h.allocations if a.job in jobs]
                 kept.append(h)
         hosts = kept
     return hosts
@@ -146,12 +179,14 @@ def build_fleet_view(
     """The fleet view from the collector's live state; ``firing`` says which rules fire where."""
     views: list[HostView] = []
     for s in states:
-        up = s.status == "up"
         snap = s.snapshot
-        gpus = [_gpu_view(g, firing.on(s.name, g.index), up, now, thresholds)
+        allocations = allocation_views(snap) if snap is not None and s.status == "up" else []
+        held_by = _held_by(allocations)
+        gpus = [_gpu_view(g, firing.on(s.name, g.index), s.status, now, thresholds, held_by)
                 for g in snap.gpus] if snap else []
         view = _host_view(s.name, s.status, s.reason, s.last_seen, s.tags, firing, snap.ts if snap else None,
                           gpus, now)
+        view.allocations = allocations
         if s.maintenance is not None and s.status == "maintenance":
             view.maintenance = s.maintenance
         views.append(view)
@@ -168,7 +203,7 @@ def _host_view(name: str, status: str, reason: str | None, last_seen: float | No
         last_seen=last_seen,
         age=None if last_seen is None else max(0.0, now - last_seen),
         tags=list(tags),
-        flags=sorted({flag_name(f) for f in firing.on(name, None)}),
+        flags=worst_first({flag_name(f) for f in firing.on(name, None)}),
         sample_ts=sample_ts,
         gpus=gpus,
     )
@@ -193,13 +228,13 @@ def build_fleet_view_from_store(
     for row in hosts:
         seen.add(row.name)
         snap = latest.get(row.name)
-        gpus = [_gpu_view(g, firing.on(row.name, g.index), True, now, thresholds)
+        gpus = [_gpu_view(g, firing.on(row.name, g.index), "up", now, thresholds)
                 for g in (snap.gpus if snap else ())]
         views.append(_host_view(row.name, row.status, row.reason, row.last_seen, row.tags, firing,
                                 snap.ts if snap else None, gpus, now))
     for name, snap in latest.items():  # samples for a host the hosts table lacks: still show them
         if name not in seen:
-            gpus = [_gpu_view(g, firing.on(name, g.index), True, now, thresholds) for g in snap.gpus]
+            gpus = [_gpu_view(g, firing.on(name, g.index), "up", now, thresholds) for g in snap.gpus]
             views.append(HostView(name=name, status=UNKNOWN, reason=None, last_seen=snap.ts,
                                   age=now - snap.ts, sample_ts=snap.ts, gpus=gpus))
     return _finish(views, now, "store", host=host, tag=tag, user=user)

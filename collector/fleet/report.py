@@ -6,7 +6,9 @@ terminal), markdown (issues, wikis, Matrix) or JSON, and delivered through the s
 (GPU-hours nobody held), which alerts fired and which faults the hosts reported in the range. Note: a user is
 credited the whole GPU while holding memory on it, so two users sharing a GPU both count it; per-host sums can
 exceed the host's physical GPU-hours. Where agents name Slurm jobs, the same GPU-hours (the same definition of
-waste, store/usage.py) are also summed per Slurm account and per partition.
+waste, store/usage.py) are also summed per Slurm account, partition and user, with the GPU-hours Slurm
+allocated to running jobs and, of those, the hours no process of the job ran on the GPU (allocated but
+unused: collector/fleet/accounting.py).
 """
 
 from __future__ import annotations
@@ -65,6 +67,9 @@ class UsageLine:
     held: float = 0.0
     used: float = 0.0
     wasted: float = 0.0
+    #: Slurm lines only: GPU-hours allocated to running jobs, and of those unused (accounting.py)
+    allocated: float = 0.0
+    unused: float = 0.0
 
     @property
     def used_pct(self) -> float:
@@ -74,15 +79,33 @@ class UsageLine:
     def wasted_pct(self) -> float:
         return 100.0 * self.wasted / self.held if self.held > 0 else 0.0
 
+    @property
+    def unused_pct(self) -> float:
+        return 100.0 * self.unused / self.allocated if self.allocated > 0 else 0.0
+
     def add(self, row: UsageRow | SlurmUsageRow) -> None:
         self.held += row.gpu_hours_held
         self.used += row.gpu_hours_used
         self.wasted += row.gpu_hours_wasted
+        if isinstance(row, SlurmUsageRow):
+            self.allocated += row.gpu_hours_allocated
+            self.unused += row.gpu_hours_unused
 
-    def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "gpu_hours_held": round(self.held, 3),
-                "gpu_hours_used": round(self.used, 3), "gpu_hours_wasted": round(self.wasted, 3),
-                "used_pct": round(self.used_pct, 1), "wasted_pct": round(self.wasted_pct, 1)}
+    def add_line(self, other: UsageLine) -> None:
+        self.held += other.held
+        self.used += other.used
+        self.wasted += other.wasted
+        self.allocated += other.allocated
+        self.unused += other.unused
+
+    def as_dict(self, slurm: bool = False) -> dict[str, Any]:
+        out = {"name": self.name, "gpu_hours_held": round(self.held, 3),
+               "gpu_hours_used": round(self.used, 3), "gpu_hours_wasted": round(self.wasted, 3),
+               "used_pct": round(self.used_pct, 1), "wasted_pct": round(self.wasted_pct, 1)}
+        if slurm:
+            out.update(gpu_hours_allocated=round(self.allocated, 3), gpu_hours_unused=round(self.unused, 3),
+                       unused_pct=round(self.unused_pct, 1))
+        return out
 
 
 @dataclass(slots=True)
@@ -119,12 +142,14 @@ class WasteReport:
                          "free_pct": round(self.free_pct, 1)},
             "alerts": [a.as_dict() for a in self.alerts],
             "faults": self.faults,
-            **{f"by_slurm_{group}": [u.as_dict() for u in lines] for group, lines in self.slurm.items()},
+            **{f"by_slurm_{group}": [u.as_dict(slurm=True) for u in lines]
+               for group, lines in self.slurm.items()},
         }
 
 
 def _sorted(lines: dict[str, UsageLine]) -> list[UsageLine]:
-    return sorted(lines.values(), key=lambda u: (-u.wasted, -u.held, u.name))
+    """Most wasted first (a Slurm line's unused allocated hours count as waste here), then most held."""
+    return sorted(lines.values(), key=lambda u: (-(u.wasted + u.unused), -(u.held + u.allocated), u.name))
 
 
 TOP_WASTERS = 5  # users named in the headline list
@@ -148,8 +173,9 @@ async def build_report(store: UsageSource, *, since: float, until: float, host: 
                      faults=_faults(events), generated_at=time.time() if now is None else now, slurm=slurm)
 
 
-#: The Slurm groupings the report sums GPU-hours by (Store.slurm_usage).
-SLURM_GROUPS: tuple[str, ...] = ("account", "partition")
+#: The Slurm groupings the report sums GPU-hours by (Store.slurm_usage): the job's account, partition and
+#: user as Slurm says them.
+SLURM_GROUPS: tuple[str, ...] = ("account", "partition", "user")
 
 
 def _line(name: str, row: SlurmUsageRow) -> UsageLine:
@@ -192,7 +218,9 @@ def report_from_dict(d: Mapping[str, Any]) -> WasteReport:
         faults = {str(h): {str(k): int(n) for k, n in kinds.items()}
                   for h, kinds in (d.get("faults") or {}).items()}
         slurm = {g: [UsageLine(str(u["name"]), float(u["gpu_hours_held"]), float(u["gpu_hours_used"]),
-                               float(u["gpu_hours_wasted"])) for u in d.get(f"by_slurm_{g}") or []]
+                               float(u["gpu_hours_wasted"]), float(u.get("gpu_hours_allocated") or 0.0),
+                               float(u.get("gpu_hours_unused") or 0.0))
+                     for u in d.get(f"by_slurm_{g}") or []]
                  for g in SLURM_GROUPS}
         return _assemble(since=float(d["since"]), until=float(d["until"]), host=d.get("host"), rows=rows,
                          observed=float(cap.get("gpu_hours_observed", 0.0)),
@@ -213,10 +241,7 @@ def merge_reports(reports: Sequence[WasteReport]) -> WasteReport:
         for group, lines in rep.slurm.items():
             mine_lines = slurm.setdefault(group, {})
             for u in lines:
-                line = mine_lines.setdefault(u.name, UsageLine(u.name))
-                line.held += u.held
-                line.used += u.used
-                line.wasted += u.wasted
+                mine_lines.setdefault(u.name, UsageLine(u.name)).add_line(u)
         for r in rep.rows:
             got = rows.setdefault((r.user, r.host), UsageRow(r.user, r.host, 0.0, 0.0, 0.0))
             got.gpu_hours_held += r.gpu_hours_held
@@ -326,14 +351,30 @@ def _cells(u: UsageLine, d: int) -> list[str]:
     return [_hours(u.held, d), _hours(u.used, d), _hours(u.wasted, d), fmt_pct(u.wasted_pct)]
 
 
+_ALLOCATION_COLUMNS = ("ALLOCATED", "UNUSED", "UNUSED %")
+
+
 def _table_decimals(lines: list[UsageLine]) -> int:
-    return _decimals([v for u in lines for v in (u.held, u.used, u.wasted)])
+    return _decimals([v for u in lines for v in (u.held, u.used, u.wasted, u.allocated, u.unused)])
+
+
+def _allocations(lines: list[UsageLine]) -> bool:
+    """Do the lines carry Slurm allocations (then the table shows ALLOCATED, UNUSED, UNUSED %)?"""
+    return any(u.allocated > 0 for u in lines)
+
+
+def _row(u: UsageLine, d: int, allocations: bool) -> list[str]:
+    cells = _cells(u, d)
+    if allocations:
+        cells += [_hours(u.allocated, d), _hours(u.unused, d), fmt_pct(u.unused_pct)]
+    return cells
 
 
 def _text_table(first: str, lines: list[UsageLine]) -> list[str]:
     d = _table_decimals(lines)
-    body = [[u.name, *_cells(u, d)] for u in lines]
-    head = [first, *_COLUMNS]
+    alloc = _allocations(lines)
+    body = [[u.name, *_row(u, d, alloc)] for u in lines]
+    head = [first, *_COLUMNS, *(_ALLOCATION_COLUMNS if alloc else ())]
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
 
     def fmt(r: list[str]) -> str:
@@ -343,10 +384,25 @@ def _text_table(first: str, lines: list[UsageLine]) -> list[str]:
 
 
 def _md_table(first: str, lines: list[UsageLine]) -> list[str]:
-    out = [f"| {first} | " + " | ".join(_COLUMNS) + " |", "|---|" + "---:|" * len(_COLUMNS)]
+    alloc = _allocations(lines)
+    columns = (*_COLUMNS, *(_ALLOCATION_COLUMNS if alloc else ()))
+    out = [f"| {first} | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
     d = _table_decimals(lines)
-    out += ["| " + " | ".join([u.name.replace("|", "\\|"), *_cells(u, d)]) + " |" for u in lines]
+    out += ["| " + " | ".join([u.name.replace("|", "\\|"), *_row(u, d, alloc)]) + " |" for u in lines]
     return out
+
+
+def _slurm_line(report: WasteReport) -> str | None:
+    """``Slurm: 4.00 GPU-hours allocated to running jobs, 2.00 of them unused (50 %)``: every group sums
+    the same jobs, so any one of them gives the total."""
+    lines = next(iter(report.slurm.values()), [])
+    allocated = sum(u.allocated for u in lines)
+    if allocated <= 0:
+        return None
+    unused = sum(u.unused for u in lines)
+    d = _decimals([allocated, unused])
+    return (f"Slurm: {_hours(allocated, d)} GPU-hours allocated to running jobs, {_hours(unused, d)} of them "
+            f"unused ({fmt_pct(100.0 * unused / allocated)}): GPUs no process of their job ran on")
 
 
 def render_report(report: WasteReport, fmt: ReportFormat = "text") -> str:
@@ -368,6 +424,9 @@ def render_report(report: WasteReport, fmt: ReportFormat = "text") -> str:
         out += ["", "### By user" if md else "By user (GPU-hours):", *table("USER", report.by_user)]
     if report.by_host:
         out += ["", "### By host" if md else "By host (GPU-hours):", *table("HOST", report.by_host)]
+    slurm = _slurm_line(report)
+    if slurm:
+        out += ["", slurm]
     for group, lines in report.slurm.items():
         title = f"By Slurm {group}"
         out += ["", f"### {title}" if md else f"{title} (GPU-hours):", *table(group.upper(), lines)]

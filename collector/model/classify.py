@@ -20,7 +20,9 @@ Per sample (DESIGN.md: combine signals):
 - *holders*: each user's non-zombie processes holding at least ``min_memory_bytes`` (zombies are stale).
 - *wasting*: the holders of a sample whose activity is idle or stuck (the ``wasted`` rule's users);
   *waste*: those plus zombies holding memory (``stale``): what GPU-hours "wasted" counts.
-- *free*: nothing allocated (no process, memory under ``free_max_memory_bytes``, util 0): capacity.
+- *free*: nothing allocated (no process, memory under ``free_max_memory_bytes``, util 0) and not held by a
+  running Slurm job (collector/model/allocation.py: a GPU Slurm gave a job is not capacity anyone else can
+  have, used or not): capacity.
 - *orphaned*: memory in use (at least ``min_memory_bytes``) with no process visible, not a MIG GPU.
 The thresholds come from the ``wasted``, ``idle`` and ``orphaned_memory`` rules' parameters
 (collector/model/thresholds.py), whose defaults live in the rule catalog (collector/rules/catalog.py).
@@ -114,7 +116,7 @@ def wasting_users(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> list[str]
 def waste_users(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> list[str]:
     """Every user whose holding of this sample is waste, by any waste rule: idle or stuck holders (``wasted``)
     and zombies still holding at least ``min_memory_bytes`` (``stale``). GPU-hours "wasted" counts these;
-    orphaned memory is credited to the last holders by the accounting (it needs the GPU's past)."""
+    orphaned memory is charged to nobody (collector/fleet/accounting.py)."""
     held, zombies = holdings(g, t)
     return waste_of(activity(g, t), held, zombies, t)
 
@@ -136,11 +138,20 @@ def processes_unknown(g: GpuSample) -> bool:
     return g.processes_error is not None
 
 
-def is_free(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> bool:
-    """Nothing allocated: no process, (almost) no memory used, 0 % util: free capacity."""
-    if g.error or g.processes or processes_unknown(g) or g.util_gpu is None or g.util_gpu > 0:
+def is_free(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS, allocated: bool = False) -> bool:
+    """Nothing allocated: no process, (almost) no memory used, 0 % util, and (``allocated`` False) no running
+    Slurm job holds it (allocation.allocated_indexes): free capacity."""
+    if allocated or g.error or g.processes or processes_unknown(g):
         return False
-    return g.memory_used is not None and g.memory_used < t.free_max_memory_bytes
+    return free_reading(g.util_gpu, g.memory_used, t)
+
+
+def free_reading(util: float | None, memory_used: float | None, t: Thresholds = DEFAULT_THRESHOLDS) -> bool:
+    """The readings of a GPU nothing is allocated on: 0 % util, (almost) no memory used. :func:`is_free`
+    without the process list, for history, which keeps readings per sample but processes as spans."""
+    if util is None or util > 0:
+        return False
+    return memory_used is not None and memory_used < t.free_max_memory_bytes
 
 
 def orphaned_bytes(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> int | None:
@@ -151,10 +162,17 @@ def orphaned_bytes(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS) -> int | No
     return g.memory_used if g.memory_used >= t.orphan_min_bytes else None
 
 
-def gpu_state(g: GpuSample,
-              t: Thresholds = DEFAULT_THRESHOLDS) -> Literal["busy", "idle", "lost", "unknown"]:
-    """The status screen's state of a GPU on a host that is up: lost (or hung), unknown (the agent may not
-    read it: the GPU itself is fine), idle (free capacity) or busy."""
+SampleState = Literal["busy", "idle", "unused", "lost", "hung", "unreadable"]
+
+
+def gpu_state(g: GpuSample, t: Thresholds = DEFAULT_THRESHOLDS, allocated: bool = False) -> SampleState:
+    """What one sample says of its GPU: lost (fell off the bus), hung (an NVML call on it does not
+    return), unreadable (the agent may not open it: the GPU itself may be fine), idle (free capacity),
+    unused (nothing runs on it, but a running Slurm job holds it: not capacity either) or busy (allocated).
+    Whether a busy GPU is *wasted* is the alerts' verdict over time, which the views add
+    (collector/model/summary.py :func:`~gpufleet.collector.model.summary.fleet_state`)."""
     if g.error:
-        return "unknown" if g.fault == "unreadable" else "lost"
-    return "idle" if is_free(g, t) else "busy"
+        return "unreadable" if g.fault == "unreadable" else "hung" if g.fault == "hung" else "lost"
+    if not is_free(g, t):
+        return "busy"
+    return "unused" if allocated else "idle"

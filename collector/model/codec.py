@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from gpufleet.collector.errors import QueryError
 from gpufleet.collector.model.views import (
+    AllocationView,
     FleetView,
     GpuView,
     HostInfo,
@@ -143,10 +144,16 @@ def maintenance_from_dict(d: Mapping[str, Any]) -> MaintenanceRecord:
     return MaintenanceRecord(**_known(d, _MAINTENANCE_FIELDS))
 
 
+_ALLOCATION_FIELDS = tuple(f.name for f in fields(AllocationView))
+
+
 def _with_maintenance(h: HostView) -> HostView:
-    """A host rebuilt from JSON carries its window as a dict: make it the record again."""
+    """A host rebuilt from JSON carries its window and its Slurm jobs as dicts: make them records again."""
     if isinstance(h.maintenance, Mapping):
         h.maintenance = maintenance_from_dict(h.maintenance)
+    if h.allocations:
+        h.allocations = [AllocationView(**_known(a, _ALLOCATION_FIELDS)) if isinstance(a, Mapping) else a
+                         for a in h.allocations]
     return h
 
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from gpufleet.collector.model import sample
+from gpufleet.collector.model.allocation import AllocationUse, uses
 from gpufleet.collector.model.classify import Activity, activity, holdings, waste_of
 from gpufleet.collector.model.jobkey import keys
 from gpufleet.collector.model.thresholds import Thresholds
@@ -56,6 +57,8 @@ class SnapshotFacts:
     gpus: list[GpuFacts]
     #: the keys of this snapshot's processes by identity, for the next snapshot of the host to reuse
     known_keys: dict[ProcIdentity, tuple[str, str]] = field(default_factory=dict, repr=False)
+    #: the running Slurm jobs' use of their GPUs (:meth:`allocation_uses`), worked out on first ask
+    allocations: list[AllocationUse] | None = field(default=None, repr=False)
 
     @classmethod
     def build(cls, host: str, snapshot: sample.Snapshot, thresholds: Thresholds,
@@ -77,6 +80,14 @@ class SnapshotFacts:
                 jobs[p.pid], groups[p.pid] = pair
             gpus.append(GpuFacts(g, kind, held, waste_of(kind, held, zombies, thresholds), jobs, groups))
         return cls(host, snapshot, thresholds, gpus, known)
+
+    def allocation_uses(self) -> list[AllocationUse]:
+        """model/allocation.py's answer for this snapshot, shared by the ``allocated_unused`` rule, the job
+        tracker and the GPU-hours accounting (whoever asks first works it out)."""
+        found = self.allocations
+        if found is None:
+            found = self.allocations = uses(self.snapshot)
+        return found
 
     def agrees(self, snapshot: sample.Snapshot, thresholds: Thresholds) -> bool:
         """Are these the facts of this snapshot under these thresholds?"""

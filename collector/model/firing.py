@@ -3,13 +3,16 @@
 Built once from a list of alerts (the engine's, or the store's when the collector is down), it answers the
 status views (a GPU's flags, a host's own flags), the metrics (every GPU with a firing rule), the job
 records (the diagnoses seen on a job's GPUs) and the tests. Only firing alerts count; an alert is a GPU's
-when it carries a ``gpu`` label, the host's own (down, an Xid without a GPU) when it carries none.
+when it carries a ``gpu`` label, each listed GPU's when it carries a ``gpus`` label instead (a Slurm job's
+unused GPUs, ``0-1``: collector/model/gpulist.py), the host's own (down, an Xid without a GPU) when it
+carries neither.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
+from gpufleet.collector.model.gpulist import parse_indexes
 from gpufleet.collector.model.records import AlertRecord
 
 _NONE: frozenset[str] = frozenset()
@@ -29,11 +32,15 @@ class Firing:
             if a.state != "firing" or host is None:
                 continue
             self._anywhere.setdefault(host, set()).add(a.rule)
-            gpu = a.labels.get("gpu")
-            if gpu is None:
+            gpu, gpus = a.labels.get("gpu"), a.labels.get("gpus")
+            if gpu is None and gpus is None:
                 self._by_host.setdefault(host, set()).add(a.rule)
-            elif gpu.isdigit():
-                self._by_gpu.setdefault((host, int(gpu)), set()).add(a.rule)
+            elif gpu is not None:
+                if gpu.isdigit():
+                    self._by_gpu.setdefault((host, int(gpu)), set()).add(a.rule)
+            else:
+                for index in parse_indexes(gpus or ""):
+                    self._by_gpu.setdefault((host, index), set()).add(a.rule)
 
     def on(self, host: str, gpu: int | None) -> set[str] | frozenset[str]:
         """The rules firing on that GPU, or with ``gpu`` None on the host itself (not its GPUs)."""

@@ -6,7 +6,7 @@ Plain dataclasses (no sqlite types leak out). Times are unix seconds (float). Me
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Final, Literal
 
 AlertState = Literal["pending", "firing", "resolved"]
 
@@ -73,6 +73,7 @@ class ProcessSpan:
     job_account: str | None = None
     job_partition: str | None = None
     job_state: str | None = None
+    started: float | None = None  # the process's own start time (/proc), where the agent could read it
 
 
 @dataclass(slots=True)
@@ -125,6 +126,10 @@ class AlertRecord:
     value: float | None = None
 
 
+#: A JobRecord's pod names, in order (the store keeps them as one JSON list).
+POD_FIELDS: Final = ("pod_namespace", "pod_name", "container_name")
+
+
 @dataclass(slots=True)
 class JobRecord:
     """One job's efficiency summary, written when it released its GPUs (collector/fleet/jobs.py).
@@ -132,7 +137,9 @@ class JobRecord:
     ``key``: collector/model/jobkey.py's job identity (Slurm job, container, or pid + start time). Hours are
     GPU-hours held (a GPU counts while the job's processes hold memory on it); ``mean_util`` is weighted by
     them; ``waste_pct`` is the share of them :func:`classify.waste_users` counts as waste (idle, stuck or
-    zombie); ``diagnoses``: the rules that fired on the job's GPUs while it held them."""
+    zombie); ``diagnoses``: the rules that fired on the job's GPUs while it held them. ``gpus``: the GPUs
+    its processes held (used); a Slurm job also has the GPUs Slurm gave it (``gpus_allocated``, used or
+    not) and their allocated and unused hours (collector/model/allocation.py)."""
 
     key: str
     user: str
@@ -151,6 +158,14 @@ class JobRecord:
     slurm_name: str | None = None
     slurm_account: str | None = None
     slurm_partition: str | None = None
+    # a Slurm job's GPUs as Slurm gave them ("host:index"; used or not) and their hours (accounting.py)
+    gpus_allocated: list[str] = field(default_factory=list)
+    gpu_hours_allocated: float = 0.0
+    gpu_hours_unused: float = 0.0
+    # a pod's job: the names the agent resolved on the node (views.pod_label shows them)
+    pod_namespace: str | None = None
+    pod_name: str | None = None
+    container_name: str | None = None
 
 
 @dataclass(slots=True)
@@ -168,13 +183,16 @@ class SilenceRecord:
 
 @dataclass(slots=True)
 class SlurmUsageRow:
-    """GPU-hours of one Slurm account or partition over a range (held/used/wasted as in ``usage``)."""
+    """GPU-hours of one Slurm account, partition or user over a range (held/used/wasted as in ``usage``;
+    allocated to running jobs and, of those, unused by them: collector/fleet/accounting.py)."""
 
-    name: str  # the account or partition; "(unresolved)" while Slurm has not named the job
+    name: str  # the account, partition or user; "(unresolved)" while Slurm has not named the job
     gpu_hours_held: float
     gpu_hours_used: float
     gpu_hours_wasted: float
     jobs: int
+    gpu_hours_allocated: float = 0.0
+    gpu_hours_unused: float = 0.0
 
 
 @dataclass(slots=True)

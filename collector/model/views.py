@@ -73,6 +73,35 @@ class ProcView:
     job_account: str | None = None
     job_partition: str | None = None
     job_state: str | None = None
+    # the Kubernetes pod the process runs in, as the kubelet's directories name it on the node (wire 1.2)
+    pod_namespace: str | None = None
+    pod_name: str | None = None
+    container_name: str | None = None
+
+
+@dataclass(slots=True)
+class AllocationView:
+    """A running Slurm job's GPUs on one host: allocated, used by its processes, unused
+    (collector/model/allocation.py decides which)."""
+
+    job: str
+    name: str | None = None
+    user: str | None = None
+    account: str | None = None
+    partition: str | None = None
+    gpus: list[int] = field(default_factory=list)  # the GPU indexes Slurm gave the job here
+    used: list[int] = field(default_factory=list)
+    unused: list[int] = field(default_factory=list)
+
+
+#: What a GPU is doing, as every view counts it (status, top, the web page, metrics): each GPU is in exactly
+#: one, so the fleet line adds up. busy: allocated and not wasted; wasted: a waste rule (the catalog's
+#: ``waste``) fires on it; idle: free capacity; unused: a running Slurm job holds it and runs nothing on it
+#: (not capacity; wasted once allocated_unused fires); lost / hung / unreadable: the agent could not read it;
+#: unknown: its host is down or connecting (the readings are old); maintenance: its host is let go of on
+#: purpose. collector/model/summary.py :func:`fleet_state` decides it.
+GpuState = Literal["busy", "wasted", "idle", "unused", "lost", "hung", "unreadable", "unknown", "maintenance"]
+GPU_STATES: Final[tuple[GpuState, ...]] = get_args(GpuState)
 
 
 @dataclass(slots=True)
@@ -80,7 +109,7 @@ class GpuView:
     index: int
     uuid: str
     name: str | None
-    state: str  # busy | idle | lost | unknown (host not up)
+    state: str  # a GpuState
     util: int | None
     mem_used: int | None
     mem_total: int | None
@@ -90,6 +119,8 @@ class GpuView:
     error: str | None = None
     fan: int | None = None  # percent; None where the card has no fan (or the source has no fan reading)
     flags: list[str] = field(default_factory=list)
+    allocated_to: str | None = None  # the running Slurm job holding the GPU (its host's AllocationView)
+    fault: str | None = None  # with ``error``: lost | hung | unreadable (the agent's GPU_FAULTS)
     processes: list[ProcView] = field(default_factory=list)
 
 
@@ -104,6 +135,7 @@ class HostView:
     flags: list[str] = field(default_factory=list)  # host-level alerts (down, xid without a gpu, ...)
     sample_ts: float | None = None
     maintenance: MaintenanceRecord | None = None  # while status is "maintenance" (live view only)
+    allocations: list[AllocationView] = field(default_factory=list)  # running Slurm jobs' GPUs (live only)
     gpus: list[GpuView] = field(default_factory=list)
 
 
@@ -123,6 +155,12 @@ class Totals:
     unknown: int = 0
     orphaned: int = 0  # additive (after the original fields): GPUs flagged orphaned (memory, no process)
     hosts_maintenance: int = 0  # hosts let go of for maintenance (not counted as down or connecting)
+    unused: int = 0  # GPUs a running Slurm job holds with nothing running on them (state unused)
+    # GPUs by GpuState: busy + wasted + idle + unused + lost + hung + unreadable + unknown + maintenance
+    # == gpus; hot, stale and orphaned above count flags (a stale or orphaned GPU is also in ``wasted``)
+    hung: int = 0
+    unreadable: int = 0
+    maintenance: int = 0
 
 
 @dataclass(slots=True)
@@ -179,6 +217,34 @@ class HostInfo:
     dropped_frames: int | None = None
     dropped_events: int | None = None
     maintenance: MaintenanceRecord | None = None  # while status is "maintenance"
+
+
+def pod_label(namespace: str | None, name: str | None, container: str | None = None) -> str | None:
+    """How a Kubernetes pod is shown everywhere, as kubectl names it: ``ml/train-0`` once the kubelet's
+    directories named it, with the container where the screen has room: ``ml/train-0 (trainer)``."""
+    if not name:
+        return None
+    label = f"{namespace}/{name}" if namespace else name
+    return f"{label} ({container})" if container else label
+
+
+def where_label(p: ProcView, wide: bool = True) -> str | None:
+    """What a process runs in, as every screen shows it: its Slurm job, else its pod, else (``wide``) its
+    container id."""
+    job = slurm_label(p.job, p.job_name)
+    if job is not None and (wide or p.job_name):
+        return job
+    pod = pod_label(p.pod_namespace, p.pod_name, p.container_name if wide else None)
+    if pod is not None:
+        return pod
+    return p.container if wide else None
+
+
+def allocation_label(a: AllocationView) -> str:
+    """``812 llama-pretrain (alice, nlp)``: a Slurm job holding GPUs, as the status view names it."""
+    label = slurm_label(a.job, a.name) or a.job
+    who = ", ".join(x for x in (a.user, a.account) if x)
+    return f"{label} ({who})" if who else label
 
 
 def slurm_label(job: str | None, name: str | None, account: str | None = None,

@@ -29,14 +29,16 @@ def _check(rule: str) -> str:
 
 def job_note(record: JobRecord, alerting: AlertingConfig, now: float) -> Notification | None:
     """The note for one finished job, or None when notes are off, the job is small, or nobody to tell."""
-    if not alerting.job_notes or record.gpu_hours < alerting.job_notes_min_gpu_hours:
+    # a Slurm job that held GPUs it never ran on is worth a note however little it computed
+    if not alerting.job_notes or max(record.gpu_hours, record.gpu_hours_allocated) \
+            < alerting.job_notes_min_gpu_hours:
         return None
     email = user_email(alerting, record.user)
     if email is None:
         return None
     what = job_label(record.key)
     command = f" ({record.command})" if record.command else ""
-    where = ", ".join(record.hosts)
+    where = ", ".join(record.hosts or sorted({g.rpartition(":")[0] for g in record.gpus_allocated}))
     waste = fmt_pct(record.waste_pct, unknown="?")
     took = fmt_duration(record.ended - record.started)
     mean, peak = fmt_pct(record.mean_util, unknown="?"), fmt_pct(record.peak_util, unknown="?")
@@ -49,6 +51,11 @@ def job_note(record: JobRecord, alerting: AlertingConfig, now: float) -> Notific
         f"Peak memory on one GPU: {fmt_bytes(record.peak_memory)}",
         f"Wasted: {waste} of the held time (idle or stuck while holding memory)",
     ]
+    if record.gpus_allocated:
+        used = len(set(record.gpus) & set(record.gpus_allocated))
+        given = f"{len(record.gpus_allocated)} GPUs ({', '.join(record.gpus_allocated)})"
+        lines.insert(3, f"Slurm gave it {given}; it used {used}: {record.gpu_hours_unused:.2f} of "
+                        f"{record.gpu_hours_allocated:.2f} allocated GPU-hours unused")
     if record.diagnoses:
         lines += ["", "Seen while it ran, and what to check:"]
         lines += [f"* {d}: {_check(d)}" for d in record.diagnoses]

@@ -9,9 +9,11 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from gpufleet.collector.model.jobkey import job_label
+from gpufleet.collector.model.problems import JOB, Problem
 from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.notify.base import Notification
-from gpufleet.collector.rules.catalog import severity_rank
+from gpufleet.collector.rules.catalog import flag_name, flag_rank, severity_rank
 
 WEBHOOK_VERSION = "4"
 #: annotation carrying the command that keeps (silences) the alert's process, printed under the list
@@ -47,13 +49,26 @@ def common_labels(alerts: list[AlertRecord]) -> dict[str, str]:
     return common
 
 
+def where(alerts: list[AlertRecord]) -> str:
+    """``n3 GPU 2``, ``gpu-node-15 GPU 1,2,3``, ``n1 GPU 0; n2 GPU 1`` or a host alone: what the alerts are
+    on, every GPU named (one notification for a job names all its GPUs)."""
+    return "; ".join(f"{h} GPU {','.join(g)}" if g else h for h, g in Problem("", alerts).where() if h)
+
+
 def _subject(n: Notification) -> str:
     labels = n.group_labels or common_labels(n.alerts)
+    on = where(n.alerts) if n.alerts else ""
+    job = labels.get(JOB)
+    if job:  # one problem: a job's idle GPUs (collector/model/problems.py)
+        ordered = sorted(n.alerts, key=lambda a: (not a.labels.get(JOB), flag_rank(flag_name(a.rule))))
+        rules = ", ".join(dict.fromkeys(a.rule for a in ordered))  # the job's own rule first
+        owner = f"{labels['user']}'s " if labels.get("user") else ""
+        return f"{rules}: {owner}{job_label(job)}" + (f" on {on}" if on else "")
     rule, host = labels.get("rule"), labels.get("host")
     rest = [f"{k}={v}" for k, v in sorted(labels.items()) if k not in ("rule", "host") and v]
     text = rule or "alerts"
     if host:
-        text += f" on {host}"
+        text += f" on {on or host}"
     if rest:
         text += f" ({', '.join(rest)})"
     return text

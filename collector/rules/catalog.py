@@ -169,6 +169,7 @@ class RuleSpec:
     #: once firing, a condition that clears keeps the alert firing this long (Prometheus 2.42)
     keep_firing_for: float = 0.0
     flag: str = ""  # the short name on the status screen; "" -> the rule's name
+    short: str = ""  # the flag where its column is too narrow for it (never cut); "" -> the flag
     style: str = "bold"  # the flag on a terminal (a rich style)
     colour: str | None = None  # the flag on the web page (CSS); None: a plain badge, not a cell colour
     #: held but not used: counts as waste wherever waste is counted (by user, top's sort, GPU-hours)
@@ -182,6 +183,10 @@ class RuleSpec:
     def flag_name(self) -> str:
         return self.flag or self.name
 
+    @property
+    def short_name(self) -> str:
+        return self.short or self.flag_name
+
     def defaults(self) -> dict[str, Any]:
         """The rule's config defaults: ``for``, ``severity``, its parameters, ``keep_firing_for``."""
         return {"for": self.for_seconds, "severity": self.severity, **self.params.defaults(),
@@ -190,40 +195,48 @@ class RuleSpec:
 
 #: Every rule, in the config's order (``gpufleet config example`` and DEFAULT_RULES list them so).
 RULES: Final[tuple[RuleSpec, ...]] = (
-    RuleSpec("wasted", "warning", 1800.0, 9, Wasted, style="bold black on yellow", colour="#e08a00",
+    RuleSpec("wasted", "warning", 1800.0, 10, Wasted, style="bold black on yellow", colour="#e08a00",
              waste=True, user=True, note="is holding memory but idle",
              check="the GPUs sat idle (or stuck) while held: free GPUs the job does not compute on"),
-    RuleSpec("idle", "info", 7200.0, 15, Idle, style="dim"),
-    RuleSpec("stale", "warning", 0.0, 8, Stale, style="bold white on magenta", colour="#b86b00", waste=True,
+    RuleSpec("idle", "info", 7200.0, 16, Idle, style="dim"),
+    RuleSpec("stale", "warning", 0.0, 9, Stale, style="bold white on magenta", colour="#b86b00", waste=True,
              user=True, note="has a stale process",
              check="a zombie or orphaned process kept GPU memory: make the job's exit kill its workers"),
-    RuleSpec("orphaned_memory", "warning", 600.0, 11, OrphanedMemory, flag="orphaned", style="magenta",
+    RuleSpec("orphaned_memory", "warning", 600.0, 12, OrphanedMemory, flag="orphaned", short="orph",
+             style="magenta",
              colour="#a05cc8", waste=True),
-    RuleSpec("overheating", "critical", 120.0, 6, Overheating, flag="hot", style="bold white on red",
+    RuleSpec("overheating", "critical", 120.0, 7, Overheating, flag="hot", style="bold white on red",
              colour="#d63030"),
-    RuleSpec("throttling", "warning", 300.0, 14, Throttling, flag="throttled", style="yellow",
+    RuleSpec("throttling", "warning", 300.0, 15, Throttling, flag="throttled", short="thrtl", style="yellow",
              colour="#d36b6b"),
     RuleSpec("gpu_lost", "critical", 0.0, 1, flag="lost", style="bold white on red", colour="#5a1a1a"),
     RuleSpec("xid", "critical", 0.0, 2, Xid, style="bold red"),
     RuleSpec("ecc", "critical", 0.0, 3, style="bold red"),
+    RuleSpec("gpu_health", "critical", 0.0, 4, flag="health", short="hlth", style="bold red",
+             colour="#7a2e8a"),
     RuleSpec("host_down", "critical", 0.0, 0, HostDown, keep_firing_for=60.0, flag="down", style="bold red"),
-    RuleSpec("storage", "critical", 0.0, 4, style="bold red"),
-    RuleSpec("duplicate_gpu", "warning", 0.0, 5, DuplicateGpu, style="bold red"),
-    RuleSpec("collector_overloaded", "warning", 0.0, 17),
-    RuleSpec("notifier_down", "warning", 0.0, 18),  # raised after alerting.notifier_down_after
+    RuleSpec("storage", "critical", 0.0, 5, short="disk", style="bold red"),
+    RuleSpec("duplicate_gpu", "warning", 0.0, 6, DuplicateGpu, short="dup", style="bold red"),
+    RuleSpec("collector_overloaded", "warning", 0.0, 18, short="overload"),
+    RuleSpec("notifier_down", "warning", 0.0, 19, short="notif"),  # raised after alerting.notifier_down_after
     # diagnoses (rules/patterns.py, rules/peers.py): what pattern, and what to check
-    RuleSpec("underused", "info", 0.0, 12, Underused, style="yellow", user=True,
+    RuleSpec("underused", "info", 0.0, 13, Underused, short="under", style="yellow", user=True,
              note="is underused (low mean util)",
              check="low mean util: input pipeline, batch size, or a smaller GPU / MIG slice"),
-    RuleSpec("input_bound", "warning", 600.0, 13, InputBound, style="yellow",
+    RuleSpec("input_bound", "warning", 600.0, 14, InputBound, short="input", style="yellow",
              check="util sawtooth: the input pipeline (DataLoader num_workers, pin_memory, storage)"),
-    RuleSpec("idle_peers", "warning", 300.0, 10, IdlePeers, style="bold black on yellow",
+    RuleSpec("idle_peers", "warning", 300.0, 11, IdlePeers, short="peers", style="bold black on yellow",
              check="only some of the job's GPUs computed: DDP setup, CUDA_VISIBLE_DEVICES, a missing "
                    ".cuda()"),
-    RuleSpec("near_oom", "warning", 300.0, 7, NearOom, style="bold red",
+    RuleSpec("near_oom", "warning", 300.0, 8, NearOom, short="oom", style="bold red",
              check="memory at the limit: batch size, activation checkpointing, or preallocation settings"),
-    RuleSpec("clock_skew", "warning", 0.0, 16),
-    RuleSpec("over_budget", "warning", 0.0, 19),
+    RuleSpec("clock_skew", "warning", 0.0, 17, short="skew"),
+    RuleSpec("over_budget", "warning", 0.0, 20, short="budget"),
+    # Slurm (rules/slurm.py): GPUs a running job holds and never runs on (collector/model/allocation.py)
+    RuleSpec("allocated_unused", "warning", 600.0, 21, flag="unused", style="bold black on yellow",
+             colour="#c9a227", waste=True, user=True, note="is allocated to your Slurm job but unused",
+             check="the job held GPUs it never ran on: ask for fewer (--gres=gpu:N) or make each rank use "
+                   "its own GPU (srun, torchrun --nproc-per-node, CUDA_VISIBLE_DEVICES)"),
 )
 
 BY_NAME: Final[Mapping[str, RuleSpec]] = {r.name: r for r in RULES}
@@ -238,7 +251,11 @@ USER_RULES: Final[frozenset[str]] = frozenset(r.name for r in RULES if r.user)
 DURATION_PARAMS: Final[frozenset[str]] = frozenset(
     {"for", "keep_firing_for"}.union(*(r.params.durations() for r in RULES)))
 
+#: short form -> the flag it stands for, where they differ (a screen's legend)
+SHORT_FLAGS: Final[Mapping[str, str]] = {r.short_name: r.flag_name for r in RULES if r.short}
+
 assert len(BY_NAME) == len(BY_FLAG) == len({r.rank for r in RULES}) == len(RULES), "names, flags, ranks"
+assert len({r.short_name for r in RULES} | set(BY_FLAG)) == len(RULES) + len(SHORT_FLAGS), "short forms"
 
 
 def spec(rule: str) -> RuleSpec:
@@ -270,6 +287,12 @@ def flag_rank(flag: str) -> int:
     return known.rank if known is not None else len(RULES)
 
 
+def short_flag(flag: str) -> str:
+    """The flag's short form, for a column too narrow for its name (``idle_peers`` -> ``peers``)."""
+    known = BY_FLAG.get(flag)
+    return known.short_name if known is not None else flag
+
+
 def flag_style(flag: str) -> str:
     known = BY_FLAG.get(flag)
     return known.style if known is not None else "bold"
@@ -281,7 +304,8 @@ def worst_first(flags: set[str] | frozenset[str] | list[str]) -> list[str]:
 
 
 def for_the_page() -> dict[str, Any]:
-    """What the web page needs of the catalog (sent in its model): the flags in order with their colours
-    and severities lowest first."""
-    return {"flags": [[f, BY_FLAG[f].colour] for f in FLAGS], "severities": list(SEVERITIES)}
+    """What the web page needs of the catalog (sent in its model): the flags in order with their colours,
+    the severities lowest first, and which flags count as waste."""
+    return {"flags": [[f, BY_FLAG[f].colour] for f in FLAGS], "severities": list(SEVERITIES),
+            "waste": sorted(WASTE_FLAGS)}
 

@@ -6,6 +6,7 @@ from gpufleet.collector.errors import ConfigError
 from gpufleet.collector.model.thresholds import Thresholds
 from gpufleet.collector.rules.base import Rule
 from gpufleet.collector.rules.faults import EccRule, GpuLostRule, XidRule
+from gpufleet.collector.rules.health import GpuHealthRule
 from gpufleet.collector.rules.hosts import (
     ClockSkewRule,
     CollectorOverloadedRule,
@@ -17,6 +18,7 @@ from gpufleet.collector.rules.hosts import (
 from gpufleet.collector.rules.identity import DuplicateGpuRule
 from gpufleet.collector.rules.patterns import InputBoundRule, NearOomRule, UnderusedRule
 from gpufleet.collector.rules.peers import IdlePeersRule
+from gpufleet.collector.rules.slurm import AllocatedUnusedRule
 from gpufleet.collector.rules.thermal import OverheatingRule, ThrottlingRule
 from gpufleet.collector.rules.usage import IdleRule, OrphanedMemoryRule, StaleRule, WastedRule
 from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig
@@ -24,9 +26,9 @@ from gpufleet.collector.settings import DEFAULT_RULES, RuleConfig
 RULE_TYPES: dict[str, type[Rule]] = {
     cls.name: cls
     for cls in (WastedRule, IdleRule, StaleRule, OrphanedMemoryRule, OverheatingRule, ThrottlingRule,
-                GpuLostRule, XidRule, EccRule, HostDownRule, StorageRule, DuplicateGpuRule,
+                GpuLostRule, XidRule, EccRule, GpuHealthRule, HostDownRule, StorageRule, DuplicateGpuRule,
                 NotifierDownRule, CollectorOverloadedRule, UnderusedRule, InputBoundRule, IdlePeersRule,
-                NearOomRule, ClockSkewRule, OverBudgetRule)
+                NearOomRule, ClockSkewRule, OverBudgetRule, AllocatedUnusedRule)
 }
 
 assert set(RULE_TYPES) == set(DEFAULT_RULES), "every default rule needs an implementation"

@@ -55,7 +55,7 @@ class OverheatingRule(Rule):
             if g.temperature >= limit:
                 out.append(Condition(
                     self.name, gpu_labels(ctx.name, g),
-                    f"{ctx.name} GPU {g.index} at {g.temperature} C (threshold {limit} C) for {DURATION}",
+                    f"{ctx.name} GPU {g.index} at {g.temperature}°C (threshold {limit}°C) for {DURATION}",
                     "Check cooling (fans, airflow, ambient); the GPU slows itself down near its slowdown "
                     "temperature and shuts down at its shutdown temperature.",
                     value=float(g.temperature),
@@ -65,7 +65,7 @@ class OverheatingRule(Rule):
 
     def resolved_message(self, alert: AlertRecord, ctx: HostContext | None, now: float) -> str:
         g = find_gpu(ctx, alert.labels)
-        temp = f"{g.temperature} C" if g is not None and g.temperature is not None else "normal"
+        temp = f"{g.temperature}°C" if g is not None and g.temperature is not None else "normal"
         return f"{alert.labels.get('host')} GPU {alert.labels.get('gpu')} back to {temp}"
 
 

@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass
 
 from gpufleet.collector.model import sample
+from gpufleet.collector.model.allocation import allocated_indexes
 from gpufleet.collector.model.classify import (
     holders,
     holds_memory,
@@ -208,14 +209,17 @@ def _readings(g: sample.GpuSample) -> str:
 
 
 class IdleRule(Rule):
-    """A GPU with no processes, (almost) no memory used and 0 % util: capacity nobody is using."""
+    """A GPU with no processes, (almost) no memory used and 0 % util, that no running Slurm job holds:
+    capacity nobody is using (an allocated GPU nobody uses is ``allocated_unused``'s)."""
 
     name = "idle"
     reads_processes = True
 
     def conditions(self, ctx: HostContext, now: float) -> list[Condition] | None:
+        held = allocated_indexes(ctx.snapshot) if ctx.snapshot is not None else frozenset()
+
         def judge(g: sample.GpuSample) -> Condition | None:
-            if not is_free(g, self.thresholds):
+            if not is_free(g, self.thresholds, g.index in held):  # a Slurm job's GPU is not capacity
                 return None
             name = f" ({g.name})" if g.name else ""
             return Condition(self.name, gpu_labels(ctx.name, g),

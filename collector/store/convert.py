@@ -1,4 +1,4 @@
-"""Schema v7's conversion: the raw samples of a file written before chunks (one row per GPU per second in
+"""Schema v8's conversion: the raw samples of a file written before chunks (one row per GPU per second in
 ``samples``) become chunks, inside the migration's one transaction (store/schema.py): if anything fails the
 file stays as it was, at its old version, and the error says what failed.
 
@@ -42,7 +42,7 @@ def _next_hour(conn: sqlite3.Connection, gids: list[int], after: float, hi: floa
 
 
 def samples_to_chunks(conn: sqlite3.Connection) -> None:
-    """The v6 -> v7 step: every reachable raw sample into its host's chunks."""
+    """The v7 -> v8 step: every reachable raw sample into its host's chunks."""
     lo, hi = window(time.time(), AHEAD)
     hosts: dict[int, list[int]] = {}
     for gid, hid in conn.execute("SELECT id, host_id FROM gpus ORDER BY id"):

@@ -40,8 +40,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
 from gpufleet.agent import wire
-from gpufleet.collector.fleet.accounting import GpuClock, charge
+from gpufleet.collector.fleet.accounting import GpuClock, allocation_charge, charge
 from gpufleet.collector.model import sample
+from gpufleet.collector.model.allocation import AllocationUse, allocated_indexes, uses
 from gpufleet.collector.model.classify import is_free, waste_users
 from gpufleet.collector.model.facts import SnapshotFacts
 from gpufleet.collector.model.jobkey import SLURM
@@ -84,7 +85,6 @@ class GpuState:
     power_limit: float | None
     clock: GpuClock  # newest sample (committed or in this batch), typical interval: what a sample charges
     nostart: dict[int, list[float]] = field(default_factory=dict)  # pid -> [span start, last seen]
-    holders: frozenset[str] = frozenset()  # who held it at the last sample (orphaned memory stays theirs)
 
 
 @dataclass(slots=True)
@@ -131,9 +131,11 @@ class Totals:
     usage: dict[UsageKey, list[float]] = field(default_factory=dict)
     capacity: dict[CapacityKey, list[float]] = field(default_factory=dict)
     slurm_usage: dict[UsageKey, list[float]] = field(default_factory=dict)  # GPU-hours per Slurm job
+    #: per Slurm job and GPU: seconds allocated to the running job, and of those unused (accounting.py)
+    slurm_allocated: dict[UsageKey, list[float]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
-        return bool(self.spans or self.usage or self.capacity or self.slurm_usage)
+        return bool(self.spans or self.usage or self.capacity or self.slurm_usage or self.slurm_allocated)
 
 
 #: Seconds between writes of the running totals (Tuning.accrue_interval; module docstring).
@@ -343,6 +345,7 @@ class IngestState:
         # the loop's classification when it is this snapshot's under these thresholds; else worked out here
         shared = facts.gpus if facts is not None and facts.agrees(snap, self.params) else None
         hour = usage.hour_of(ts)
+        held = allocated_indexes(snap)  # GPUs running Slurm jobs hold: not free capacity, used or not
         for i, g, gs, seconds, starts in fresh:
             if g.processes:
                 self._spans(gs, g.processes, starts, ts, rows, totals)
@@ -350,15 +353,35 @@ class IngestState:
                 continue
             gf = shared[i] if shared is not None else None
             waste = gf.waste if gf is not None else waste_users(g, self.params)
-            c = charge(item.host, g, seconds, waste, jobs=gf.jobs if gf is not None else None,
-                       last_holders=gs.holders, thresholds=self.params)
-            gs.holders = c.holders
-            usage.add_capacity(totals.capacity, (hour, hid, gs.id), seconds, is_free(g, self.params))
+            c = charge(item.host, g, seconds, waste, jobs=gf.jobs if gf is not None else None)
+            usage.add_capacity(totals.capacity, (hour, hid, gs.id), seconds,
+                               is_free(g, self.params, g.index in held))
             for user, hours in c.users.items():
                 usage.add(totals.usage, (hour, hid, gs.id, user), hours)
             for key, hours in c.jobs.items():
                 if key.startswith(SLURM):
                     usage.add(totals.slurm_usage, (hour, hid, gs.id, key[len(SLURM):]), hours)
+        if snap.allocations:
+            running = facts.allocation_uses() if facts is not None and facts.snapshot is snap else uses(snap)
+            self._allocations(running, snap.ts, hid, hour, fresh, rows, totals)
+
+    def _allocations(self, running: list[AllocationUse], ts: float, hid: int, hour: int,
+                     fresh: Sequence[tuple[int, sample.GpuSample, GpuState, float, list[float]]], rows: Rows,
+                     totals: Totals) -> None:
+        """The running Slurm jobs' allocated and unused seconds (accounting.allocation_charge), and what
+        Slurm says of each job (a job that never runs a process on a GPU is named only here)."""
+        seconds = {g.index: sec for _, g, _, sec, _ in fresh if g.error is None}
+        gpu_ids = {g.index: gs.id for _, g, gs, _, _ in fresh}
+        for use in running:
+            self.slurm.note_allocation(rows.slurm_jobs, hid, use.allocation, ts)
+            for index, (allocated, unused) in allocation_charge(use, seconds).items():
+                key = (hour, hid, gpu_ids[index], use.job)
+                acc = totals.slurm_allocated.get(key)
+                if acc is None:
+                    totals.slurm_allocated[key] = [allocated, unused]
+                else:
+                    acc[0] += allocated
+                    acc[1] += unused
 
     def _stored(self, conn: sqlite3.Connection, host_id: int, gpu_id: int) -> Callable[[float], bool]:
         """Whether a sample of this GPU at that time is already stored (a replay across a clock step)."""
@@ -427,3 +450,4 @@ def write_totals(conn: sqlite3.Connection, totals: Totals) -> None:
     if totals.capacity:
         conn.executemany(usage.CAPACITY_UPSERT, [(*k, v[0], v[1]) for k, v in totals.capacity.items()])
     slurm.write_usage(conn, totals.slurm_usage)
+    slurm.write_allocated(conn, totals.slurm_allocated)

@@ -274,6 +274,18 @@ def raw_history(conn: sqlite3.Connection, host: str, *, gpu: int, since: float,
     return out
 
 
+def fleet_history(conn: sqlite3.Connection, *, since: float, until: float,
+                  max_points: int) -> list[GpuSeries]:
+    """Every GPU's series over the range, each host's as :func:`gpu_history` reads it (a GPU that moved
+    between hosts once): what the web page's fleet chart counts busy, idle and wasted GPUs from. Built on
+    gpu_history only, so a new layout of the raw samples serves it as it serves a GPU's history."""
+    out: dict[str, GpuSeries] = {}
+    for h in hosts(conn):
+        for s in gpu_history(conn, h.name, gpu=None, since=since, until=until, max_points=max_points):
+            out.setdefault(s.uuid, s)
+    return list(out.values())
+
+
 # ---------------------------------------------------------------------------------------- processes
 
 
@@ -283,7 +295,7 @@ def process_history(conn: sqlite3.Connection, *, host: str | None, gpu: int | No
     rows = conn.execute(
         """SELECT h.name, p.gpu_idx, g.uuid, p.pid, p.user, p.command, p.first_seen, p.last_seen,
                   p.max_gpu_memory, p.sm_sum / nullif(p.sm_count, 0), p.container, p.job,
-                  j.name, j.account, j.partition, j.state
+                  j.name, j.account, j.partition, j.state, CASE WHEN p.start_known THEN p.start_time END
            FROM processes p JOIN gpus g ON g.id = p.gpu_id JOIN hosts h ON h.id = p.host_id
            LEFT JOIN slurm_jobs j ON j.host_id = p.host_id AND j.job = p.job
            WHERE p.last_seen >= ?1 AND p.first_seen <= ?2
@@ -294,7 +306,7 @@ def process_history(conn: sqlite3.Connection, *, host: str | None, gpu: int | No
     return [ProcessSpan(host=r[0], gpu_index=r[1], uuid=r[2], pid=r[3], user=r[4], command=r[5],
                         first_seen=r[6], last_seen=r[7], max_gpu_memory=r[8], mean_sm_util=r[9],
                         container=r[10], job=r[11], job_name=r[12], job_account=r[13], job_partition=r[14],
-                        job_state=r[15]) for r in rows]
+                        job_state=r[15], started=r[16]) for r in rows]
 
 
 def events(conn: sqlite3.Connection, *, host: str | None, since: float, until: float) -> list[EventRow]:

@@ -6,7 +6,7 @@ re-reads the version inside it, so two processes opening a new file at once cann
 Layout, and why:
 - ``gpus`` is keyed by (host, NVML UUID): a GPU moved to another slot keeps its id and its history
   (``gpu_placements`` records which slot from when); the same UUID from two hosts is two GPUs (v3).
-- Raw samples are ``chunks`` (v7; before it one ``samples`` row per GPU per second): per host and minute its
+- Raw samples are ``chunks`` (v8; before it one ``samples`` row per GPU per second): per host and minute its
   GPUs' readings packed by column (store/chunkcodec.py), stored in pieces of 600 bytes (store/chunkrows.py:
   rows that fill pages), and ``chunk_parts``, the head: what was flushed of the minutes not compacted yet
   (store/head.py). Pieces are too large for WITHOUT ROWID (whose inner pages would hold whole rows): a
@@ -321,9 +321,23 @@ _V6: Final[list[Step]] = [
     "CREATE INDEX maintenance_ends ON maintenance(ends_at)",
 ]
 
-#: v7: raw history in chunks (issue 34): one row per host per minute instead of one per GPU per second;
-#: the file's raw samples are converted in the migration's transaction (store/convert.py), then dropped.
+#: v7: GPUs Slurm gave a job and the job never ran on (collector/model/allocation.py). ``slurm_usage`` also
+#: counts, per (hour, host, GPU, job), the seconds the GPU was allocated to the running job and, of those, the
+#: seconds no process of the job was on it (collector/fleet/accounting.py charges both; a row of a GPU the
+#: job never touched has held = used = wasted = 0); ``jobs`` keeps each Slurm job's allocated GPUs and hours,
+#: and a Kubernetes pod's names (as the agent resolved them on the node).
 _V7: Final[list[Step]] = [
+    "ALTER TABLE slurm_usage ADD COLUMN allocated REAL NOT NULL DEFAULT 0",
+    "ALTER TABLE slurm_usage ADD COLUMN unused REAL NOT NULL DEFAULT 0",
+    "ALTER TABLE jobs ADD COLUMN gpus_allocated TEXT NOT NULL DEFAULT '[]'",
+    "ALTER TABLE jobs ADD COLUMN allocated_hours REAL NOT NULL DEFAULT 0",
+    "ALTER TABLE jobs ADD COLUMN unused_hours REAL NOT NULL DEFAULT 0",
+    "ALTER TABLE jobs ADD COLUMN pod TEXT",  # a pod's job: JSON [namespace, name, container]
+]
+
+#: v8: raw history in chunks (issue 34): one row per host per minute instead of one per GPU per second;
+#: the file's raw samples are converted in the migration's transaction (store/convert.py), then dropped.
+_V8: Final[list[Step]] = [
     """CREATE TABLE chunks (
         id INTEGER PRIMARY KEY,
         host_id INTEGER NOT NULL,
@@ -347,7 +361,7 @@ _V7: Final[list[Step]] = [
 ]
 
 #: MIGRATIONS[i] brings the schema from version i to i + 1.
-MIGRATIONS: Final[list[list[Step]]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
+MIGRATIONS: Final[list[list[Step]]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
 LATEST: Final = len(MIGRATIONS)
 
 

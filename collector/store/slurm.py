@@ -1,5 +1,6 @@
 """Slurm jobs in the store: what the agents' scontrol said of each job id (``slurm_jobs``), and GPU-hours
-per job (``slurm_usage``) grouped by account or partition for the report.
+per job (``slurm_usage``: held, used, wasted, allocated and unused) grouped by account, partition or user for
+the report.
 
 Ingest cost stays low: :class:`SlurmSeen` remembers what was last written per (host, job), so a row is
 written only when Slurm's answer changes, or to move ``last_seen`` on at most once a minute. A job whose
@@ -50,11 +51,18 @@ class SlurmSeen:
     def note(self, rows: dict[tuple[int, str], JobRow], host_id: int, p: sample.ProcessSample,
              ts: float) -> None:
         """Queue a ``slurm_jobs`` row for ``p``'s job when its facts changed or last_seen is due."""
-        job = p.job
-        if job is None:
-            return
+        if p.job is not None:
+            self._note(rows, host_id, p.job, (p.job_name, p.job_user, p.job_account, p.job_partition,
+                                              p.job_state), ts)
+
+    def note_allocation(self, rows: dict[tuple[int, str], JobRow], host_id: int, a: sample.SlurmAllocation,
+                        ts: float) -> None:
+        """The same for a job holding GPUs (a job that runs no process on any GPU is known only so)."""
+        self._note(rows, host_id, a.job, (a.name, a.user, a.account, a.partition, a.state), ts)
+
+    def _note(self, rows: dict[tuple[int, str], JobRow], host_id: int, job: str, facts: Facts,
+              ts: float) -> None:
         key = (host_id, job)
-        facts: Facts = (p.job_name, p.job_user, p.job_account, p.job_partition, p.job_state)
         known = self.last.get(key)
         if known is not None and known[0] == facts and ts - known[1] < SEEN_EVERY:
             return
@@ -79,13 +87,29 @@ def write_usage(conn: sqlite3.Connection, usage: dict[UsageKey, list[float]]) ->
         conn.executemany(USAGE_UPSERT, [(*k, *v) for k, v in usage.items()])
 
 
+ALLOCATED_UPSERT: Final = """
+INSERT INTO slurm_usage (hour, host_id, gpu_id, job, held, used, wasted, allocated, unused)
+VALUES (?, ?, ?, ?, 0, 0, 0, ?, ?)
+ON CONFLICT (hour, host_id, gpu_id, job) DO UPDATE SET
+    allocated = allocated + excluded.allocated, unused = unused + excluded.unused
+"""
+
+
+def write_allocated(conn: sqlite3.Connection, allocated: dict[UsageKey, list[float]]) -> None:
+    """Seconds allocated to running Slurm jobs and unused by them (schema v7), added like write_usage."""
+    if allocated:
+        conn.executemany(ALLOCATED_UPSERT, [(*k, *v) for k, v in allocated.items()])
+
+
 UNRESOLVED: Final = "(unresolved)"
-GROUPS: Final = ("account", "partition")
+#: What GPU-hours per Slurm job are grouped by: the job's account, partition, or user (as Slurm says them).
+GROUPS: Final = ("account", "partition", "user")
 
 
 def usage_by(conn: sqlite3.Connection, group: str, *, since: float, until: float,
              host: str | None) -> list[SlurmUsageRow]:
-    """GPU-hours per Slurm ``group`` ("account" or "partition"), most held first."""
+    """GPU-hours per Slurm ``group`` (one of GROUPS): held, used, wasted, and allocated to running jobs and
+    unused by them; most held, then most allocated, first."""
     if group not in GROUPS:
         raise ValueError(f"group must be one of {GROUPS}")
     if until < since:
@@ -93,13 +117,15 @@ def usage_by(conn: sqlite3.Connection, group: str, *, since: float, until: float
     first_hour = int(math.floor(since / 3600.0)) * 3600
     rows = conn.execute(f"""
         SELECT coalesce(j.{group}, ?4), sum(u.held), sum(u.used), sum(u.wasted),
-               count(DISTINCT u.host_id || ':' || u.job)
+               count(DISTINCT u.host_id || ':' || u.job), sum(u.allocated), sum(u.unused)
         FROM slurm_usage u JOIN hosts h ON h.id = u.host_id
         LEFT JOIN slurm_jobs j ON j.host_id = u.host_id AND j.job = u.job
         WHERE u.hour >= ?1 AND u.hour < ?2 AND (?3 IS NULL OR h.name = ?3)
-        GROUP BY 1 ORDER BY sum(u.held) DESC, 1""", (first_hour, until, host, UNRESOLVED)).fetchall()
-    return [SlurmUsageRow(str(name), held / 3600.0, used / 3600.0, wasted / 3600.0, int(n))
-            for name, held, used, wasted, n in rows]
+        GROUP BY 1 ORDER BY sum(u.held) DESC, sum(u.allocated) DESC, 1""",
+                        (first_hour, until, host, UNRESOLVED)).fetchall()
+    return [SlurmUsageRow(str(name), held / 3600.0, used / 3600.0, wasted / 3600.0, int(n),
+                          allocated / 3600.0, unused / 3600.0)
+            for name, held, used, wasted, n, allocated, unused in rows]
 
 
 def jobs_of(conn: sqlite3.Connection, keys: list[tuple[str, str]]) -> dict[tuple[str, str], SlurmJobRow]:

@@ -342,6 +342,12 @@ class Store:
         (at most its interval, 2 s) is not in it; :meth:`flush` first when that matters."""
         return await self._read(partial(queries.raw_history, host=host, gpu=gpu, since=since, until=until))
 
+    async def fleet_history(self, *, since: float, until: float, max_points: int = 120) -> list[GpuSeries]:
+        """Every GPU's series over the range (:meth:`gpu_history` host by host, in one read): the web page's
+        fleet chart (busy, idle, wasted GPUs over time) is counted from them."""
+        return await self._read(partial(queries.fleet_history, since=since, until=until,
+                                        max_points=max_points))
+
     async def _totals_current(self) -> None:
         """Before reading spans or GPU-hours: have the writer write the running totals it holds (they are
         written every ``accrue_interval`` otherwise). Writes failing or slow: read what is written."""

@@ -41,8 +41,10 @@ def test_gpu_and_process_columns() -> None:
     assert header.split()[:3] == ["GPU", "NAME", "UTIL"] and "FAN" in header and "FLAGS" in header
     assert "NVIDIA RTX 6000 Ada Generation" in gpu0  # the whole name, not cut at 28 characters
     assert gpu0.split()[-2:] == ["30%", "sw_thermal"]  # fan, then flags without the idle reason
-    assert proc_header.split() == ["PID", "USER", "GPU", "MEM", "SM", "RUNNING", "S", "COMMAND"]
-    assert proc.split() == ["4242", "alice", "40.0", "GiB", "2%", "3h00m", "S", "python", "a.py", "job=812"]
+    assert proc_header.split() == ["PID", "USER", "GMEM", "SM", "TIME", "S", "COMMAND"]
+    assert proc.split() == ["4242", "alice", "40G", "2%", "3h00m", "S", "python", "a.py", "job=812"]
+    # the collector's units (issue 36): memory used/total in GiB, °C, watts
+    assert "40/48G" in gpu0 and "41°C" in gpu0 and "61/300W" in gpu0
     assert lost.split()[0] == "1" and "GPU lost: NVML_ERROR_GPU_IS_LOST" in lost
 
 
@@ -64,3 +66,18 @@ def test_other_pid_namespace_is_said_plainly() -> None:
 def test_zombie_is_marked() -> None:
     z = wire.ProcessSample(pid=5, gpu_memory=GIB, user="bob", command="python z.py", state="Z")
     assert "python z.py <defunct>" in render(snapshot(z), None, now=1000.0)
+
+
+def test_lines_fit_the_terminal_and_a_pipe_gets_them_whole() -> None:
+    """Issue 36: --once ignored the terminal's width and wrapped mid-word; now a command is cut at the edge
+    and a note wraps between words, and without a width (a pipe) nothing is cut."""
+    cmd = "python -m torch.distributed.run --nproc-per-node 8 train.py --config configs/llama-70b.yaml"
+    alice = wire.ProcessSample(pid=4242, gpu_memory=40 * GIB, sm_util=2, user="alice", command=cmd,
+                               start_time=1000.0 - 60, state="S")
+    narrow = render(snapshot(alice), hello(False), now=1000.0, width=60).splitlines()
+    assert all(len(line) <= 60 for line in narrow), narrow
+    note = " ".join(line.strip() for line in narrow if "namespace" in line or "--pid=host" in line)
+    assert "(container without --pid=host / hostPID: true)" in note  # words kept whole
+    assert any(line.endswith("…") and "4242" in line for line in narrow)
+    whole = render(snapshot(alice), hello(False), now=1000.0)
+    assert cmd in whole

@@ -65,3 +65,26 @@ async def test_a_hung_gpu_pages_as_hung(harness, clock, w):
     [alert] = h.engine.active()
     assert alert.rule == "gpu_lost" and alert.severity == "critical" and alert.state == "firing"
     assert alert.annotations["summary"] == "n3 GPU 1 hung: an NVML read has not returned for 10.2 s"
+
+
+async def test_nvml_health_pages_with_what_the_gpu_needs(harness, clock, w):
+    """The recovery action and row remapping (NVIDIA, "GPU Memory Error Management: Error Recovery and
+    Response Flags") reach the operator as one alert per GPU, at the severity of the worst need."""
+    h = harness()
+    await h.engine.start(run_tick=False)
+    h.up()
+    pending = w.gpu(0, util=50, remap_pending=True, remapped_uncorrectable=1)
+    reset = w.gpu(1, util=0, recovery_action="gpu_reset")
+    h.send(w.snap(pending, reset, w.gpu(2, util=10, recovery_action="none")))
+    await h.tick()
+    got = {a.labels["gpu"]: (a.rule, a.severity, a.annotations["summary"]) for a in h.engine.active()}
+    assert got == {
+        "0": ("gpu_health", "warning",
+              "n3 GPU 0 needs attention: a row remap waits for the next GPU reset: reset it when free"),
+        "1": ("gpu_health", "critical", "n3 GPU 1 needs attention: reset the GPU (stop its processes, then "
+              "nvidia-smi -r; `gpufleet maintenance start` frees it from the agent)"),
+    }
+    clock.t += 60
+    h.send(w.snap(w.gpu(0, util=50), w.gpu(1, util=0), w.gpu(2, util=10)))  # reset done
+    await h.tick()
+    assert [a for a in h.engine.active() if a.rule == "gpu_health"] == []

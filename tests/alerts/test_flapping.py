@@ -136,4 +136,4 @@ async def test_keep_firing_for_on_a_snapshot_rule_resolves_on_the_tick(harness, 
     await h.tick(t0 + 170)
     assert h.engine.active() == []
     assert [n.status for n in rec.got] == ["firing", "resolved"]
-    assert rec.got[-1].alerts[0].annotations["resolved"] == "n3 GPU 0 back to 71 C"
+    assert rec.got[-1].alerts[0].annotations["resolved"] == "n3 GPU 0 back to 71°C"

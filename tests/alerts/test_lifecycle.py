@@ -76,14 +76,14 @@ async def test_repeat_interval_resends_unchanged_group(harness, clock, w):
     h.send(hot)
     await h.tick()
     assert len(rec.got) == 2
-    assert rec.got[1].alerts[0].annotations["summary"] == "n3 GPU 0 at 90 C (threshold 85 C) for 1h00m"
+    assert rec.got[1].alerts[0].annotations["summary"] == "n3 GPU 0 at 90°C (threshold 85°C) for 1h00m"
     clock.t = t0 + 3700
     h.send(w.snap(w.gpu(0, temperature=71)))
     await h.tick()
     assert len(rec.got) == 2, "a resolution waits for group_interval after the last send"
     await h.tick(t0 + 3630 + 300)
     assert rec.got[2].status == "resolved"
-    assert rec.got[2].alerts[0].annotations["resolved"] == "n3 GPU 0 back to 71 C"
+    assert rec.got[2].alerts[0].annotations["resolved"] == "n3 GPU 0 back to 71°C"
 
 
 async def test_group_wait_batches_and_group_interval_spaces_updates(harness, clock, w):

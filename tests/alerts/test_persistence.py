@@ -76,7 +76,7 @@ async def test_restart_then_resolution_is_notified_once(harness, clock, store, w
     h2.send(w.snap(w.gpu(0, temperature=60)))
     await h2.tick()
     [n] = h2.notifiers[0].got
-    assert n.status == "resolved" and n.alerts[0].annotations["resolved"] == "n3 GPU 0 back to 60 C"
+    assert n.status == "resolved" and n.alerts[0].annotations["resolved"] == "n3 GPU 0 back to 60°C"
     await h2.tick(t0 + 5000)
     assert len(h2.notifiers[0].got) == 1
     assert store.alerts[n.alerts[0].fingerprint].state == "resolved"

@@ -45,7 +45,7 @@ async def test_engine_state_round_trips_through_sqlite(tmp_path: Path, clock, w)
         await engine2.start(run_tick=False)
         [alert] = engine2.active()
         assert alert.rule == "overheating" and alert.state == "firing" and alert.last_notified_at == t0 + 30
-        assert alert.annotations["summary"].startswith("n3 GPU 0 at 91 C")
+        assert alert.annotations["summary"].startswith("n3 GPU 0 at 91°C")
         [s] = await engine2.list_silences()
         assert s.id == silence.id and s.matchers == {"host": "n4", "rule": "wasted"} and s.comment == "keep"
         engine2.frame("n3", hot, clock.t)
@@ -59,7 +59,7 @@ async def test_engine_state_round_trips_through_sqlite(tmp_path: Path, clock, w)
         await engine2.evaluate()
         await disp2.join(5)
         [n] = rec2.got
-        assert n.status == "resolved" and n.alerts[0].annotations["resolved"] == "n3 GPU 0 back to 70 C"
+        assert n.status == "resolved" and n.alerts[0].annotations["resolved"] == "n3 GPU 0 back to 70°C"
         assert await engine2.expire_silence(s.id or 0)
         assert await engine2.list_silences() == []
     finally:

@@ -3,15 +3,15 @@
     .venv/bin/python -m tests.bench.chunk_bench [--hosts 100] [--seconds 600] [--data noisy|sim]
                                                 [--procs 1] [--fast] [--no-reads]
 
-Before: the real store of main at 2501273 (one SQLite row per GPU-sample; its code from ``git archive``,
-tests/oldtree.py). After: this tree's. Each runs in its own process (tests/bench/chunk_child.py), both at
-once, over the same frames: ``--hosts`` hosts x 8 GPUs at 1 Hz for ``--seconds`` s, ``--procs`` processes on
-each busy GPU, through Store.submit_snapshot as the daemon feeds it (admission, the writer's batches, spans
-and GPU-hours, samples, maintenance every minute: rollups, retention, checkpoint), paced in real time
-(``--fast``: as fast as each store takes them). A third process runs this tree's store with the samples
-left out (the head takes nothing): what the store spends on everything else, the floor under its CPU.
-``--data noisy`` (default): readings that move every second (power to the milliwatt, util with noise,
-times with 0.5 ms of jitter): about the worst a real fleet sends; ``sim``: the simulated fleet's frames.
+Before: the real store of main before chunks (one SQLite row per GPU-sample; tests/oldtree.py BEFORE_CHUNKS,
+its code from ``git archive``). After: this tree's. Each runs in its own process (tests/bench/chunk_child.py),
+both at once, over the same frames: ``--hosts`` hosts x 8 GPUs at 1 Hz for ``--seconds`` s, ``--procs``
+processes on each busy GPU, through Store.submit_snapshot as the daemon feeds it (admission, the writer's
+batches, spans and GPU-hours, samples, maintenance every minute: rollups, retention, checkpoint), paced in
+real time (``--fast``: as fast as each store takes them). A third process runs this tree's store with the
+samples left out (the head takes nothing): what the store spends on everything else, the floor under its CPU.
+``--data noisy`` (default): readings that move every second (power to the milliwatt, util with noise, times
+with 0.5 ms of jitter): about the worst a real fleet sends; ``sim``: the simulated fleet's frames.
 
 Reported, before and after: bytes on disk per GPU-sample (file + WAL after a TRUNCATE checkpoint, after a
 clean stop), store CPU per GPU-sample (process time of every thread, less the frames' building), and the

@@ -259,6 +259,12 @@ class StandinStore:
             )
         return out
 
+    async def fleet_history(self, *, since: float, until: float, max_points: int = 120) -> list[GpuSeries]:
+        out: list[GpuSeries] = []
+        for name in self.live.hosts:
+            out += await self.gpu_history(name, since=since, until=until, max_points=max_points)
+        return out
+
     async def process_history(
         self,
         host: str | None = None,

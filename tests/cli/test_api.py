@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from gpufleet.collector.errors import QueryError
 from gpufleet.collector.faces.api.server import QueryServer
+from gpufleet.collector.model.views import GPU_STATES
 
 from tests.cli.cli_testkit import StandinCollector
 
@@ -54,8 +55,9 @@ async def test_status_view(server: QueryServer) -> None:
     assert names == ["n1", "n2", "n3", "n4", "n5", "n6"]
     t = view["totals"]
     assert (t["hosts"], t["hosts_up"], t["hosts_down"]) == (6, 5, 1)
-    assert t["gpus"] == 20 and t["wasted"] == 2 and t["hot"] == 1 and t["lost"] == 1 and t["stale"] == 1
-    assert t["busy"] + t["idle"] + t["lost"] + t["unknown"] == t["gpus"]
+    # wasted counts GPUs a waste rule fires on (n2's two, n4's stale zombie), each GPU in one state
+    assert t["gpus"] == 20 and t["wasted"] == 3 and t["hot"] == 1 and t["lost"] == 1 and t["stale"] == 1
+    assert sum(t[s] for s in GPU_STATES) == t["gpus"]
     n2 = view["hosts"][1]
     assert n2["gpus"][0]["flags"] == ["wasted"]
     assert n2["gpus"][0]["processes"][0]["user"] == "dave"

@@ -25,6 +25,7 @@ from tests.cli.cli_testkit import (
 
 pytest.importorskip("gpufleet.collector.service.daemon")
 from gpufleet.cli.demo import DEMO_HOSTS
+from gpufleet.cli.hints import nvidia_driver_loaded, start_hint
 from gpufleet.collector.simfleet import SimFleet
 
 pytestmark = pytest.mark.slow
@@ -141,7 +142,12 @@ async def test_demo_runs_and_exits_cleanly(home: Path) -> None:
     assert "stale" in r.out  # the zombie shows within seconds
     # piped: nothing cut at the 100 columns the environment claims (the banner's longest line is ~120)
     assert "dave's job exits leaving 12 GiB orphaned (GPU 1)" in r.out
-    assert r.out.rstrip().endswith("demo stopped; the simulated fleet and its temp data are gone.")
+    *_, stopped, hint = r.out.rstrip().splitlines()
+    assert stopped == "demo stopped; the simulated fleet and its temp data are gone."
+    # the next step works on this machine (issue 36: `collector run` here showed only this machine, down)
+    assert hint == f"Next, your own GPUs: {start_hint()}.", hint
+    if not nvidia_driver_loaded():
+        assert "no NVIDIA driver" in hint and "gpufleet collector run -c gpufleet.yaml" in hint
     assert "Traceback" not in r.err
     assert not list(home.glob("gpufleet-demo-*"))  # temp data removed
 
@@ -175,7 +181,8 @@ async def test_demo_ctrl_c_leaves_nothing_behind(home: Path) -> None:
         out, err = await asyncio.wait_for(proc.communicate(), 60)
         assert proc.returncode == 0, err.decode()[-3000:]
         assert "Traceback" not in err.decode() and "KeyboardInterrupt" not in err.decode()
-        assert out.decode().rstrip().endswith("demo stopped; the simulated fleet and its temp data are gone.")
+        assert out.decode().rstrip().splitlines()[-2] == (
+            "demo stopped; the simulated fleet and its temp data are gone.")
         assert not any(w.exists() for w in workdirs)
         left = {p: c for p, c in agents.items() if alive(p, c)}
         assert not left, f"agent processes left behind: {left}"

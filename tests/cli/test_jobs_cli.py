@@ -48,7 +48,9 @@ async def test_a_finished_job_is_listed_live_and_from_the_store(home: Path) -> N
     assert 3 <= job["ended"] - job["started"] <= 1000 + 60  # started 900 s before the agent (start_offset_s)
     assert 70 <= job["mean_util"] <= 85 and job["peak_util"] <= 85 and job["waste_pct"] == 0
     assert job["peak_memory"] == 12288 << 20
-    assert live.rc == 0 and "dave" in live.out and "pid 13579" in live.out and "1 on n5" in live.out
+    assert live.rc == 0 and "dave" in live.out and "pid 13579" in live.out
+    row = next(line for line in live.out.splitlines() if "pid 13579" in line)
+    assert row.split()[5:7] == ["n5", "1"], row  # the host and the GPU, each in its column
 
     # the collector is gone: the same command reads the stored records
     r = await run_cli("jobs", "--db", str(db), "--socket", str(home / "absent.sock"), "--json", env=env)

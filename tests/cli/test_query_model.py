@@ -36,11 +36,12 @@ def test_totals_and_states() -> None:
     assert [h.name for h in v.hosts] == ["a2", "a10", "b1", "c1", "d1"]  # natural order
     t = v.totals
     assert (t.hosts, t.hosts_up, t.hosts_down, t.gpus) == (5, 4, 1, 16)
-    assert (t.busy, t.idle, t.lost, t.wasted, t.unknown) == (10, 5, 1, 2, 0)
+    # each GPU counted once (issue 36): the two wasted GPUs are not also busy
+    assert (t.busy, t.idle, t.lost, t.wasted, t.unknown) == (8, 5, 1, 2, 0)
     states = {(h.name, g.index): g.state for h in v.hosts for g in h.gpus}
-    assert states[("a2", 3)] == "idle" and states[("a2", 0)] == "busy"
+    assert states[("a2", 3)] == "idle" and states[("a2", 0)] == "busy" and states[("a10", 0)] == "wasted"
     assert states[("b1", 1)] == "lost" and all(states[("d1", i)] == "idle" for i in range(4))
-    assert t.busy + t.idle + t.lost + t.unknown == t.gpus
+    assert t.busy + t.wasted + t.idle + t.lost + t.hung + t.unreadable + t.unknown + t.maintenance == t.gpus
     assert t.lost == 1 and t.wasted == 2 and t.idle == 5
     b1 = v.hosts[2].gpus[1]
     assert b1.flags == ["lost"] and b1.error and b1.processes == []
@@ -146,13 +147,35 @@ def test_parse_time() -> None:
     with pytest.raises(TimeParseError) as exc:
         parse_time("yesterdayish")
     assert str(exc.value) == (
-        "bad --since 'yesterdayish': expected a duration like 24h, 7d, 90m or a date like "
-        "2026-11-30 or 2026-11-30T08:00"
+        "bad --since 'yesterdayish': expected a duration like 24h, 7d, -90m, +1h, '2h ago', a word (now, "
+        "today, yesterday, tomorrow), a time like 08:00 or a date like 2026-11-30 or 2026-11-30T08:00"
     )
-    with pytest.raises(TimeParseError, match="^bad --until '13:00'"):
-        parse_range("1h", "13:00")
+    with pytest.raises(TimeParseError, match="^bad --until '25:00'"):
+        parse_range("1h", "25:00")
     with pytest.raises(ValueError, match="must be before --until"):
         parse_range("1h", "2h", now=time.time())
+
+
+def test_times_read_like_journalctl() -> None:
+    """Issue 36: ``--until 2026-12-01`` alone failed ("--since ... must be before --until"): the default
+    span was counted back from now. Like journalctl: words, signed and "ago"/"left" offsets, a time of day
+    today; --until alone ends the default span there."""
+    now = datetime(2026, 11, 30, 15, 30).timestamp()
+    midnight = datetime(2026, 11, 30).timestamp()
+    assert parse_time("today", now=now) == midnight
+    assert parse_time("yesterday", now=now) == midnight - 86400
+    assert parse_time("tomorrow", now=now) == midnight + 86400
+    assert parse_time("-2h", now=now) == parse_time("2h ago", now=now) == now - 7200
+    assert parse_time("2h", now=now) == now - 7200
+    assert parse_time("+1h", now=now) == parse_time("1h left", now=now) == now + 3600
+    assert parse_time("10 min ago", now=now) == parse_time("2 hours", now=now) + 7200 - 600
+    assert parse_time("08:00", now=now) == datetime(2026, 11, 30, 8, 0).timestamp()
+    assert parse_time("08:00:30", now=now) == datetime(2026, 11, 30, 8, 0, 30).timestamp()
+    with pytest.raises(TimeParseError):
+        parse_time("+2026-11-30", now=now)
+    start, end = parse_range(None, "2026-11-01", default_since="24h", now=now)
+    assert end == datetime(2026, 11, 1).timestamp() and start == end - 86400
+    assert parse_range("yesterday", "today", now=now) == (midnight - 86400, midnight)
 
 
 def test_fmt_duration() -> None:
@@ -199,8 +222,8 @@ def test_orphaned_memory_is_not_idle() -> None:
     host = next(iter(live.hosts))
     v = query.build_fleet_view(live.hosts.values(), Firing([alert("orphaned_memory", host, 0)]), now=NOW)
     states = [g.state for g in v.hosts[0].gpus]
-    assert states == ["busy", "idle"]
-    assert (v.totals.busy, v.totals.idle, v.totals.orphaned) == (1, 1, 1)
+    assert states == ["wasted", "idle"]  # held by nobody, usable by nobody: counted with the waste
+    assert (v.totals.busy, v.totals.wasted, v.totals.idle, v.totals.orphaned) == (0, 1, 1, 1)
     assert v.hosts[0].gpus[0].flags == ["orphaned"]
     assert codec.fleet_view_from_dict(json.loads(json.dumps(v, default=codec.jsonable))).totals.orphaned == 1
 

@@ -22,6 +22,7 @@ def test_keys_decode_sequences_and_a_lone_esc() -> None:
     assert decode("\x1b[A\x1b[Bj\r") == ["up", "down", "j", "enter"]
     assert decode("\x1b") == ["esc"] and decode("\x1b[5~\x1b[6~") == ["pgup", "pgdn"]
     assert decode("/ab\x7f") == ["/", "a", "b", "backspace"] and decode("\x1b[99Zq") == ["q"]
+    assert decode("\x1bOP\x1b[21~") == ["f1", "f10"]  # help and quit, as in htop
 
 
 def rows_of(st: TopState, view: views.FleetView) -> list[tuple[str, int | None]]:
@@ -44,13 +45,24 @@ def test_sort_filter_select_and_quit() -> None:
     for k in ["/", "u", "s", "e", "r", ":", "d", "a", "v", "e", "enter"]:
         assert st.key(k, page=10)
     assert st.filter == "user:dave" and rows_of(st, view) == [("n2", 0), ("n2", 1)]
-    for k in ["/", "f", "l", "a", "g", ":", "w", "a", "s", "t", "e", "d", "esc"]:  # Esc cancels the edit
+    for k in ["/", " ", "f", "l", "a", "g", ":", "w", "a", "s"]:  # the filter applies as it is typed
         st.key(k, page=10)
+    assert st.filter == "user:dave flag:was" and rows_of(st, view) == [("n2", 0), ("n2", 1)]
+    st.key("esc", page=10)  # Esc undoes the edit
     assert st.filter == "user:dave" and st.prompt is None
-    st.key("/", page=10)
-    st.key("enter", page=10)
-    assert st.filter == ""
-    assert st.key("q", page=10) is False and TopState().key("esc", page=10) is False
+    st.key("esc", page=10)  # and then clears the filter: Esc goes back, never out of top (issue 36)
+    assert st.filter == "" and st.key("esc", page=10) is True
+    for k in ("h", "?", "f1"):  # help as in nvitop and htop; any key returns; q quits
+        assert st.key(k, page=10) and st.help
+        assert st.key("esc", page=10) and not st.help
+    st.key("n", page=10)
+    assert st.sort == "host"
+    st.key(">", page=10)
+    assert st.sort == "util"
+    st.key("<", page=10)
+    st.key(",", page=10)
+    assert st.sort == "user"
+    assert st.key("q", page=10) is False and TopState().key("f10", page=10) is False
 
 
 @pytest.mark.parametrize("width,height", [(80, 24), (200, 50)])
@@ -59,7 +71,8 @@ def test_screens_fit(width: int, height: int) -> None:
     st = TopState()
     lines = list_screen(view, st, width, height)
     assert len(lines) == height and all(line.cell_len() <= width for line in lines)
-    assert lines[-1].plain.startswith("q quit")
+    assert lines[-1].plain.startswith("h help  q quit")
+    assert lines[-3].plain.startswith("flags worst first")  # the legend, always there
     for _ in range(30):  # scroll past the end: the selection stays on screen
         st.key("down", page=5)
         lines = list_screen(view, st, width, 12)

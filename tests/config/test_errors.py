@@ -201,6 +201,17 @@ def test_secret_file_errors(fail: Any, tmp_path: Path) -> None:
     assert "cannot read secret file" in errs.errors[0].reason and "is empty" in errs.errors[1].reason
 
 
+def test_bad_indentation_is_said_in_plain_words(fail: Any) -> None:
+    """Issue 36: a key indented one space too far gave PyYAML's "expected <block end>, but found '<block
+    mapping start>'"; the line was right, the words were the parser's."""
+    e = only(fail("hosts:\n  - name: n1\n   address: 10.0.0.1\n"))
+    assert e.line == 3 and e.reason.startswith(
+        "YAML syntax error: bad indentation: 'address: 10.0.0.1' (column 4) does not line up with the lines "
+        "above it in its list or mapping"), e.reason
+    e = only(fail("hosts:\n- name: n1\n    address: 1\n"))
+    assert e.line == 3 and "bad indentation or an unquoted ': '" in e.reason and "(column 12)" in e.reason
+
+
 def test_yaml_syntax_error_line(fail: Any) -> None:
     e = only(fail("hosts:\n  - name: a\n    port: [22\n  - b\n"))
     assert e.line is not None and e.line >= 3 and "YAML syntax error" in e.reason

@@ -1,71 +1,21 @@
 """The real agent names a Kubernetes process's namespace, pod and container, without cluster credentials.
 
-A real process is put in a real cgroup shaped like the kubelet's (systemd driver, containerd:
-``kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice/cri-containerd-<id>.scope``),
-the fake libnvidia-ml.so.1 lists it on GPU 0, and the kubelet's log directories are built in a temporary
-directory (tests/k8s/kubelet_tree.py) that ``--kubelet-logs`` points at.
+A real process is put in a real cgroup shaped like the kubelet's, the fake libnvidia-ml.so.1 lists it on GPU
+0, and the kubelet's log directories are built in a temporary directory that ``--kubelet-logs`` points at
+(both tests/k8s/kubelet_tree.py).
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 from gpufleet.agent.k8s import RESCAN_AFTER, KubeletLogs
 from gpufleet.agent.procinfo import ProcReader
 
 from tests import realagent
 from tests.builders import FakeClock
 from tests.fakenvml import fakelib
-from tests.k8s.kubelet_tree import Pod, add_pod, container_id
-
-CGROUP = Path("/sys/fs/cgroup")
-
-
-@dataclass(frozen=True)
-class PodProcess:
-    pid: int
-    pod: Pod
-    container: str  # its container's name
-
-
-def _hierarchy() -> Path | None:
-    """A cgroup hierarchy we may create groups in: v1's pids controller, or the v2 root."""
-    for root in (CGROUP / "pids", CGROUP):
-        if (root / "cgroup.procs").exists() and os.access(root, os.W_OK):
-            return root
-    return None
-
-
-@pytest.fixture
-def pod_process() -> Iterator[PodProcess]:
-    root = _hierarchy()
-    if os.geteuid() != 0 or root is None:
-        pytest.skip("needs root and a writable cgroup hierarchy to place a process in a pod's cgroup")
-    pod = Pod("research", "trainer-7f9c-0", {"pytorch": container_id(f"pytorch-{os.getpid()}"),
-                                              "metrics-sidecar": container_id(f"sidecar-{os.getpid()}")})
-    pod_slice = f"kubepods-burstable-pod{pod.uid.replace('-', '_')}.slice"
-    slices = ["kubepods.slice", "kubepods-burstable.slice", pod_slice,
-              f"cri-containerd-{pod.containers['pytorch']}.scope"]
-    dirs = [root.joinpath(*slices[:i + 1]) for i in range(len(slices))]
-    for d in dirs:
-        d.mkdir(exist_ok=True)
-    proc = subprocess.Popen(["sleep", "600"])
-    try:
-        (dirs[-1] / "cgroup.procs").write_text(str(proc.pid))
-        yield PodProcess(proc.pid, pod, "pytorch")
-    finally:
-        proc.kill()
-        proc.wait(timeout=10)
-        for d in reversed(dirs):
-            try:
-                d.rmdir()
-            except OSError:
-                pass  # kubepods.slice still used by a concurrent run: it removes it
+from tests.k8s.kubelet_tree import PodProcess, add_pod
 
 
 def test_the_process_cgroup_gives_the_ids(pod_process: PodProcess) -> None:

@@ -1,20 +1,26 @@
-"""Helpers shared by the metrics tests: a stand-in running collector over hand-built snapshots, and
-running promtool."""
+"""Helpers shared by the metrics tests: a stand-in running collector over hand-built snapshots, running
+promtool, and a real Prometheus scraping a target."""
 
 from __future__ import annotations
 
+import asyncio
+import shutil
 import socket
 import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.collector.faces.metrics.exporter import FleetCollector
 from gpufleet.collector.fleet.live import HostState, LiveView
 from gpufleet.collector.model import sample
 from gpufleet.collector.model.firing import Firing
+from gpufleet.collector.settings import Config
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
-from tests.builders import alert, gpu, proc, snap
+from tests.builders import alert, free_port, gpu, proc, snap
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -41,6 +47,7 @@ class StandIn:
     """What /metrics reads of a running collector (faces/source.py ``Running``), over a real LiveView."""
 
     def __init__(self) -> None:
+        self.config = Config()
         self.live = LiveView()
         up = HostState(name="gpu01", status="up", since=1_699_999_000.0, last_seen=1_700_000_000.5,
                        tags=["a100", "lab"], agent_version="0.1.0", driver_version="550.54.15",
@@ -97,3 +104,40 @@ def reference_exposition(source: StandIn, *, openmetrics: bool = False,
 def run_promtool(promtool: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([promtool, *args], input=stdin, capture_output=True, text=True, timeout=60,
                           cwd=REPO)
+
+
+PROMETHEUS = shutil.which("prometheus") or shutil.which("prometheus", path="/usr/bin")
+
+
+@dataclass(frozen=True)
+class PromProcess:
+    base: str  # http://127.0.0.1:PORT
+    proc: subprocess.Popen[bytes]
+    log: Path
+
+
+@asynccontextmanager
+async def prometheus_scraping(tmp_path: Path, target: str) -> AsyncIterator[PromProcess]:
+    """A real Prometheus (Debian package) on loopback scraping ``target`` every second with
+    ``honor_labels: true``, as deploy/prometheus.yml does; its log in ``tmp_path``. Not waited for: the
+    caller polls ``/-/ready``."""
+    assert PROMETHEUS is not None, "prometheus not installed (Debian package)"
+    web = free_port()
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text("global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+                   "scrape_configs:\n  - job_name: gpufleet\n    honor_labels: true\n"
+                   f"    static_configs: [{{targets: ['{target}']}}]\n")
+    log = tmp_path / "prometheus.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path}/data",
+                                 f"--web.listen-address=127.0.0.1:{web}", "--log.level=warn"],
+                                stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        yield PromProcess(f"http://127.0.0.1:{web}", proc, log)
+    finally:
+        proc.terminate()
+        try:
+            await asyncio.to_thread(proc.wait, 15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from gpufleet.agent import wire
-from gpufleet.collector.faces.metrics.dcgm import NAMES
+from gpufleet.collector.faces.metrics.dcgm import NAMES, PROF
 from gpufleet.collector.service.daemon import Collector
 from gpufleet.collector.settings import ApiConfig, Config, MetricsConfig, StorageConfig, default_rules
 from gpufleet.collector.simfleet import SimFleet
@@ -49,7 +49,7 @@ def _ready(base: str) -> bool:
 
 
 async def test_dcgm_dashboard_queries_return_every_gpu(tmp_path: Path) -> None:
-    assert set(QUERIES) == NAMES - {"DCGM_FI_PROF_SM_ACTIVE"}  # GPM GPUs only: test_exposition has it
+    assert set(QUERIES) == NAMES - PROF  # GPM GPUs only: test_exposition and test_dcgm_dashboard have them
     async with SimFleet(["gpu-a", "gpu-b"], mode="inproc", interval=0.2, gpus=4) as fleet:
         cfg = Config(hosts=fleet.host_configs(), storage=StorageConfig(path=str(tmp_path / "db.sqlite")),
                      api=ApiConfig(socket=str(tmp_path / "api.sock")),

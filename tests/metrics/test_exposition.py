@@ -10,8 +10,10 @@ from gpufleet.collector.faces.metrics.exporter import (
     UNATTRIBUTED_USER,
     FleetCollector,
 )
+from gpufleet.collector.fleet import query
 from gpufleet.collector.fleet.live import HostState, LiveView
 from gpufleet.collector.model import sample
+from gpufleet.collector.model.views import GPU_STATES
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -215,6 +217,10 @@ def full_source() -> StandIn:
     snap.gpus[0].fan_speed = 40
     snap.gpus.append(gpu(2, uuid="GPU-cccc", mig_mode=True, mig_instances=[
         sample.MigInstance(gi_id=1, ci_id=0, profile="1g.10gb", memory_total=10 * GIB, memory_used=GIB)]))
+    pod = snap.gpus[0].processes[1]  # runs in a pod the kubelet named
+    pod.pod_namespace, pod.pod_name, pod.container_name = "ml", "train-0", "trainer"
+    snap.allocations = [sample.SlurmAllocation(job="812", gpu_indexes=[0, 2], name="llama-pretrain",
+                                               user="alice", account="nlp", partition="gpu", state="RUNNING")]
     source.live.hosts["gpu01"].snapshot = snap
     source.live.hosts["gpu09"] = HostState(name="gpu09", status="up", clock_skew=600.0)  # a skewed clock
     return source
@@ -266,12 +272,46 @@ def test_odd_label_values_are_escaped(source: StandIn, promtool: str, name: str,
     assert res.returncode == 0, res
 
 
-def test_dcgm_sm_active_comes_from_gpm_and_no_other_profiling_series(source: StandIn) -> None:
-    registry = CollectorRegistry()
-    registry.register(FleetCollector(source, dcgm_names=True))
-    from prometheus_client import generate_latest
+def test_dcgm_profiling_series_come_from_gpm_where_the_gpu_has_it(source: StandIn) -> None:
+    """Issue 37: NVIDIA's dashboard's "Tensor Core Utilization" (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE) and the
+    DRAM and engine activity come from GPM, as ratios, on the GPU that has it; none on the one without."""
+    snap = snapshot()
+    snap.gpus[0].tensor_active, snap.gpus[0].dram_active, snap.gpus[0].gr_active = 31, 55, 42
+    source.live.hosts["gpu01"].snapshot = snap
+    fams = list(text_string_to_metric_families(exposition(source, dcgm_names=True)))
+    prof = sorted((s.name, s.labels.get("Hostname"), s.labels.get("gpu"), s.value)
+                  for f in fams for s in f.samples if s.name.startswith("DCGM_FI_PROF_"))
+    assert prof == [("DCGM_FI_PROF_DRAM_ACTIVE", "gpu01", "0", 0.55),
+                    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gpu01", "0", 0.42),
+                    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gpu01", "0", 0.31),
+                    ("DCGM_FI_PROF_SM_ACTIVE", "gpu01", "0", 0.42)]  # GPU 1 has no GPM reading
 
-    fams = list(text_string_to_metric_families(generate_latest(registry).decode()))
-    prof = [(s.name, s.labels.get("Hostname"), s.labels.get("gpu"), s.value)
-            for f in fams for s in f.samples if s.name.startswith("DCGM_FI_PROF_")]
-    assert prof == [("DCGM_FI_PROF_SM_ACTIVE", "gpu01", "0", 0.42)]  # a ratio; GPU 1 has no GPM reading
+
+def test_dcgm_series_are_each_hosts_own_instance_with_its_pods(source: StandIn) -> None:
+    """Issue 37: each host's DCGM series carry ``instance`` (the host, as its own exporter's target would)
+    and ``pod``/``namespace``/``container`` where a pod uses the GPU (absent elsewhere, as dcgm-exporter);
+    the collector's own series carry no ``instance`` (Prometheus gives them the collector's)."""
+    fams = list(text_string_to_metric_families(exposition(full_source(), dcgm_names=True)))
+    temp = {s.labels["gpu"]: s.labels for f in fams for s in f.samples if s.name == "DCGM_FI_DEV_GPU_TEMP"}
+    assert {g: (lab["instance"], lab["Hostname"]) for g, lab in temp.items()} == {"0": ("gpu01", "gpu01")}
+    fb = [s.labels for f in fams for s in f.samples if s.name == "DCGM_FI_DEV_FB_USED"]
+    by_gpu = {(lab["gpu"], lab.get("GPU_I_ID")): lab for lab in fb}
+    assert {k: by_gpu[("0", None)].get(k) for k in ("pod", "namespace", "container")} == {
+        "pod": "train-0", "namespace": "ml", "container": "trainer"}
+    assert not {"pod", "namespace", "container"} & set(by_gpu[("1", None)])
+    assert not {"pod", "namespace", "container"} & set(by_gpu[("2", "1")])  # the MIG instance: no pod
+    assert by_gpu[("2", "1")]["instance"] == "gpu01"
+    own = [s.labels for f in fams for s in f.samples if not s.name.startswith("DCGM_")]
+    assert own and not any("instance" in lab for lab in own)
+
+
+def test_gpus_by_state_count_each_gpu_once_as_status_does(source: StandIn) -> None:
+    """``gpufleet_gpus{state}`` is the status line's partition (issue 36): gpu01's busy GPU, its wasted one
+    (a waste rule fires on it, so it is not also busy), the down host's two GPUs as unknown; the sum is
+    every GPU the collector has readings of."""
+    s = samples(source)
+    got = {state: get(s, "gpufleet_gpus", state=state) for state in GPU_STATES}
+    assert got == {"busy": 1, "wasted": 1, "idle": 0, "unused": 0, "lost": 0, "hung": 0, "unreadable": 0,
+                   "unknown": 2, "maintenance": 0}
+    view = query.build_fleet_view(source.live.hosts.values(), source.firing(), now=1_700_000_001.0)
+    assert {state: getattr(view.totals, state) for state in GPU_STATES} == got

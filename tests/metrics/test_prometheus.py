@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import shutil
 import subprocess
 import urllib.error
 import urllib.parse
@@ -22,10 +21,8 @@ import pytest
 import pytest_asyncio
 from gpufleet.collector.faces.metrics.exporter import MetricsServer
 
-from tests.builders import free_port
-from tests.metrics.metrics_testkit import DEPLOY, StandIn
+from tests.metrics.metrics_testkit import DEPLOY, PROMETHEUS, StandIn, prometheus_scraping
 
-PROMETHEUS = shutil.which("prometheus") or shutil.which("prometheus", path="/usr/bin")
 pytestmark = [pytest.mark.skipif(PROMETHEUS is None, reason="prometheus not installed (Debian package)"),
               pytest.mark.slow,  # Prometheus waits ~5 s before its first scrape; one instance per module
               pytest.mark.asyncio(loop_scope="module")]
@@ -75,38 +72,16 @@ class Prom:
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def prom(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Prom]:
     tmp_path = tmp_path_factory.mktemp("prometheus")
-    async with MetricsServer(StandIn(), "127.0.0.1:0") as srv:
-        web = free_port()
-        cfg = tmp_path / "prometheus.yml"
-        cfg.write_text(
-            "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
-            "scrape_configs:\n"
-            "  - job_name: gpufleet\n"
-            "    honor_labels: true\n"
-            f"    static_configs: [{{targets: ['127.0.0.1:{srv.port}']}}]\n")
-        log = tmp_path / "prometheus.log"
-        assert PROMETHEUS is not None
-        with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{web}", "--log.level=warn"],
-                stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
-        p = Prom(f"http://127.0.0.1:{web}", proc, log)
-        try:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + WAIT
-            while (await p.get("/-/ready"))[0] != 200:
-                if proc.poll() is not None or loop.time() > deadline:
-                    pytest.fail(f"prometheus not ready: {log.read_text()[-3000:]}")
-                await asyncio.sleep(0.2)
-            yield p
-        finally:
-            proc.terminate()
-            try:
-                await asyncio.to_thread(proc.wait, 15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+    async with MetricsServer(StandIn(), "127.0.0.1:0") as srv, \
+            prometheus_scraping(tmp_path, f"127.0.0.1:{srv.port}") as running:
+        p = Prom(running.base, running.proc, running.log)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + WAIT
+        while (await p.get("/-/ready"))[0] != 200:
+            if running.proc.poll() is not None or loop.time() > deadline:
+                pytest.fail(f"prometheus not ready: {running.log.read_text()[-3000:]}")
+            await asyncio.sleep(0.2)
+        yield p
 
 
 async def test_prometheus_scrapes_gpu_series(prom: Prom) -> None:

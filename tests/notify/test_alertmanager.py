@@ -99,7 +99,7 @@ async def test_engine_to_alertmanager_with_refresh(alertmanager, w):
         assert await disp.join(10)
         [a] = am_alerts(alertmanager)
         assert a["labels"]["alertname"] == "overheating" and a["labels"]["host"] == "n3"
-        assert a["annotations"]["summary"] == "n3 GPU 0 at 93 C (threshold 85 C) for 0s"
+        assert a["annotations"]["summary"] == "n3 GPU 0 at 93°C (threshold 85°C) for 0s"
         first_end = a["endsAt"]
         clock.t += 61  # a refresh re-posts firing alerts with a later endsAt
         engine.frame("n3", snap(gpu(0, temp=93, util=50), ts=clock.t, seq=2), clock.t)
@@ -107,7 +107,7 @@ async def test_engine_to_alertmanager_with_refresh(alertmanager, w):
         assert await disp.join(10)
         [a] = am_alerts(alertmanager)
         assert a["endsAt"] > first_end
-        assert a["annotations"]["summary"] == "n3 GPU 0 at 93 C (threshold 85 C) for 1m"
+        assert a["annotations"]["summary"] == "n3 GPU 0 at 93°C (threshold 85°C) for 1m"
         assert disp.stats["sent"] == 2 and disp.stats["failed"] == 0
     finally:
         await engine.stop()
@@ -149,7 +149,7 @@ async def test_resolved_alert_reaches_alertmanager_with_ends_at(alertmanager_to_
         [a] = done[0]["alerts"]
         assert a["status"] == "resolved" and a["labels"]["host"] == "n3"
         assert _parse(a["endsAt"]) == pytest.approx(resolved_at, abs=0.002), "endsAt is our resolution time"
-        assert a["annotations"]["resolved"] == "n3 GPU 0 back to 60 C"
+        assert a["annotations"]["resolved"] == "n3 GPU 0 back to 60°C"
         assert disp.stats["failed"] == 0
     finally:
         await engine.stop()

@@ -48,7 +48,7 @@ async def test_command_gets_json_on_stdin(w, tmp_path):
     assert await disp.join(10)
     await disp.stop()
     [call] = [json.loads(line) for line in out.read_text().splitlines()]
-    assert call == {"title": "[FIRING:1] warning: wasted on n3", "status": "firing",
+    assert call == {"title": "[FIRING:1] warning: wasted on n3 GPU 2", "status": "firing",
                     "groupKey": '{host="n3",rule="wasted"}', "alerts": 1}
     assert disp.stats["sent"] == 1
 
@@ -158,7 +158,7 @@ async def test_apprise_custom_schema(w, apprise_schema):
     assert await disp.join(10)
     await disp.stop()
     [call] = apprise_schema
-    assert call["title"] == "[FIRING:1] critical: wasted on n3"
+    assert call["title"] == "[FIRING:1] critical: wasted on n3 GPU 2"
     assert call["body"] == "* overheating summary"
     assert "failure" in call["type"].lower()
     assert disp.stats["sent"] == 1

@@ -56,6 +56,22 @@ def test_the_note_summarises_the_record_and_says_what_to_check() -> None:
     assert n.group_key == '{note="job_end",user="alice"}', "one log entry per user, not per job"
 
 
+def test_a_slurm_job_that_held_gpus_it_never_ran_on_is_told_so() -> None:
+    """Issue 37: the note says how many GPUs Slurm gave the job and how many it used; a job that ran nothing
+    (no GPU-hours held) is told too."""
+    n = job_note(record(gpus_allocated=["n1:0", "n1:1", "n2:0", "n2:1"], gpu_hours_allocated=8.66,
+                        gpu_hours_unused=4.33, diagnoses=["allocated_unused"]), NOTES, 5.0)
+    assert n is not None
+    lines = n.body.splitlines()
+    assert lines[3] == ("Slurm gave it 4 GPUs (n1:0, n1:1, n2:0, n2:1); it used 2: 4.33 of 8.66 allocated "
+                        "GPU-hours unused")
+    assert lines[-3].startswith("* allocated_unused: the job held GPUs it never ran on: ask for fewer")
+    idle = job_note(record(hosts=[], gpus=[], gpu_hours=0.0, gpus_allocated=["n3:2"], gpu_hours_allocated=1.0,
+                           gpu_hours_unused=1.0), NOTES, 5.0)
+    assert idle is not None and "released its GPUs on n3 after" in idle.body
+    assert "it used 0: 1.00 of 1.00 allocated GPU-hours unused" in idle.body
+
+
 @pytest.mark.parametrize("change, alerting", [
     ({}, AlertingConfig(notify_users=True, user_email_domain="example.org")),  # job_notes off (default)
     ({"gpu_hours": 0.05}, NOTES),  # under job_notes_min_gpu_hours (0.1)

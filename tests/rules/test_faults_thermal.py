@@ -15,10 +15,10 @@ def test_overheating_uses_the_lower_of_threshold_and_slowdown(runner, w):
     r = runner("overheating")
     assert r.feed(w.snap(w.gpu(0, temperature=84)), 0.0) == []
     conds = r.feed(w.snap(w.gpu(0, temperature=86)), 1.0)
-    assert conds and conds[0].value == 86 and "(threshold 85 C)" in conds[0].summary
+    assert conds and conds[0].value == 86 and "(threshold 85°C)" in conds[0].summary
     # this GPU slows down at 80 C: that is the threshold
     conds = r.feed(w.snap(w.gpu(0, temperature=81, temp_slowdown=80)), 2.0)
-    assert conds and "(threshold 80 C)" in conds[0].summary
+    assert conds and "(threshold 80°C)" in conds[0].summary
 
 
 def test_overheating_slowdown_from_hello(runner, w):
@@ -35,7 +35,7 @@ def test_overheating_resolved_message_gives_current_temperature(runner, w):
     r.feed(w.snap(w.gpu(0, temperature=71)), 10.0)
     alert = AlertRecord(fingerprint="x", rule="overheating", severity="critical", state="firing",
                         labels={"host": "n3", "gpu": "0", "uuid": "GPU-0000", "rule": "overheating"})
-    assert r.rule.resolved_message(alert, r.ctx, 10.0) == "n3 GPU 0 back to 71 C"
+    assert r.rule.resolved_message(alert, r.ctx, 10.0) == "n3 GPU 0 back to 71°C"
 
 
 def test_throttling_only_watched_reasons(runner, w):

@@ -153,8 +153,10 @@ class SlurmCluster:
               lambda: f"job: {self.job(job_id)}\n{self.logs()}")
 
     def job_pids(self, job_id: str) -> list[int]:
-        """The pids of the job's steps on this node (``scontrol listpids``, which asks the node's stepds)."""
-        out = self.run("scontrol", "listpids", job_id, self.node)
+        """The pids of the job's steps on this node (``scontrol listpids``, which asks the node's stepds);
+        none while slurmd has not started the job's first step ("does not exist on node": RUNNING comes
+        first)."""
+        out = self.run("scontrol", "listpids", job_id, self.node, check=False)
         pids = []
         for line in out.splitlines()[1:]:  # "PID JOBID STEPID LOCALID GLOBALID"
             fields = line.split()

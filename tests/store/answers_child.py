@@ -6,8 +6,8 @@
     python -m tests.store.answers_child open DB T0          # open for writing (migrate), close
 
 tests/store/test_same_answers.py runs it with this tree and with main before chunks (tests/oldtree.py) and
-compares the outputs; tests/store/test_migrate_v7.py answers from a file written by the old code, then from
-the same file once this code has converted it. Only what both versions have is used.
+compares the outputs; tests/store/test_migrate_chunks.py answers from a file written by the old code, then
+from the same file once this code has converted it. Only what both versions have is used.
 
 The fleet (three hosts, three hours and a bit at 1 Hz from T0), written to make the raw path work hard:
 - readings that move every second (power to the milliwatt, and on host b powers that are no whole number

@@ -2,7 +2,7 @@
 
 The same scripted fleet (tests/store/answers_child.py: moving readings, nulls, texts, a lost GPU, a slot
 change, a gap, late frames into minutes already rolled up, a clock step back, frames sent twice, raw
-retention) goes into the store of main before chunks (2501273, run from ``git archive`` through
+retention) goes into the store of main before chunks (oldtree.BEFORE_CHUNKS, run from ``git archive`` through
 tests/oldtree.py) and into this tree's, each in its own process; then every answer both give is compared:
 ``history`` (raw, 1-minute and 1-hour, merged wider; per GPU and per user; JSON and the CLI's CSV), the web
 page's chart data, stored status and hosts, processes, usage, events, the report in its three formats and

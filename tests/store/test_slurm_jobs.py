@@ -13,17 +13,12 @@ from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import schema
 from gpufleet.collector.store.store import Store
 
-from tests.builders import gpu, proc, snap
+from tests.builders import gpu, old_schema_file, proc, snap
 
 
 def _v4_file(path: Path) -> None:
     """A file exactly as the previous gpufleet left it: migrations v1..v4 only, with data in it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(path, isolation_level=None)
-    for version in range(4):
-        for statement in schema.MIGRATIONS[version]:
-            conn.execute(statement)
-    conn.execute("PRAGMA user_version=4")
+    conn = old_schema_file(path, 4)
     conn.execute("INSERT INTO hosts (name) VALUES ('n1')")
     conn.execute("INSERT INTO gpus (uuid, host_id, idx, first_seen, last_seen) "
                  "VALUES ('GPU-0000', 1, 0, 1, 1)")

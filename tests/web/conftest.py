@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from gpufleet.collector.settings import WebConfig
 
-from tests.web.web_testkit import CHROMEDRIVER, CHROMIUM, TOKEN, Site
+from tests.web.web_testkit import TOKEN, Site, chromium, chromium_missing
 
 
 def _site(tmp_path_factory: pytest.TempPathFactory, name: str, web: WebConfig) -> Iterator[Site]:
@@ -37,19 +37,10 @@ def private_site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists() or not Path(CHROMEDRIVER).exists():
-        pytest.skip(f"needs Debian's chromium and chromium-driver ({CHROMIUM}, {CHROMEDRIVER})")
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1400,1000", "--no-first-run", "--disable-extensions",
-                "--disable-background-networking", "--disable-component-update"):
-        opts.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-    driver.set_page_load_timeout(30)
+    missing = chromium_missing()
+    if missing:
+        pytest.skip(missing)
+    driver = chromium(1400, 1000)
     try:
         yield driver
     finally:

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 from gpufleet.collector.faces.web.server import WebServer
 from gpufleet.collector.fleet.live import HostState
+from gpufleet.collector.model.sample import SlurmAllocation
 from gpufleet.collector.settings import StorageConfig, WebConfig
 from gpufleet.collector.store.store import Store
 
-from tests.builders import overwrite_pages
+from tests.builders import GIB, gpu, overwrite_pages, proc, snap
 from tests.web.web_testkit import TOKEN, LoopThread, Site, Source
 
 pytestmark = pytest.mark.slow
@@ -227,4 +228,40 @@ def test_a_damaged_history_file_is_named_on_the_page(browser: Any, shots: Any, t
     finally:
         lt.run(server.stop())
         lt.run(store.close())
+        lt.close()
+
+
+def test_a_gpu_a_slurm_job_holds_and_never_uses_is_shown_so(browser: Any, shots: Any) -> None:
+    """Issue 37: the GPU a running Slurm job holds with nothing on it is not an idle GPU: its cell says
+    whose it is, takes the ``unused`` flag's colour from the rule catalog the server sends, the totals count
+    it, and the filter finds it by the job's name."""
+    src = Source(hosts=2)
+    state = src.live.hosts["h1"]
+    assert state.snapshot is not None
+    rank = proc(7000, "alice", mem_gib=40, command="python pretrain.py", job="812", job_name="llama-pretrain")
+    state.snapshot = snap(gpu(0, host="h1", util=90, mem=40 * GIB, procs=[rank]),
+                          gpu(1, host="h1", util=0, mem=0), ts=time.time(), seq=2)
+    state.snapshot.allocations = [SlurmAllocation(job="812", gpu_indexes=[0, 1], name="llama-pretrain",
+                                                  user="alice", account="nlp", partition="gpu",
+                                                  state="RUNNING")]
+    lt = LoopThread()
+    server = WebServer(src, WebConfig(enabled=True, listen="127.0.0.1:0"))
+    lt.run(server.start())
+    try:
+        open_page(browser, server.url)
+        assert "unused" in cell_class(browser, "h1/1") and "busy" in cell_class(browser, "h1/0")
+        cell = "document.querySelector('.g[data-k=\"h1/1\"]')"
+        colour = js(browser, f"return getComputedStyle({cell}).borderLeftColor")
+        assert colour == "rgb(201, 162, 39)", colour  # the catalog's colour of the flag (#c9a227)
+        assert "812 llama-pretrain (alice, nlp)" in js(browser, f"return {cell}.innerText")
+        assert "held by Slurm 812 llama-pretrain (alice, nlp), unused" in js(browser, f"return {cell}.title")
+        totals = js(browser, "return document.getElementById('totals').innerText").replace(" ", "")
+        assert "unused1" in totals, totals
+        browser.find_element("id", "filter").send_keys("llama")
+        visible = ("return [...document.querySelectorAll('.host')].filter(h => !h.hidden)"
+                   ".map(h => h.dataset.h)")
+        assert wait_for("only the job's host", lambda: js(browser, visible) == ["h1"])
+        shots(browser, "slurm-unused")
+    finally:
+        lt.run(server.stop())
         lt.close()

@@ -17,6 +17,41 @@ from tests.builders import GIB, LoopThread, gpu, proc, snap
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+def chromium_missing() -> str | None:
+    """Why a browser test cannot run here (None: it can)."""
+    if not Path(CHROMIUM).exists() or not Path(CHROMEDRIVER).exists():
+        return f"needs Debian's chromium and chromium-driver ({CHROMIUM}, {CHROMEDRIVER})"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "needs selenium"
+    return None
+
+
+def chromium(width: int = 1400, height: int = 1000) -> Any:
+    """A headless Chromium through the system chromedriver, its page ``width`` x ``height`` CSS pixels (set
+    by emulation: a headless window is never narrower than 500 px, a phone is)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                f"--window-size={max(width, 800)},{height}", "--no-first-run", "--disable-extensions",
+                "--disable-background-networking", "--disable-component-update"):
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(30)
+    if width < 800:
+        page_size(driver, width, height)
+    return driver
+
+
+def page_size(driver: Any, width: int, height: int) -> None:
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False})
 HOSTS = {"n1": "wasting", "n2": "busy", "n3": "idle"}
 TOKEN = "s3cret-t0ken"
 
@@ -75,6 +110,12 @@ class Store:
         return []
 
     async def gpu_history(self, *_: Any, **__: Any) -> list[Any]:
+        return []
+
+    async def fleet_history(self, **_: Any) -> list[Any]:
+        return []
+
+    async def load_alerts(self, **_: Any) -> list[Any]:
         return []
 
 

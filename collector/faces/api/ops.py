@@ -29,6 +29,7 @@ from gpufleet.collector.model.names import check_hosts, is_glob
 from gpufleet.collector.model.records import (
     AlertRecord,
     EventRow,
+    GpuSeries,
     JobRecord,
     ProcessSpan,
     SilenceRecord,
@@ -227,9 +228,13 @@ class StoreOps:
         if gpu is not None and not series:
             await self.check_gpu(host, gpu)
         procs = await self.store.process_history(host, gpu=gpu, user=user, since=since, until=until)
+        users_seen: list[str] | None = None
         if user is not None:
             used = {p.gpu_index for p in procs}
             series = [s for s in series if s.index in used]
+            if not procs:  # say who did run there, not "no samples" (issue 36)
+                others = await self.store.process_history(host, gpu=gpu, since=since, until=until)
+                users_seen = sorted({p.user or "?" for p in others})
         usage = await self.store.usage_by_user(since=since, until=until, host=host, by_host=True, gpu=gpu)
         if user is not None:
             usage = [u for u in usage if u.user == user]
@@ -246,7 +251,21 @@ class StoreOps:
             "processes": procs,
             "usage": usage,
             "events": events,
+            "first_sample": await self._first_sample(host, gpu, series, since),
+            "users_seen": users_seen,
         }
+
+    async def _first_sample(self, host: str, gpu: int | None, series: list[GpuSeries],
+                            since: float) -> float | None:
+        """When the range's samples start: a rolled-up point says only its bucket (00:00 of the hour when
+        the samples start at 00:28, issue 36), so the first bucket is read again at its finest."""
+        first = min((s.points[0].ts for s in series if s.points), default=None)
+        step = next((s.step for s in series if s.step), None)
+        if first is None or step is None:
+            return first
+        finer = await self.store.gpu_history(host, gpu=gpu, since=max(first, since), until=first + step,
+                                             max_points=MAX_POINTS_LIMIT)
+        return min((s.points[0].ts for s in finer if s.points), default=first)
 
     async def processes(self, a: Args) -> list[ProcessSpan]:
         host = await self.opt_host(a)

@@ -33,7 +33,12 @@ from gpufleet.collector.faces.metrics.exposition import LabelStrings, Scrape, Sp
 from gpufleet.collector.faces.source import Running
 from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.model import sample
-from gpufleet.collector.model.views import HOST_STATUSES
+from gpufleet.collector.model.allocation import allocated_indexes, uses
+from gpufleet.collector.model.classify import gpu_state
+from gpufleet.collector.model.summary import fleet_state
+from gpufleet.collector.model.thresholds import thresholds_of
+from gpufleet.collector.model.views import GPU_STATES, HOST_STATUSES
+from gpufleet.collector.rules.catalog import flag_name
 from gpufleet.collector.service.gcpause import no_cycle_collection
 from gpufleet.collector.transport.wirestate import budget_counts, wire_counts
 from prometheus_client import CollectorRegistry, ProcessCollector
@@ -50,6 +55,8 @@ UNATTRIBUTED_USER = "(unattributed)"  # label for processes /proc could not attr
 _HOST = ("host",)
 _GPU = ("host", "gpu", "uuid", "name")
 _USER = ("host", "gpu", "user")
+_POD = ("host", "gpu", "namespace", "pod", "container")
+_JOB = ("host", "job", "user", "account")
 
 
 _SPECS: tuple[Spec, ...] = (
@@ -115,11 +122,20 @@ _SPECS: tuple[Spec, ...] = (
     Spec("gpufleet_gpu_wasted", "gauge", "1 while the 'wasted' rule fires for the GPU.", _GPU),
     Spec("gpufleet_gpu_flag", "gauge", "1 for each rule firing for the GPU.", _GPU + ("flag",)),
     Spec("gpufleet_gpu_lost", "gauge", "1 when the GPU could not be read or the gpu_lost rule fires.", _GPU),
+    Spec("gpufleet_gpus", "gauge", "GPUs by state, each GPU in one (the status line's counts): busy, wasted, "
+         "idle, lost, hung, unreadable, unknown (host not up), maintenance.", ("state",)),
     # users (aggregated; never per pid)
     Spec("gpufleet_user_gpu_memory_bytes", "gauge", "GPU memory held by a user's processes on one GPU.",
          _USER),
     Spec("gpufleet_user_gpu_processes", "gauge", "A user's processes on one GPU.", _USER),
     Spec("gpufleet_user_gpus", "gauge", "GPUs across the fleet where the user holds a process.", ("user",)),
+    # Kubernetes pods (names the agent resolved on the node; the labels dcgm-exporter's pod mapping uses)
+    Spec("gpufleet_pod_gpu_memory_bytes", "gauge", "GPU memory held by a pod's processes on one GPU.", _POD),
+    Spec("gpufleet_pod_gpu_processes", "gauge", "A pod's processes on one GPU.", _POD),
+    # Slurm jobs holding GPUs (scontrol GRES IDX), used or not (collector/model/allocation.py)
+    Spec("gpufleet_slurm_gpus_allocated", "gauge", "GPUs a running Slurm job holds on the host.", _JOB),
+    Spec("gpufleet_slurm_gpus_unused", "gauge",
+         "GPUs a running Slurm job holds on the host that none of its processes runs on.", _JOB),
     # alerts
     Spec("gpufleet_alerts", "gauge", "Active alerts by rule, severity and state (pending or firing).",
          ("rule", "severity", "state")),
@@ -209,6 +225,7 @@ class FleetCollector:
     def __init__(self, source: Running, *, dcgm_names: bool = False) -> None:
         self.source = source
         self.dcgm_names = dcgm_names  # also dcgm-exporter's series (collector/faces/metrics/dcgm.py)
+        self.thresholds = thresholds_of(source.config.rules)  # busy or idle, as the status view classifies
         self.section_errors: dict[str, int] = {}
         self._label_strings: LabelStrings = {}  # the last scrape's, reused by the next (exposition.Scrape)
 
@@ -316,8 +333,29 @@ class FleetCollector:
                 self._gpu(b, h.name, g, view.flags.get((h.name, g.index), no_flags))
                 for user in self._users(b, h.name, g):
                     user_gpus.setdefault(user, set()).add((h.name, g.index))
+                self._pods(b, h.name, g)
+            for use in uses(snap):
+                a = use.allocation
+                jlab = (h.name, a.job, a.user or "", a.account or "")
+                jls = b.label_string(_JOB, jlab)
+                b.put("gpufleet_slurm_gpus_allocated", _JOB, jlab, jls, len(use.allocated))
+                b.put("gpufleet_slurm_gpus_unused", _JOB, jlab, jls, len(use.unused))
         for user, gpus in sorted(user_gpus.items()):
             b.add("gpufleet_user_gpus", (user,), len(gpus))
+        self._states(b, view)
+
+    def _states(self, b: Scrape, view: ScrapeView) -> None:
+        """The GPUs by state, decided as every view decides them (collector/model/summary.py fleet_state)."""
+        states = dict.fromkeys(GPU_STATES, 0)
+        for h in view.hosts:
+            if h.snapshot is None:
+                continue
+            held = allocated_indexes(h.snapshot)  # a running Slurm job's GPUs: unused, not idle
+            for g in h.snapshot.gpus:
+                flags = {flag_name(rule) for rule in view.flags.get((h.name, g.index), ())}
+                states[fleet_state(gpu_state(g, self.thresholds, g.index in held), flags, h.status)] += 1
+        for state, n in states.items():
+            b.add("gpufleet_gpus", (state,), n)
 
     def _gpu(self, b: Scrape, host: str, g: sample.GpuSample, flags: set[str]) -> None:
         lab = (host, str(g.index), g.uuid, g.name or "")
@@ -358,22 +396,23 @@ class FleetCollector:
         b.put("gpufleet_gpu_lost", _GPU, lab, ls, 1 if g.error is not None or "gpu_lost" in flags else 0)
 
     def _users(self, b: Scrape, host: str, g: sample.GpuSample) -> list[str]:
-        memory: dict[str, int | None] = {}
-        count: dict[str, int] = {}
-        for p in g.processes:
-            user = p.user or UNATTRIBUTED_USER
-            count[user] = count.get(user, 0) + 1
-            held = memory.get(user)
-            if p.gpu_memory is not None:
-                memory[user] = (held or 0) + p.gpu_memory
-            else:
-                memory.setdefault(user, None)
-        for user in sorted(count):
-            ulab = (host, str(g.index), user)
+        count, memory = _holdings(g, lambda p: (p.user or UNATTRIBUTED_USER,))
+        for key in sorted(count):
+            ulab = (host, str(g.index), *key)
             uls = b.label_string(_USER, ulab)
-            b.put("gpufleet_user_gpu_processes", _USER, ulab, uls, count[user])
-            b.put("gpufleet_user_gpu_memory_bytes", _USER, ulab, uls, memory[user])
-        return list(count)
+            b.put("gpufleet_user_gpu_processes", _USER, ulab, uls, count[key])
+            b.put("gpufleet_user_gpu_memory_bytes", _USER, ulab, uls, memory[key])
+        return [key[0] for key in count]
+
+    @staticmethod
+    def _pods(b: Scrape, host: str, g: sample.GpuSample) -> None:
+        count, memory = _holdings(g, lambda p: (p.pod_namespace or "", p.pod_name, p.container_name or "")
+                                  if p.pod_name else None)
+        for key in sorted(count):
+            plab = (host, str(g.index), *key)
+            pls = b.label_string(_POD, plab)
+            b.put("gpufleet_pod_gpu_processes", _POD, plab, pls, count[key])
+            b.put("gpufleet_pod_gpu_memory_bytes", _POD, plab, pls, memory[key])
 
     def _alerts(self, b: Scrape, view: ScrapeView) -> None:
         view.check("alerts")
@@ -401,6 +440,25 @@ class FleetCollector:
             b.add_spec(Spec(name, "counter" if name.endswith("_total") else "gauge",
                             f"Collector statistic {key}."))
             b.add(name, (), value)
+
+
+def _holdings(g: sample.GpuSample, key: Callable[[sample.ProcessSample], tuple[str, ...] | None],
+              ) -> tuple[dict[tuple[str, ...], int], dict[tuple[str, ...], int | None]]:
+    """Processes and memory per holder (a user, a pod; ``key`` None: not one) of one GPU; the memory is None
+    when none of the holder's processes has a reading (never a fake 0)."""
+    memory: dict[tuple[str, ...], int | None] = {}
+    count: dict[tuple[str, ...], int] = {}
+    for p in g.processes:
+        k = key(p)
+        if k is None:
+            continue
+        count[k] = count.get(k, 0) + 1
+        held = memory.get(k)
+        if p.gpu_memory is not None:
+            memory[k] = (held or 0) + p.gpu_memory
+        else:
+            memory.setdefault(k, None)
+    return count, memory
 
 
 # ---------------------------------------------------------------------------------------- HTTP server

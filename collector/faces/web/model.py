@@ -9,9 +9,13 @@ Shape (every value plain JSON; a GPU is an array so 8,000 of them stay small)::
 
     hosts:  [[name, status, reason, host flags, gpu count, last_seen (null while up), tags,
               maintenance: [by, comment, until] or null], ...]
-    gpus:   {"host/index": [util, mem used MiB, mem total MiB, temp, state, flags, procs, name]}
-            procs: [[user, GiB held (0.1), short command or null], ...]
-    alerts: {fingerprint: [flag, severity, state, host, gpu, user, summary, since]}
+    gpus:   {"host/index": [util, mem used MiB, mem total MiB, temp, state, flags, procs, name, held by]}
+            procs: [[user, GiB held (0.1), short command or null, Slurm job / pod or null], ...]
+            held by: the running Slurm job holding the GPU (``812 llama-pretrain (alice, nlp)``) or null;
+            state ``unused`` when nothing runs on it (collector/model/allocation.py)
+    alerts: {problem: [flags, severity, state, host(s), GPU(s), user, summary, since]}: one per problem
+            (collector/model/problems.py: a job's idle peers and wasted GPUs are one, GPUs "1,2,3"); the
+            page lists info ones apart and does not count them as firing
     users:  [[user, gpus held, gpus wasted now, GiB held, wasted GPU-hours over 24 h], ...]
     totals: the status view's Totals
     unreadable: [what the page could not read from the history file, and since when]  (usually empty)
@@ -35,17 +39,18 @@ from gpufleet.collector.fleet import query
 from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.model.codec import jsonable
 from gpufleet.collector.model.firing import Firing
+from gpufleet.collector.model.problems import problems
 from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.model.summary import by_user
 from gpufleet.collector.model.thresholds import Thresholds
-from gpufleet.collector.model.views import UserUsage
+from gpufleet.collector.model.views import AllocationView, UserUsage, allocation_label, where_label
 from gpufleet.collector.rules import catalog
 from gpufleet.collector.service.gcpause import no_cycle_collection
 from gpufleet.collector.units import GIB, MIB
 
 MAX_USERS = 200  # rows of the waste-by-user table
 # positions in a GPU array
-U, M, MT, T, S, F, P, N = range(8)
+U, M, MT, T, S, F, P, N, A = range(9)
 
 State = dict[str, Any]
 
@@ -90,11 +95,17 @@ def _build_state(inp: Inputs, thresholds: Thresholds, show_commands: bool) -> St
         hosts.append([h.name, h.status, h.reason, h.flags, len(h.gpus),
                       None if h.status == "up" else h.last_seen, h.tags,
                       None if m is None else [m.created_by, m.comment, m.ends_at]])
+        jobs = {a.job: a for a in h.allocations}
         for g in h.gpus:
-            procs = [[p.user or "?", round((p.memory or 0) / GIB, 1), p.command if show_commands else None]
+            # job and pod names say what someone runs, as a command does: shown with the commands only
+            procs = [[p.user or "?", round((p.memory or 0) / GIB, 1), p.command if show_commands else None,
+                      where_label(p) if show_commands else (f"job {p.job}" if p.job else None)]
                      for p in g.processes]
+            job = jobs.get(g.allocated_to) if g.allocated_to is not None else None
+            held = None if job is None else allocation_label(job) if show_commands else \
+                allocation_label(AllocationView(job.job, user=job.user, account=job.account))
             gpus[f"{h.name}/{g.index}"] = [g.util, _mib(g.mem_used), _mib(g.mem_total), g.temp, g.state,
-                                           g.flags, procs, g.name]
+                                           g.flags, procs, g.name, held]
     return {
         "hosts": hosts,
         "gpus": gpus,
@@ -109,16 +120,14 @@ def _build_state(inp: Inputs, thresholds: Thresholds, show_commands: bool) -> St
 
 def _alerts(alerts: Iterable[AlertRecord], show_commands: bool) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
-    for a in alerts:
-        if a.state not in ("pending", "firing"):
-            continue
-        lab = a.labels
+    for p in problems(a for a in alerts if a.state in ("pending", "firing")):
+        lead = p.lead
         # summaries name the process ("alice's python ipykernel_launcher (pid 1) holds ..."): without
         # show_commands the page says what and where, never how the process was started
-        summary = a.annotations.get("summary", "") if show_commands else ""
-        out[a.fingerprint] = [catalog.flag_name(a.rule), a.severity, a.state, lab.get("host", ""),
-                              lab.get("gpu", ""), lab.get("user", ""), summary,
-                              a.fired_at if a.fired_at is not None else a.started_at]
+        summary = lead.annotations.get("summary", "") if show_commands else ""
+        fired = p.fired_at
+        out[p.key] = [" ".join(p.flags), p.severity, p.state, p.hosts, p.gpus, p.user, summary,
+                      fired if fired is not None else p.started_at]
     return out
 
 
@@ -182,7 +191,7 @@ def _diff(sent: State, cur: State, *, soft_budget: int) -> tuple[str | None, int
     for key, new in cg.items():
         old = sg.get(key)
         if old is None or old[S] != new[S] or old[F] != new[F] or old[P] != new[P] or old[N] != new[N] \
-                or old[MT] != new[MT]:
+                or old[MT] != new[MT] or old[A] != new[A]:
             hard[key] = new
             continue
         prio = _soft_priority(old, new)

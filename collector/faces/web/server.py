@@ -16,7 +16,9 @@ starts again from a full state. Nothing runs when no page is open.
 
 Endpoints: ``/`` the page; ``/static/app.js``, ``/static/app.css``; ``/api/state`` the page model;
 ``/api/status`` the fleet view exactly as ``gpufleet status --json`` gives it; ``/api/history?host=&gpu=
-&range=1h|24h|30d`` a GPU's util and memory from the store's rollups; ``/api/stream`` the live stream.
+&range=15m|1h|24h|30d`` a GPU's util and memory (every raw sample up to an hour, rollups beyond);
+``/api/fleet?range=`` the GPUs busy, wasted, idle and lost over the range (collector/faces/web/fleetchart.py);
+``/api/stream`` the live stream.
 With ``web.token`` set every request needs it: ``Authorization: Bearer <token>``, or ``?token=<token>``
 once (answered with a cookie and a redirect that drops the token from the address bar).
 """
@@ -40,7 +42,7 @@ from gpufleet.collector.errors import StorageError
 from gpufleet.collector.faces.aioserver import HttpServer, InThread
 from gpufleet.collector.faces.api import degraded
 from gpufleet.collector.faces.source import Running
-from gpufleet.collector.faces.web import model
+from gpufleet.collector.faces.web import fleetchart, model
 from gpufleet.collector.faces.web.http import HttpError, Request, respond, response_head
 from gpufleet.collector.fleet import query
 from gpufleet.collector.model.codec import to_json
@@ -51,8 +53,14 @@ from gpufleet.collector.units import MIB
 
 log = logging.getLogger(__name__)
 
-RANGES = {"1h": 3600.0, "24h": 86400.0, "30d": 30 * 86400.0}
+RANGES = {"15m": 900.0, "1h": 3600.0, "24h": 86400.0, "30d": 30 * 86400.0}
 HISTORY_POINTS = 360
+#: up to an hour the page draws every raw sample (1 s, or 2 a second at the fastest interval), not the
+#: 1-minute means that flattened an input-bound sawtooth (issue 36)
+RAW_RANGE = 3600.0
+RAW_POINTS = 7200
+FLEET_POINTS = 120  # points of the fleet chart
+FLEET_CACHE = 15.0  # seconds a fleet chart is reused (it reads every host's history)
 COOKIE = "gpufleet_token"
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})
 USAGE_REFRESH = 60.0  # seconds between reads of the 24 h waste per user from the store
@@ -235,6 +243,7 @@ class WebServer(HttpServer):
         self._cookie = (hmac.new(web.token.encode(), b"gpufleet-web-cookie", hashlib.sha256).hexdigest()
                         if web.token else None)
         self._builds = asyncio.Semaphore(2)  # JSON builds at once (~0.1 s each at 8,000 GPUs)
+        self._fleet: dict[str, tuple[float, bytes]] = {}  # range -> (when built, the fleet chart's JSON)
 
     def _listening_note(self) -> str:
         return " (token required)" if self.web.token else ""
@@ -315,6 +324,8 @@ class WebServer(HttpServer):
             await self._json(writer, body, head_only)
         elif path == "/api/history":
             await self._json(writer, await self._history(req), head_only)
+        elif path == "/api/fleet":
+            await self._json(writer, await self._fleet_chart(req), head_only)
         elif path == "/api/stream" and head_only:
             writer.write(response_head(200, "text/event-stream", None))
             await asyncio.wait_for(writer.drain(), self.write_timeout)
@@ -349,9 +360,10 @@ class WebServer(HttpServer):
         if rng not in RANGES:
             raise HttpError(400, f"range must be one of {', '.join(RANGES)}")
         now = time.time()
+        most = RAW_POINTS if RANGES[rng] <= RAW_RANGE else HISTORY_POINTS
         try:
             series = await self.source.store.gpu_history(host, gpu=int(gpu_s), since=now - RANGES[rng],
-                                                         until=now, max_points=HISTORY_POINTS)
+                                                         until=now, max_points=most)
         except StorageError as exc:  # the page shows this text where the chart would be
             raise HttpError(503, degraded.unreadable("this GPU's history", exc)) from exc
         out: dict[str, Any] = {"host": host, "gpu": int(gpu_s), "range": rng, "since": now - RANGES[rng],
@@ -367,6 +379,39 @@ class WebServer(HttpServer):
                 "points": points,
             }
         return json.dumps(out, separators=(",", ":")).encode()
+
+    async def _fleet_chart(self, req: Request) -> bytes:
+        """The GPUs busy, wasted, idle and lost over the range: each GPU's history (the store's
+        fleet_history) and the waste alerts' firing times, the stored ones and the engine's."""
+        rng = req.query.get("range", "1h")
+        if rng not in RANGES:
+            raise HttpError(400, f"range must be one of {', '.join(RANGES)}")
+        now = time.time()
+        cached = self._fleet.get(rng)
+        if cached is not None and now - cached[0] < FLEET_CACHE:
+            return cached[1]
+        since = now - RANGES[rng]
+        store = self.source.store
+        try:
+            series = await store.fleet_history(since=since, until=now, max_points=FLEET_POINTS)
+            stored = await store.load_alerts(active_only=False, since=since)
+        except StorageError as exc:
+            raise HttpError(503, degraded.unreadable("the fleet's history", exc)) from exc
+        try:
+            active = {a.fingerprint: a for a in self.source.alerts.active()}
+        except RuntimeError:  # the engine is not started
+            active = {}
+        alerts = [active.pop(a.fingerprint, a) for a in stored] + list(active.values())
+        thresholds = self.broadcaster.thresholds
+
+        def build() -> bytes:
+            chart = fleetchart.fleet_states(series, alerts, since=since, until=now, points=FLEET_POINTS,
+                                            thresholds=thresholds)
+            return json.dumps({"range": rng, **chart}, separators=(",", ":")).encode()
+
+        body = await self.in_thread(build)
+        self._fleet[rng] = (now, body)
+        return body
 
     async def _stream(self, writer: asyncio.StreamWriter) -> None:
         b = self.broadcaster

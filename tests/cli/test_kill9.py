@@ -61,7 +61,10 @@ async def test_kill_9_loses_at_most_5_s_of_samples(home: Path) -> None:
             deadline = time.monotonic() + 90
             while True:  # until every GPU has 20 s of stored history (read beside the writer, like the CLI)
                 await asyncio.sleep(1.0)
-                stored = _by_gpu(db) if db.exists() else {}
+                try:
+                    stored = _by_gpu(db) if db.exists() else {}
+                except sqlite3.OperationalError:  # the file is there, its tables not yet (still migrating)
+                    stored = {}
                 if len(stored) == 12 and all(len(ts) >= 20 for ts in stored.values()):
                     break
                 assert time.monotonic() < deadline, f"no history: {({g: len(t) for g, t in stored.items()})}"

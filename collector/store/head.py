@@ -177,10 +177,14 @@ class Head:
         return self._parts
 
     def flush(self, conn: sqlite3.Connection, *, before: float | None = None,
-              budget: int = COMPACT_BATCH) -> bool:
+              budget: int | None = COMPACT_BATCH) -> bool:
         """Write the pending samples (and the batch's) as parts, move ``gpus.last_sample``, and compact the
         minutes each host has passed (``before``: also every minute ending by then; a clean stop passes
-        +inf). Inside the caller's transaction. True when compactions are left for the next call."""
+        +inf), at most ``budget`` of them (None: all). Inside the caller's transaction, once per transaction:
+        what it did is remembered at commit (:meth:`committed`). True when compactions are left for the next
+        transaction."""
+        if self._staged:
+            raise RuntimeError("Head.flush twice in one transaction: the second would write the same samples")
         parts = self._parts_of(conn)
         added: dict[int, set[int]] = {}
         rows = []

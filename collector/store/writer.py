@@ -146,9 +146,8 @@ def _write_batch(conn: sqlite3.Connection, state: IngestState, items: Sequence[I
         write_rows(conn, rows)
         head = state.head
         head.take(rows.samples, rows.gpu_last)
-        if seal:
-            while head.flush(conn, before=float("inf")):
-                pass
+        if seal:  # every minute at once: the head learns what a flush did only at commit, so a second
+            head.flush(conn, before=float("inf"), budget=None)  # flush here would redo the first's minutes
         elif head.due(force=totals):
             head.flush(conn)
         due = state.due(force=totals)

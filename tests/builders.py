@@ -158,8 +158,11 @@ def old_schema_file(path: Path, version: int) -> sqlite3.Connection:
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, isolation_level=None)
     for v in range(version):
-        for statement in schema.MIGRATIONS[v]:
-            conn.execute(statement)
+        for step in schema.MIGRATIONS[v]:
+            if isinstance(step, str):
+                conn.execute(step)
+            else:  # a conversion (v8: raw samples into chunks)
+                step(conn)
     conn.execute(f"PRAGMA user_version={version}")
     return conn
 
@@ -173,6 +176,9 @@ def cap_store_pages(store: Store, pages: int | None) -> int:
     assert store._writer_conn is not None
     raw = store._writer_conn._conn
     if pages is None:
+        # no free pages left inside the file either: chunks are small, and the head's parts free pages
+        # as they go, so the next writes could otherwise fit for a long while
+        raw.executescript("PRAGMA incremental_vacuum")
         pages = int(raw.execute("PRAGMA page_count").fetchone()[0])
     return int(raw.execute(f"PRAGMA max_page_count={pages}").fetchone()[0])
 
@@ -213,3 +219,16 @@ def overwrite_pages(db: Path, page_size: int = 4096) -> int:
     finally:
         os.close(fd)
     return pages - 1
+
+
+def stored_samples(path: Path | str) -> list[tuple[Any, ...]]:
+    """Every raw sample a history file holds (chunks and head parts), as the old ``samples`` table's rows:
+    (gpu_id, ts, util, util_mem, mem_used, temp, power, clock_sm, clock_mem, fan, ecc_corrected,
+    ecc_uncorrected, throttle, error), sorted by (gpu_id, ts)."""
+    from gpufleet.collector.store import raw
+
+    conn = sqlite3.connect(path)
+    try:
+        return raw.all_rows(conn)
+    finally:
+        conn.close()

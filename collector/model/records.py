@@ -37,6 +37,23 @@ class GpuSeries:
 
 
 @dataclass(slots=True)
+class RawSeries:
+    """One GPU's raw samples as columns (Store.raw_history): a chart of an hour at 1 s without an object
+    per point. The lists line up with ``ts``; a reading may be None (not reported)."""
+
+    host: str
+    index: int
+    uuid: str
+    name: str | None
+    memory_total: int | None
+    ts: list[float] = field(default_factory=list)
+    util: list[int | None] = field(default_factory=list)
+    mem_used: list[int | None] = field(default_factory=list)
+    temp: list[int | None] = field(default_factory=list)
+    power: list[float | None] = field(default_factory=list)
+
+
+@dataclass(slots=True)
 class ProcessSpan:
     """A process seen on a GPU from first to last sample."""
 

@@ -22,9 +22,10 @@ GPU's process list is one object, its samples are added up in a :class:`~.accrua
 totals when the list changes, at the hour, before the totals are written and before a rollback forgets the
 GPU (:meth:`IngestState.settle`).
 
-A sample older than or equal to the GPU's newest one (a replay, or late) is still inserted with
-``INSERT OR IGNORE`` but adds nothing to process spans or usage, so replays are idempotent. A sample for a
-minute that is already rolled up marks that minute in ``rollup_dirty`` for maintenance to roll up again.
+A sample older than or equal to the GPU's newest one (a replay, or late) is still stored (a sample already
+stored at that time keeps its first writing) but adds nothing to process spans or usage, so replays are
+idempotent. Samples go to the head (store/head.py: pending in memory, flushed every 2 s, compacted into
+chunks), which also marks a minute already rolled up in ``rollup_dirty`` when it stores a late sample.
 
 Except when the clock stepped back: a sample behind the newest whose receive time went back too starts a
 new timeline (:class:`~gpufleet.collector.fleet.accounting.GpuClock` says how it is charged; the store tells
@@ -51,8 +52,9 @@ from gpufleet.collector.model.facts import GpuFacts, SnapshotFacts
 from gpufleet.collector.model.thresholds import Thresholds
 from gpufleet.collector.model.views import HostRecord
 from gpufleet.collector.settings import MAX_CLOCK_AHEAD
-from gpufleet.collector.store import slurm, usage
+from gpufleet.collector.store import raw, slurm, usage
 from gpufleet.collector.store.accrual import SmRow, SpanAcc, Stretch, int64, note_jobs
+from gpufleet.collector.store.head import FLUSH_INTERVAL, Head
 from gpufleet.collector.store.usage import CapacityKey, UsageKey
 
 #: A process without a start time that vanishes for longer than this starts a new span when it returns.
@@ -96,11 +98,10 @@ class GpuState:
 class Rows:
     """What one batch writes besides the statements run while converting (the running totals: Totals)."""
 
-    samples: list[tuple[Any, ...]] = field(default_factory=list)
+    samples: dict[int, list[tuple[Any, ...]]] = field(default_factory=dict)  # host id -> sample rows (head)
     gpu_last: dict[int, float] = field(default_factory=dict)
     events: list[tuple[Any, ...]] = field(default_factory=list)
     host_seen: dict[int, float] = field(default_factory=dict)
-    dirty: set[tuple[int, int]] = field(default_factory=set)  # (gpu_id, minute) already rolled up
     slurm_jobs: dict[tuple[int, str], slurm.JobRow] = field(default_factory=dict)  # (host_id, job) -> row
 
 
@@ -127,9 +128,6 @@ _i = int64  # an absurd integer from an agent: NULL, not a failed batch
 
 
 # Every INSERT names its columns, so a later migration may add columns without breaking ingest.
-SAMPLE_INSERT: Final = ("INSERT OR IGNORE INTO samples (gpu_id, ts, util, util_mem, mem_used, temp, power, "
-                        "clock_sm, clock_mem, fan, ecc_corrected, ecc_uncorrected, throttle, error) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 PLACEMENT_INSERT: Final = ("INSERT OR REPLACE INTO gpu_placements (gpu_id, since, host_id, idx) "
                            "VALUES (?, ?, ?, ?)")
 SPAN_UPSERT: Final = """
@@ -149,12 +147,6 @@ ON CONFLICT (gpu_id, pid, start_time) DO UPDATE SET
                          coalesce(excluded.max_gpu_memory, max_gpu_memory)),
     sm_sum = sm_sum + excluded.sm_sum, sm_count = sm_count + excluded.sm_count
 """
-_STORED: Final = "SELECT 1 FROM samples WHERE gpu_id = ? AND ts = ?"
-
-
-def _stored(conn: sqlite3.Connection, gpu_id: int) -> Callable[[float], bool]:
-    """Whether a sample of this GPU at that time is already in the file (a replay across a clock step)."""
-    return lambda ts: conn.execute(_STORED, (gpu_id, ts)).fetchone() is not None
 EVENT_INSERT: Final = ("INSERT OR IGNORE INTO events (host_id, ts, kind, message, gpu_index, uuid, xid, "
                        "received) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
 
@@ -163,15 +155,15 @@ class IngestState:
     """Id caches and per-GPU progress for the writer (single-threaded: only the writer's thread uses it)."""
 
     def __init__(self, params: Thresholds, accrue_interval: float = ACCRUE_INTERVAL,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, head_interval: float = FLUSH_INTERVAL) -> None:
         self.params = params
+        self.head = Head(head_interval, clock)  # raw samples on their way into chunks
         self.accrue_interval = accrue_interval
         self.totals = Totals()  # added up, not written yet
         self._clock = clock
         self._totals_at = float("-inf")  # when they were last written (the first batch writes them)
         self.hosts: dict[str, int] = {}
         self.gpus: dict[tuple[int, str], GpuState] = {}  # (host id, uuid): a GPU's identity
-        self._rolled = float("-inf")  # minutes before this are rolled up already (meta m1_upto)
         self.slurm = slurm.SlurmSeen()
 
     def due(self, force: bool = False) -> bool:
@@ -252,19 +244,26 @@ class IngestState:
             gs = GpuState(gid, host_id, info.index, info.name, _i(info.memory_total), info.power_limit,
                           GpuClock())
         else:
-            # numbers only: a text or far-future ts an old file may hold must not stop this GPU's accounting
-            last = conn.execute("SELECT max(ts) FROM samples WHERE gpu_id = ? AND ts <= ?",
-                                (row[0], time.time() + MAX_CLOCK_AHEAD)).fetchone()[0]
+            last = self._newest(conn, host_id, int(row[0]))
             gs = GpuState(int(row[0]), int(row[1]), int(row[2]), row[3], row[4], row[5],
                           GpuClock(None if last is None else float(last)))
         self.gpus[(host_id, info.uuid)] = gs
         return gs
 
+    def _newest(self, conn: sqlite3.Connection, host_id: int, gpu_id: int) -> float | None:
+        """The GPU's newest stored (or pending) sample time; never one beyond what the stream lets in (a
+        far-future time an old file may hold must not stop this GPU's accounting)."""
+        bound = time.time() + MAX_CLOCK_AHEAD
+        pending = self.head.newest_pending(gpu_id)
+        hint = conn.execute("SELECT last_sample FROM gpus WHERE id = ?", (gpu_id,)).fetchone()[0]
+        stored = hint if isinstance(hint, (int, float)) and hint <= bound else \
+            raw.newest_stored(conn, host_id, gpu_id, bound)
+        found = [t for t in (pending, stored) if t is not None and t <= bound]
+        return float(max(found)) if found else None
+
     # ---------------------------------------------------------------------------------- frames
 
     def apply(self, conn: sqlite3.Connection, items: Iterable[IngestItem], rows: Rows) -> None:
-        mark = conn.execute("SELECT value FROM meta WHERE key = 'm1_upto'").fetchone()
-        self._rolled = float(mark[0]) if mark is not None else float("-inf")
         for item in items:
             if isinstance(item, HostRecord):
                 self._host_state(conn, item)
@@ -312,8 +311,7 @@ class IngestState:
         seen = rows.host_seen.get(hid)
         rows.host_seen[hid] = received if seen is None or received > seen else seen
         ts = snap.ts
-        late = ts < self._rolled
-        append = rows.samples.append
+        append = rows.samples.setdefault(hid, []).append
         retry = item.accrued  # its totals were added before a rollback: this time they add nothing
         # first every statement the snapshot needs (a failure part-way must not have added anything) ...
         fresh: list[tuple[int, sample.GpuSample, GpuState, float]] = []
@@ -324,11 +322,9 @@ class IngestState:
             append((gs.id, ts, g.util_gpu, g.util_mem, g.memory_used, g.temperature, g.power_draw,
                     g.clock_sm, g.clock_mem, g.fan_speed, g.ecc_corrected, g.ecc_uncorrected,
                     ",".join(reasons) if reasons else None, g.error))
-            if late:
-                rows.dirty.add((gs.id, int(ts // 60) * 60))
-            seconds = gs.clock.tick(ts, received, _stored(conn, gs.id))
+            seconds = gs.clock.tick(ts, received, self._stored(conn, hid, gs.id))
             if seconds is None:
-                continue  # replayed or late: the sample row only (ignored if already there)
+                continue  # replayed or late: the sample row only (its first writing is kept)
             rows.gpu_last[gs.id] = ts
             if not retry and (gs.stretch is None or gs.stretch.processes is not g.processes):
                 if gs.stretch is not None:  # its processes changed: what the old list added goes over
@@ -399,6 +395,10 @@ class IngestState:
                     acc[0] += allocated
                     acc[1] += unused
 
+    def _stored(self, conn: sqlite3.Connection, host_id: int, gpu_id: int) -> Callable[[float], bool]:
+        """Whether a sample of this GPU at that time is already stored (a replay across a clock step)."""
+        return lambda ts: self.head.stored(conn, host_id, gpu_id, ts)
+
     def _stretch(self, host: str, hid: int, g: sample.GpuSample, starts: list[float],
                  gf: GpuFacts | None) -> Stretch:
         """The stretch of the GPU's process list: who it charges and whose holding is waste (the facts'
@@ -441,24 +441,11 @@ class IngestState:
 
 
 def write_rows(conn: sqlite3.Connection, rows: Rows) -> None:
-    """The batch's bulk statements (executemany, prepared once each)."""
-    if rows.samples:
-        try:
-            conn.executemany(SAMPLE_INSERT, rows.samples)
-        except OverflowError:
-            # an int beyond 64 bits from a broken agent: INSERT OR IGNORE makes re-running safe
-            conn.executemany(SAMPLE_INSERT, [tuple(_i(v) if isinstance(v, int) else v for v in r)
-                                             for r in rows.samples])
-    if rows.gpu_last:
-        conn.executemany("UPDATE gpus SET last_seen = max(last_seen, ?1), "
-                         "last_sample = max(coalesce(last_sample, ?1), ?1) WHERE id = ?2",
-                         [(ts, gid) for gid, ts in rows.gpu_last.items()])
+    """The batch's bulk statements (executemany, prepared once each). Its samples (and the GPUs' newest
+    sample times) go to the head, not here: the writer hands them over (Head.take)."""
     if rows.events:
         conn.executemany(EVENT_INSERT, rows.events)
     slurm.write_jobs(conn, rows.slurm_jobs)
-    if rows.dirty:
-        conn.executemany("INSERT OR IGNORE INTO rollup_dirty (gpu_id, bucket) VALUES (?, ?)",
-                         sorted(rows.dirty))
     if rows.host_seen:
         conn.executemany("UPDATE hosts SET last_seen = max(coalesce(last_seen, ?1), ?1) WHERE id = ?2",
                          [(ts, hid) for hid, ts in rows.host_seen.items()])

@@ -5,7 +5,8 @@ the dataclasses of :mod:`records`. History picks its resolution (:func:`choose_r
 the range is within raw retention and has at most ``max_points`` samples, else 1-minute or 1-hour rollups,
 merged into wider steps when there would still be more than ``max_points`` points. The part of a range not
 rolled up yet (the last minute or two) is aggregated from the finer table on the fly, so recent history is
-never missing.
+never missing. Raw samples come from chunks (store/raw.py); where they join rolled-up rows in one point,
+that point is aggregated here exactly as the SQL over the old raw table did (store/sqlagg.py).
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ from gpufleet.collector.model.records import (
     EventRow,
     GpuSeries,
     ProcessSpan,
+    RawSeries,
     SeriesPoint,
     SilenceRecord,
 )
 from gpufleet.collector.model.views import HostRecord
+from gpufleet.collector.store import raw, sqlagg
+from gpufleet.collector.store.chunkcodec import COLUMNS
 
 #: A 1-minute base is used up to this many minutes per point before switching to the 1-hour table.
 MAX_MINUTE_STEP: Final = 4
@@ -57,13 +61,18 @@ def latest(conn: sqlite3.Connection, host: str | None) -> dict[str, sample.Snaps
     """Each host's newest sample of each GPU slot (the most recently seen GPU where a slot had several),
     with the processes seen in it, as the host's last snapshot (its time: the newest of them; GPUs by
     index). The same sample type the live view holds, so status reads stored and live state alike."""
-    rows = conn.execute(
-        """SELECT h.name, g.id, g.idx, g.uuid, g.name, g.memory_total, g.power_limit,
-                  s.ts, s.util, s.mem_used, s.temp, s.power, s.error
+    gpus = conn.execute(
+        """SELECT h.name, g.id, g.host_id, g.idx, g.uuid, g.name, g.memory_total, g.power_limit, g.last_sample
            FROM gpus g JOIN hosts h ON h.id = g.host_id
-           JOIN samples s ON s.gpu_id = g.id AND s.ts = g.last_sample
-           WHERE ?1 IS NULL OR h.name = ?1
+           WHERE (?1 IS NULL OR h.name = ?1) AND g.last_sample IS NOT NULL
            ORDER BY h.name, g.idx, g.last_sample DESC""", (host,)).fetchall()
+    cache: dict[tuple[int, int], list[tuple[Any, ...]]] = {}
+    rows = []
+    for hname, gid, hid, idx, uuid, name, total, limit, ts in gpus:
+        found = raw.sample_at(conn, hid, gid, ts, cache)
+        if found is not None:  # util, mem_used, temp, power, error
+            rows.append((hname, gid, idx, uuid, name, total, limit, ts, found[2], found[4], found[5],
+                         found[6], found[13]))
     out: dict[str, sample.Snapshot] = {}
     seen: set[tuple[str, int]] = set()
     for (hname, gid, idx, uuid, name, total, limit, ts, util, mem, temp, power, error) in rows:
@@ -109,6 +118,7 @@ class _Gpu:
     name: str | None
     memory_total: int | None
     host: str
+    host_id: int  # whose chunks hold its raw samples
 
 
 def _history_gpus(conn: sqlite3.Connection, host: str, gpu: int | None, since: float,
@@ -119,7 +129,7 @@ def _history_gpus(conn: sqlite3.Connection, host: str, gpu: int | None, since: f
                SELECT gpu_id, host_id, idx, since,
                       lead(since) OVER (PARTITION BY gpu_id ORDER BY since) AS next
                FROM gpu_placements)
-           SELECT DISTINCT g.id, g.idx, g.uuid, g.name, g.memory_total, hc.name
+           SELECT DISTINCT g.id, g.idx, g.uuid, g.name, g.memory_total, hc.name, g.host_id
            FROM pl JOIN gpus g ON g.id = pl.gpu_id
            JOIN hosts hp ON hp.id = pl.host_id JOIN hosts hc ON hc.id = g.host_id
            WHERE hp.name = ?1 AND (?2 IS NULL OR pl.idx = ?2)
@@ -128,16 +138,15 @@ def _history_gpus(conn: sqlite3.Connection, host: str, gpu: int | None, since: f
     return [_Gpu(*r) for r in rows]
 
 
-def choose_resolution(conn: sqlite3.Connection, gpu_ids: list[int], since: float, until: float,
+def choose_resolution(conn: sqlite3.Connection, gpus: list[_Gpu], since: float, until: float,
                       max_points: int) -> Resolution:
     span = until - since
     raw_from = meta_float(conn, "raw_from")
     if raw_from is None or since >= raw_from:
         busiest = 0
-        for gid in gpu_ids:
-            n = conn.execute("SELECT count(*) FROM (SELECT 1 FROM samples WHERE gpu_id = ? AND ts >= ? "
-                             "AND ts <= ? LIMIT ?)", (gid, since, until, max_points + 1)).fetchone()[0]
-            busiest = max(busiest, int(n))
+        for g in gpus:
+            ts, _ = raw.gpu_samples(conn, g.host_id, g.id, since, until, (), limit=max_points)
+            busiest = max(busiest, len(ts))
             if busiest > max_points:
                 break
         if busiest <= max_points:
@@ -149,13 +158,9 @@ def choose_resolution(conn: sqlite3.Connection, gpu_ids: list[int], since: float
     return Resolution("1h", 3600.0 * max(1, math.ceil(span / 3600.0 / max_points)))
 
 
-_RAW_POINTS: Final = """
-SELECT ts, util, util, mem_used, mem_used, temp, power FROM samples
-WHERE gpu_id = ? AND ts >= ? AND ts <= ? ORDER BY ts
-"""
-
 # Rows of the finer tables in a common shape: bucket, n, util_mean, util_max, mem_mean, mem_max, temp_max,
-# power_mean. Means merge weighted by n (exact unless a metric is missing for part of a bucket).
+# power_mean. Means merge weighted by n (exact unless a metric is missing for part of a bucket). Raw samples
+# join them in Python (_tail): only buckets before ?7 are aggregated here.
 _ROLLED: Final = """
 SELECT (bucket / ?1) * ?1 AS b, sum(n),
        sum(util_mean * n) / sum(CASE WHEN util_mean IS NOT NULL THEN n END), max(util_max),
@@ -164,32 +169,76 @@ SELECT (bucket / ?1) * ?1 AS b, sum(n),
        sum(power_mean * n) / sum(CASE WHEN power_mean IS NOT NULL THEN n END)
 FROM (
     SELECT bucket, n, util_mean, util_max, mem_mean, mem_max, temp_max, power_mean FROM samples_1h
-    WHERE gpu_id = ?2 AND bucket >= ?3 AND bucket <= ?4 AND bucket < ?5
+    WHERE gpu_id = ?2 AND bucket >= ?3 AND bucket <= ?4 AND bucket < ?5 AND bucket < ?7
     UNION ALL
     SELECT bucket, n, util_mean, util_max, mem_mean, mem_max, temp_max, power_mean FROM samples_1m
-    WHERE gpu_id = ?2 AND bucket >= max(?3, ?5) AND bucket <= ?4 AND bucket < ?6
-    UNION ALL
-    SELECT CAST(ts / 60 AS INTEGER) * 60, 1, util, util, mem_used, mem_used, temp, power FROM samples
-    WHERE gpu_id = ?2 AND ts >= max(?3, ?5, ?6) AND ts <= ?4
+    WHERE gpu_id = ?2 AND bucket >= max(?3, ?5) AND bucket <= ?4 AND bucket < ?6 AND bucket < ?7
 )
 GROUP BY b ORDER BY b
 """
+# The same rows, one by one, of the buckets from ?7 on: the points raw samples may join.
+_ROLLED_ROWS: Final = """
+SELECT bucket, n, util_mean, util_max, mem_mean, mem_max, temp_max, power_mean FROM samples_1h
+WHERE gpu_id = ?2 AND bucket >= ?3 AND bucket <= ?4 AND bucket < ?5 AND bucket >= ?7
+UNION ALL
+SELECT bucket, n, util_mean, util_max, mem_mean, mem_max, temp_max, power_mean FROM samples_1m
+WHERE gpu_id = ?2 AND bucket >= max(?3, ?5) AND bucket <= ?4 AND bucket < ?6 AND bucket >= ?7
+"""
+_HISTORY: Final = tuple(COLUMNS.index(c) for c in ("util", "mem_used", "temp", "power"))
 
 
-def _series_points(conn: sqlite3.Connection, gpu_id: int, res: Resolution, since: float,
+def _real(v: Any) -> Any:
+    """A raw reading as the rolled-up tables' REAL columns give it (the SQL union's affinity)."""
+    return float(v) if type(v) is int else v
+
+
+def _tail(conn: sqlite3.Connection, g: _Gpu, step: int, lo: int, until: float, h1_upto: float,
+          m1_upto: float, edge: int) -> list[SeriesPoint]:
+    """The points from bucket ``edge`` on: rolled-up rows and raw samples (ts >= max(lo, h1_upto, m1_upto)),
+    grouped and aggregated as the old single query did, in its row order (1h, 1m, raw by time)."""
+    groups: dict[int, list[tuple[Any, ...]]] = {}
+    for r in conn.execute(_ROLLED_ROWS, (step, g.id, lo, until, h1_upto, m1_upto, edge)):
+        groups.setdefault(int(r[0]) // step * step, []).append(r[1:])
+    since = max(lo, h1_upto, m1_upto)
+    ts, cols = raw.gpu_samples(conn, g.host_id, g.id, since, until, _HISTORY)
+    util, mem, temp, power = (cols[c] for c in _HISTORY)
+    for i, t in enumerate(ts):
+        b = int(t / 60) * 60 // step * step
+        u, m = _real(util[i]), _real(mem[i])
+        groups.setdefault(b, []).append((1, u, u, m, m, _real(temp[i]), _real(power[i])))
+    points = []
+    for b in sorted(groups):
+        rows = groups[b]
+        means = []
+        for k in (1, 3, 6):  # util_mean, mem_mean, power_mean
+            weighted = sqlagg.sum_([r[k] * r[0] for r in rows if r[k] is not None])
+            count = sqlagg.sum_([r[0] for r in rows if r[k] is not None])
+            means.append(None if weighted is None or count is None else weighted / count)
+        maxes = [max((r[k] for r in rows if r[k] is not None), default=None) for k in (2, 4, 5)]
+        points.append(SeriesPoint(ts=float(b), util_mean=means[0], util_max=maxes[0], mem_used_mean=means[1],
+                                  mem_used_max=maxes[1], temp_max=maxes[2], power_mean=means[2]))
+    return points
+
+
+def _series_points(conn: sqlite3.Connection, g: _Gpu, res: Resolution, since: float,
                    until: float) -> list[SeriesPoint]:
     if res.step is None:
-        rows: list[Any] = conn.execute(_RAW_POINTS, (gpu_id, since, until)).fetchall()
-        return [SeriesPoint(ts=r[0], util_mean=r[1], util_max=r[2], mem_used_mean=r[3], mem_used_max=r[4],
-                            temp_max=r[5], power_mean=r[6]) for r in rows]
+        ts, cols = raw.gpu_samples(conn, g.host_id, g.id, since, until, _HISTORY)
+        util, mem, temp, power = (cols[c] for c in _HISTORY)
+        return [SeriesPoint(ts=t, util_mean=util[i], util_max=util[i], mem_used_mean=mem[i],
+                            mem_used_max=mem[i], temp_max=temp[i], power_mean=power[i])
+                for i, t in enumerate(ts)]
     step = int(res.step)
     lo = int(math.floor(since / step)) * step
     m1_upto = meta_float(conn, "m1_upto") or 0.0
     # a 1-minute series does not read the hour table: every minute in it is finer than an hour
     h1_upto = (meta_float(conn, "h1_upto") or 0.0) if res.name == "1h" else 0.0
-    rows = conn.execute(_ROLLED, (step, gpu_id, lo, until, h1_upto, m1_upto)).fetchall()
+    first_raw = max(lo, h1_upto, m1_upto)
+    edge = int(first_raw / 60) * 60 // step * step  # the first bucket a raw sample can fall in
+    rows = conn.execute(_ROLLED, (step, g.id, lo, until, h1_upto, m1_upto, edge)).fetchall()
     return [SeriesPoint(ts=float(r[0]), util_mean=r[2], util_max=r[3], mem_used_mean=r[4],
-                        mem_used_max=r[5], temp_max=r[6], power_mean=r[7]) for r in rows]
+                        mem_used_max=r[5], temp_max=r[6], power_mean=r[7]) for r in rows] + \
+        _tail(conn, g, step, lo, until, h1_upto, m1_upto, edge)
 
 
 def gpu_history(conn: sqlite3.Connection, host: str, *, gpu: int | None, since: float, until: float,
@@ -203,11 +252,26 @@ def gpu_history(conn: sqlite3.Connection, host: str, *, gpu: int | None, since: 
     found = _history_gpus(conn, host, gpu, since, until)
     if not found:
         return []
-    res = choose_resolution(conn, [g.id for g in found], since, until, max_points)
+    res = choose_resolution(conn, found, since, until, max_points)
     return [GpuSeries(host=g.host, index=g.idx, uuid=g.uuid, name=g.name, resolution=res.name,
-                      memory_total=g.memory_total, points=_series_points(conn, g.id, res, since, until),
+                      memory_total=g.memory_total, points=_series_points(conn, g, res, since, until),
                       step=res.step)
             for g in found]
+
+
+def raw_history(conn: sqlite3.Connection, host: str, *, gpu: int, since: float,
+                until: float) -> list[RawSeries]:
+    """Every raw sample of GPU ``gpu`` of ``host`` in [since, until], as columns (no per-point objects):
+    what a chart of up to an hour at 1 s wants. Empty where raw retention has dropped them."""
+    if until < since:
+        return []
+    out = []
+    for g in _history_gpus(conn, host, gpu, since, until):
+        ts, cols = raw.gpu_samples(conn, g.host_id, g.id, since, until, _HISTORY)
+        util, mem, temp, power = (cols[c] for c in _HISTORY)
+        out.append(RawSeries(host=g.host, index=g.idx, uuid=g.uuid, name=g.name, memory_total=g.memory_total,
+                             ts=ts, util=util, mem_used=mem, temp=temp, power=power))
+    return out
 
 
 def fleet_history(conn: sqlite3.Connection, *, since: float, until: float,

@@ -3,14 +3,17 @@
 Each step is one short ``BEGIN IMMEDIATE`` transaction and returns True while it has more to do, so a big
 backlog (first run, a week of downtime) never holds the write lock for long: ingest batches slot in between.
 
-- 1-minute rollups come from raw samples, 1-hour rollups from 1-minute ones (min / mean / max of util,
-  memory used, temperature, power, and the sample count). Only completed buckets are rolled up
-  (a minute is complete ``grace`` seconds after it ends); each run also recomputes the last two minutes /
-  the last hour, so a slightly late sample is still counted; minutes that got samples later still (an agent
-  whose clock runs behind, a late replay) are listed in ``rollup_dirty`` by the writer and rolled up again
-  with their hour. INSERT OR REPLACE makes every step idempotent.
-- Retention deletes raw / 1m / 1h rows older than their windows in batches, never rows that are not rolled
-  up yet, and records the horizons (``raw_from``, ``m1_from``) the queries use to pick a resolution.
+- 1-minute rollups come from raw samples (the chunks: one per host and minute, store/head.py), 1-hour
+  rollups from 1-minute ones (min / mean / max of util, memory used, temperature, power, and the sample
+  count; the means as SQLite's avg() computed them from the old one-row-per-sample table: store/sqlagg.py).
+  Only completed minutes are rolled up (complete ``grace`` seconds after they end, and compacted into
+  their chunk first: Store.run_maintenance). A minute that gets samples after its rollup (an agent whose
+  clock runs behind, a late replay) is listed in ``rollup_dirty`` by the compaction that stores them and
+  rolled up again with its hour; the hour rollup also recomputes the last hour. INSERT OR REPLACE makes
+  every step idempotent.
+- Retention deletes raw chunks (whole rows: a host's minute) / 1m / 1h rows older than their windows in
+  batches, never rows that are not rolled up yet, and records the horizons (``raw_from``, ``m1_from``) the
+  queries use to pick a resolution.
 - ``PRAGMA incremental_vacuum`` gives freed pages back to the file system once the free list is larger than
   ``vacuum_slack`` pages (a little slack avoids shrinking and regrowing the file every minute).
 
@@ -28,8 +31,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Final
 
+from gpufleet.collector.store import chunkrows, sqlagg
 from gpufleet.collector.store._db import in_tx
 from gpufleet.collector.store.admit import window
+from gpufleet.collector.store.chunkcodec import MEM_USED, POWER, TEMP, UTIL, decode_columns
+from gpufleet.collector.store.head import SPAN
 from gpufleet.collector.store.queries import meta_float
 from gpufleet.collector.units import MAX_DURATION
 
@@ -38,15 +44,44 @@ REDO_SECONDS: Final = 120
 #: Roughly how many source rows one rollup step reads.
 ROWS_PER_STEP: Final = 100_000
 
-_AGG_RAW: Final = """
+_M1_INSERT: Final = """
 INSERT OR REPLACE INTO samples_1m (gpu_id, bucket, n, util_min, util_mean, util_max,
     mem_min, mem_mean, mem_max, temp_min, temp_mean, temp_max, power_min, power_mean, power_max)
-SELECT gpu_id, CAST(ts / 60 AS INTEGER) * 60 AS b, count(*),
-       min(util), avg(util), max(util), min(mem_used), avg(mem_used), max(mem_used),
-       min(temp), avg(temp), max(temp), min(power), avg(power), max(power)
-FROM samples WHERE gpu_id IN (SELECT id FROM gpus) AND ts >= ? AND ts < ?
-GROUP BY gpu_id, b
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
+_READINGS: Final = (UTIL, MEM_USED, TEMP, POWER)
+
+
+def minute_rows(data: bytes, minute: int, known: set[int] | None,
+                gpu_id: int | None = None) -> list[tuple[object, ...]]:
+    """The samples_1m rows of one chunk (one host's minute): per GPU the count, and min / avg / max of each
+    reading as SQL's min(), avg() and max() gave them over the old rows, in time order. ``known``: the GPU
+    ids the file lists (a chunk may hold a GPU retention removed); ``gpu_id``: that GPU's row only."""
+    gpus, _ts, cols = decode_columns(data, gpu_id, _READINGS)
+    out: list[tuple[object, ...]] = []
+    i, n = 0, len(gpus)
+    while i < n:
+        gid = gpus[i]
+        j = i + 1
+        while j < n and gpus[j] == gid:
+            j += 1
+        if known is None or gid in known:
+            row: list[object] = [gid, minute, j - i]
+            for c in _READINGS:
+                row += sqlagg.min_avg_max(cols[c][i:j])
+            out.append(tuple(row))
+        i = j
+    return out
+
+
+def _roll_chunks(conn: sqlite3.Connection, start: int, end: int) -> None:
+    """1-minute rollups of every chunk whose minute lies in [start, end)."""
+    known = {int(r[0]) for r in conn.execute("SELECT id FROM gpus")}
+    rows: list[tuple[object, ...]] = []
+    for (hid,) in conn.execute("SELECT id FROM hosts").fetchall():
+        for span, data in chunkrows.scan(conn, hid, start, end - 1):
+            rows += minute_rows(data, span, known)
+    conn.executemany(_M1_INSERT, rows)
 
 
 def _wmean(col: str) -> str:
@@ -91,10 +126,16 @@ def _mark(conn: sqlite3.Connection, key: str, now: float) -> float | None:
 
 def _first_at_or_after(conn: sqlite3.Connection, table: str, col: str, after: float,
                        upto: float) -> float | None:
-    """Earliest time in ``table`` in [after, upto]: one index seek per GPU instead of a scan."""
-    row = conn.execute(f"SELECT min(m) FROM (SELECT (SELECT min({col}) FROM {table} "
-                       f"WHERE gpu_id = g.id AND {col} >= ? AND {col} <= ?) AS m FROM gpus g)",
-                       (after, upto)).fetchone()
+    """Earliest time in ``table`` in [after, upto]: one index seek per GPU (per host for chunks, whose
+    minutes stand for their samples) instead of a scan."""
+    if table == "chunks":
+        sql = ("SELECT min(m) FROM (SELECT (SELECT min(span) FROM chunks WHERE host_id = h.id AND span >= ? "
+               "AND span <= ? AND piece = 0) AS m FROM hosts h)")
+        after = math.floor(after / SPAN) * SPAN if math.isfinite(after) else after
+    else:
+        sql = (f"SELECT min(m) FROM (SELECT (SELECT min({col}) FROM {table} "
+               f"WHERE gpu_id = g.id AND {col} >= ? AND {col} <= ?) AS m FROM gpus g)")
+    row = conn.execute(sql, (after, upto)).fetchone()
     return None if row[0] is None else float(row[0])
 
 
@@ -106,8 +147,8 @@ def _floor(t: float, step: int) -> int:
     return int(math.floor(t / step)) * step
 
 
-def _roll(conn: sqlite3.Connection, *, mark: str, source: str, col: str, sql: str, size: int, redo: int,
-          boundary: int, now: float) -> bool:
+def _roll(conn: sqlite3.Connection, *, mark: str, source: str, col: str, sql: str | None, size: int,
+          redo: int, boundary: int, now: float) -> bool:
     """Roll ``source`` into buckets of ``size`` seconds from the ``mark`` high-water mark to ``boundary``."""
     lo, hi = window(now)
     upto_f = _mark(conn, mark, now)  # None also when it is no time the store writes: start from the data
@@ -123,7 +164,10 @@ def _roll(conn: sqlite3.Connection, *, mark: str, source: str, col: str, sql: st
         return False
     rows_per_bucket = _gpu_count(conn) * 60  # 1 Hz raw into minutes, or 60 minutes into an hour
     end = min(boundary, upto + max(1, ROWS_PER_STEP // rows_per_bucket) * size)
-    conn.execute(sql, (start, end))
+    if sql is None:
+        _roll_chunks(conn, start, end)
+    else:
+        conn.execute(sql, (start, end))
     nxt = end
     if end < boundary:  # skip a gap with no data in one step
         later = _first_at_or_after(conn, source, col, end, hi)
@@ -132,19 +176,18 @@ def _roll(conn: sqlite3.Connection, *, mark: str, source: str, col: str, sql: st
     return nxt < boundary
 
 
+def minute_boundary(now: float, policy: Policy) -> int:
+    """Minutes before this are complete at ``now`` (``grace`` after their end): what the rollup reads."""
+    return _floor(now - policy.grace, 60)
+
+
 def rollup_minutes(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
-    boundary = _floor(now - policy.grace, 60)
-    return in_tx(conn, partial(_roll, conn, mark="m1_upto", source="samples", col="ts", sql=_AGG_RAW,
-                               size=60, redo=REDO_SECONDS, boundary=boundary, now=now))
+    boundary = minute_boundary(now, policy)
+    # no redo: every sample stored for a minute already rolled up marks it dirty (store/head.py)
+    return in_tx(conn, partial(_roll, conn, mark="m1_upto", source="chunks", col="span", sql=None,
+                               size=60, redo=0, boundary=boundary, now=now))
 
 
-_REROLL_MINUTE: Final = """
-INSERT OR REPLACE INTO samples_1m (gpu_id, bucket, n, util_min, util_mean, util_max,
-    mem_min, mem_mean, mem_max, temp_min, temp_mean, temp_max, power_min, power_mean, power_max)
-SELECT ?1, ?2, count(*), min(util), avg(util), max(util), min(mem_used), avg(mem_used), max(mem_used),
-       min(temp), avg(temp), max(temp), min(power), avg(power), max(power)
-FROM samples WHERE gpu_id = ?1 AND ts >= ?2 AND ts < ?2 + 60 HAVING count(*) > 0
-"""
 _REROLL_HOUR: Final = f"""
 INSERT OR REPLACE INTO samples_1h (gpu_id, bucket, n, util_min, util_mean, util_max,
     mem_min, mem_mean, mem_max, temp_min, temp_mean, temp_max, power_min, power_mean, power_max)
@@ -168,7 +211,14 @@ def rollup_dirty(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
         h1 = _mark(conn, "h1_upto", now)
         # a minute (an hour) whose finer rows retention already deleted keeps the rollup it has
         redo = [(g, b) for g, b in batch if raw_from is None or b >= raw_from]
-        conn.executemany(_REROLL_MINUTE, redo)
+        hosts = dict(conn.execute("SELECT id, host_id FROM gpus").fetchall())
+        rows: list[tuple[object, ...]] = []
+        for g, b in redo:
+            host = hosts.get(g)
+            chunk = None if host is None else chunkrows.read(conn, host, b)
+            if chunk is not None:  # no samples: the minute keeps the rollup it has
+                rows += minute_rows(chunk, b, None, g)
+        conn.executemany(_M1_INSERT, rows)
         if h1 is not None:
             hours = sorted({(g, b // 3600 * 3600) for g, b in redo
                             if b < h1 and (m1_from is None or b // 3600 * 3600 >= m1_from)})
@@ -200,13 +250,20 @@ def _delete(conn: sqlite3.Connection, sql: str, cutoff: float, batch: int, horiz
 
 
 def delete_raw(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
+    """Whole chunks (a host's minute) that end by the cutoff; ``raw_from`` is the cutoff itself, so the
+    queries pick the same resolution as when raw samples went one by one."""
     m1 = _mark(conn, "m1_upto", now)
     if m1 is None:
         return False  # nothing rolled up yet: keep everything
     cutoff = min(now - policy.raw_retention, m1 - REDO_SECONDS)
-    return _delete(conn, "DELETE FROM samples WHERE (gpu_id, ts) IN (SELECT gpu_id, ts FROM samples "
-                   "WHERE gpu_id IN (SELECT id FROM gpus) AND ts < ? LIMIT ?)", cutoff, policy.batch,
-                   "raw_from")
+
+    def work() -> bool:
+        _set_meta(conn, "raw_from", cutoff, only_up=True)
+        deleted = 0
+        for (hid,) in conn.execute("SELECT id FROM hosts").fetchall():
+            deleted += chunkrows.delete_before(conn, hid, cutoff - SPAN, policy.batch)
+        return deleted >= policy.batch
+    return in_tx(conn, work)
 
 
 def delete_minutes(conn: sqlite3.Connection, now: float, policy: Policy) -> bool:
@@ -256,7 +313,11 @@ def delete_history(conn: sqlite3.Connection, now: float, policy: Policy) -> bool
 #: this one deleted their history): indexed guards first, usage (no gpu_id index) last.
 _UNUSED_GPUS: Final = (
     "SELECT id, host_id, uuid FROM gpus g WHERE last_seen < ?1"
-    " AND NOT EXISTS (SELECT 1 FROM samples WHERE gpu_id = g.id)"
+    # raw samples are its host's chunks: none in its lifetime, none of its own
+    " AND NOT EXISTS (SELECT 1 FROM chunks WHERE host_id = g.host_id AND span >= g.first_seen - 60"
+    " AND span <= g.last_seen AND piece = 0)"
+    " AND NOT EXISTS (SELECT 1 FROM chunk_parts WHERE host_id = g.host_id AND span >= g.first_seen - 60"
+    " AND span <= g.last_seen)"
     " AND NOT EXISTS (SELECT 1 FROM samples_1m WHERE gpu_id = g.id)"
     " AND NOT EXISTS (SELECT 1 FROM samples_1h WHERE gpu_id = g.id)"
     " AND NOT EXISTS (SELECT 1 FROM processes WHERE gpu_id = g.id)"

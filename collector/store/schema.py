@@ -6,9 +6,14 @@ re-reads the version inside it, so two processes opening a new file at once cann
 Layout, and why:
 - ``gpus`` is keyed by (host, NVML UUID): a GPU moved to another slot keeps its id and its history
   (``gpu_placements`` records which slot from when); the same UUID from two hosts is two GPUs (v3).
-- ``samples`` (raw), ``samples_1m`` and ``samples_1h`` are WITHOUT ROWID tables keyed (gpu_id, time): one
-  b-tree, compact, range scans per GPU, and the key makes a replayed snapshot an ignored duplicate.
-  ``samples`` carries no FOREIGN KEY: it is the hot table and its ids come from the writer's own gpus rows.
+- Raw samples are ``chunks`` (v8; before it one ``samples`` row per GPU per second): per host and minute its
+  GPUs' readings packed by column (store/chunkcodec.py), stored in pieces of 600 bytes (store/chunkrows.py:
+  rows that fill pages), and ``chunk_parts``, the head: what was flushed of the minutes not compacted yet
+  (store/head.py). Pieces are too large for WITHOUT ROWID (whose inner pages would hold whole rows): a
+  rowid table, written in time order; a chunk's pieces are consecutive rows, and only its first piece
+  (``piece`` 0, which holds the count in ``pieces``) is indexed, unique by (host_id, span).
+- ``samples_1m`` and ``samples_1h`` are WITHOUT ROWID tables keyed (gpu_id, time): one b-tree, compact,
+  range scans per GPU.
 - ``processes`` stores *spans* (one row per process per GPU, identified by pid + start time), updated on
   each snapshot, instead of one row per process per second.
 - ``usage`` holds GPU-seconds per (hour, host, gpu, user), so GPU-hours over any range is a small SUM.
@@ -19,12 +24,17 @@ Layout, and why:
 from __future__ import annotations
 
 import sqlite3
-from typing import Final
+from collections.abc import Callable
+from typing import Final, TypeAlias
 
 from gpufleet.collector.errors import StorageError
 from gpufleet.collector.store._db import in_tx
+from gpufleet.collector.store.convert import samples_to_chunks
 
-_V1: Final = [
+#: A migration step: a statement, or a function run on the connection (a conversion SQL cannot express).
+Step: TypeAlias = str | Callable[[sqlite3.Connection], None]
+
+_V1: Final[list[Step]] = [
     """CREATE TABLE meta (
         key TEXT PRIMARY KEY,
         value
@@ -186,7 +196,7 @@ _V1: Final = [
 
 #: v2: the notification log (collector/notify/nflog.py): per alert group and destination, the newest state
 #: not yet accepted there (``pending``, JSON; NULL once delivered), when it was delivered, since when failing.
-_V2: Final[list[str]] = [
+_V2: Final[list[Step]] = [
     """CREATE TABLE notification_log (
         group_key TEXT NOT NULL,
         notifier TEXT NOT NULL,
@@ -206,7 +216,7 @@ _V2: Final[list[str]] = [
 #: backends) keep apart histories; the live view flags it (rule ``duplicate_gpu``). SQLite cannot drop a
 #: column's UNIQUE, so the table is rebuilt (the documented procedure: :func:`migrate` turns foreign keys
 #: off around it and checks them before commit).
-_V3: Final[list[str]] = [
+_V3: Final[list[Step]] = [
     """CREATE TABLE gpus_v3 (
         id INTEGER PRIMARY KEY,
         uuid TEXT NOT NULL,
@@ -243,7 +253,7 @@ _V3: Final[list[str]] = [
 #: v4: per-job efficiency records (collector/fleet/jobs.py), one row per job that released its GPUs;
 #: ``hosts``, ``gpus`` and ``diagnoses`` are JSON lists. (job_key, started) is unique: a job recorded twice is
 #: one row.
-_V4: Final[list[str]] = [
+_V4: Final[list[Step]] = [
     """CREATE TABLE jobs (
         id INTEGER PRIMARY KEY,
         job_key TEXT NOT NULL,
@@ -269,7 +279,7 @@ _V4: Final[list[str]] = [
 #: owner of a job's name, user, account, partition and state; processes.job refers to it by (host, job)),
 #: and GPU-hours per Slurm job (``slurm_usage``, the same held/used/wasted as ``usage``, keyed by job id
 #: whether or not the name is resolved yet), which the report groups by account and partition.
-_V5: Final[list[str]] = [
+_V5: Final[list[Step]] = [
     """CREATE TABLE slurm_jobs (
         host_id INTEGER NOT NULL REFERENCES hosts(id),
         job TEXT NOT NULL,
@@ -298,7 +308,7 @@ _V5: Final[list[str]] = [
 
 #: v6: host maintenance windows (collector/maintenance.py, SQL in store/maintenance.py): the collector keeps
 #: no agent session to ``host`` until ``ends_at``; a restarted collector reads the windows still in force.
-_V6: Final[list[str]] = [
+_V6: Final[list[Step]] = [
     """CREATE TABLE maintenance (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
         host TEXT NOT NULL,
@@ -316,7 +326,7 @@ _V6: Final[list[str]] = [
 #: seconds no process of the job was on it (collector/fleet/accounting.py charges both; a row of a GPU the
 #: job never touched has held = used = wasted = 0); ``jobs`` keeps each Slurm job's allocated GPUs and hours,
 #: and a Kubernetes pod's names (as the agent resolved them on the node).
-_V7: Final[list[str]] = [
+_V7: Final[list[Step]] = [
     "ALTER TABLE slurm_usage ADD COLUMN allocated REAL NOT NULL DEFAULT 0",
     "ALTER TABLE slurm_usage ADD COLUMN unused REAL NOT NULL DEFAULT 0",
     "ALTER TABLE jobs ADD COLUMN gpus_allocated TEXT NOT NULL DEFAULT '[]'",
@@ -325,8 +335,33 @@ _V7: Final[list[str]] = [
     "ALTER TABLE jobs ADD COLUMN pod TEXT",  # a pod's job: JSON [namespace, name, container]
 ]
 
+#: v8: raw history in chunks (issue 34): one row per host per minute instead of one per GPU per second;
+#: the file's raw samples are converted in the migration's transaction (store/convert.py), then dropped.
+_V8: Final[list[Step]] = [
+    """CREATE TABLE chunks (
+        id INTEGER PRIMARY KEY,
+        host_id INTEGER NOT NULL,
+        span INTEGER NOT NULL,
+        piece INTEGER NOT NULL,
+        pieces INTEGER NOT NULL DEFAULT 1,
+        n INTEGER NOT NULL,
+        data BLOB NOT NULL
+    )""",
+    "CREATE UNIQUE INDEX chunks_first ON chunks(host_id, span) WHERE piece = 0",
+    """CREATE TABLE chunk_parts (
+        id INTEGER PRIMARY KEY,
+        host_id INTEGER NOT NULL,
+        span INTEGER NOT NULL,
+        n INTEGER NOT NULL,
+        data BLOB NOT NULL
+    )""",
+    "CREATE INDEX chunk_parts_host ON chunk_parts(host_id, span)",
+    samples_to_chunks,
+    "DROP TABLE samples",
+]
+
 #: MIGRATIONS[i] brings the schema from version i to i + 1.
-MIGRATIONS: Final[list[list[str]]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7]
+MIGRATIONS: Final[list[list[Step]]] = [_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8]
 LATEST: Final = len(MIGRATIONS)
 
 
@@ -352,8 +387,17 @@ def migrate(conn: sqlite3.Connection) -> int:
     def run() -> None:
         current = user_version(conn)  # another process may have migrated while we waited for the lock
         for version in range(current, LATEST):
-            for statement in MIGRATIONS[version]:
-                conn.execute(statement)
+            for step in MIGRATIONS[version]:
+                try:
+                    if isinstance(step, str):
+                        conn.execute(step)
+                    else:
+                        step(conn)
+                except Exception as exc:
+                    what = step.split("(")[0].strip() if isinstance(step, str) else step.__name__
+                    raise StorageError(f"migrating the database from v{current} to v{LATEST} failed at "
+                                       f"v{version + 1} ({what}: {type(exc).__name__}: {exc}); the file is "
+                                       f"unchanged (still v{current})") from exc
             conn.execute(f"PRAGMA user_version={version + 1}")
         broken = conn.execute("PRAGMA foreign_key_check").fetchall()
         if broken:
@@ -366,6 +410,11 @@ def migrate(conn: sqlite3.Connection) -> int:
     conn.execute("PRAGMA foreign_keys=OFF")
     try:
         in_tx(conn, run)
+    except StorageError:
+        raise
+    except Exception as exc:  # most writes of a migration happen at its commit (a full disk shows there)
+        raise StorageError(f"migrating the database from v{found} to v{LATEST} failed writing it "
+                           f"({type(exc).__name__}: {exc}); the file is unchanged (still v{found})") from exc
     finally:
         conn.execute(f"PRAGMA foreign_keys={fk}")
     return found

@@ -35,6 +35,7 @@ from gpufleet.collector.model.records import (
     GpuSeries,
     JobRecord,
     ProcessSpan,
+    RawSeries,
     SilenceRecord,
     SlurmJobRow,
     SlurmUsageRow,
@@ -46,6 +47,7 @@ from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import jobs, maintenance, nflog, queries, rollup, schema, slurm, sweep
 from gpufleet.collector.store._db import call, connect, is_corrupt, setup_reader, setup_writer, storage_error
 from gpufleet.collector.store.guard import FileGuard, check_sidecars
+from gpufleet.collector.store.head import FLUSH_INTERVAL
 from gpufleet.collector.store.ingest import ACCRUE_INTERVAL, FrameItem, IngestState
 from gpufleet.collector.store.shedding import Shedder
 from gpufleet.collector.store.usage import capacity, usage_by_user
@@ -76,6 +78,9 @@ class Tuning:
     #: Seconds between writes of process spans and GPU-hours (0: every batch). Readers see them up to this
     #: late; a crash loses at most this much of them, never samples (store/ingest.py).
     accrue_interval: float = ACCRUE_INTERVAL
+    #: Seconds between flushes of the raw samples held in memory (store/head.py): a kill -9 loses at most
+    #: this plus one batch of them.
+    head_interval: float = FLUSH_INTERVAL
 
     @classmethod
     def for_fleet(cls, hosts: int) -> Tuning:
@@ -150,7 +155,8 @@ class Store:
             if isinstance(exc, (sqlite3.Error, OSError, StorageError)):
                 raise storage_error(exc, where) from exc
             raise
-        state = IngestState(thresholds or DEFAULT_THRESHOLDS, accrue_interval=tuning.accrue_interval)
+        state = IngestState(thresholds or DEFAULT_THRESHOLDS, accrue_interval=tuning.accrue_interval,
+                            head_interval=tuning.head_interval)
         store = cls(path, config, reader, writer_conn, None, tuning)
         store._guard = guard
         store._writer = Writer(writer_conn, where, state, max_rows=config.batch_max_rows,
@@ -332,6 +338,12 @@ class Store:
         return await self._read(partial(queries.gpu_history, host=host, gpu=gpu, since=since, until=until,
                                         max_points=max_points))
 
+    async def raw_history(self, host: str, *, gpu: int, since: float, until: float) -> list[RawSeries]:
+        """Every raw sample of one GPU in [since, until] as columns (ts, util, mem_used, temp, power): a 1 s
+        chart of up to an hour (an hour of one GPU reads in a few ms). What the head has not flushed yet
+        (at most its interval, 2 s) is not in it; :meth:`flush` first when that matters."""
+        return await self._read(partial(queries.raw_history, host=host, gpu=gpu, since=since, until=until))
+
     async def fleet_history(self, *, since: float, until: float, max_points: int = 120) -> list[GpuSeries]:
         """Every GPU's series over the range (:meth:`gpu_history` host by host, in one read): the web page's
         fleet chart (busy, idle, wasted GPUs over time) is counted from them."""
@@ -471,6 +483,8 @@ class Store:
             await writer.call(partial(sweep.sweep, now=time.time()), standalone=True)  # the store's clock
             self._swept = True
         policy = self._policy
+        # every minute the rollups will read is compacted into its chunk first (hosts gone silent too)
+        await writer.compact(rollup.minute_boundary(now, policy))
         for step in rollup.STEPS:
             def run(conn: sqlite3.Connection, step: rollup.Step = step) -> bool:
                 return step(conn, now, policy)

@@ -26,9 +26,14 @@ AHEAD: Final = 86400.0
 
 #: Per GPU (seeks on the (gpu_id, time) key): times below the window, then above it (text sorts above).
 _PER_GPU: Final = tuple(
-    sql for table, col in (("samples", "ts"), ("samples_1m", "bucket"), ("samples_1h", "bucket"))
+    sql for table, col in (("samples_1m", "bucket"), ("samples_1h", "bucket"))
     for sql in (f"DELETE FROM {table} WHERE gpu_id = :gpu AND {col} < :lo",
                 f"DELETE FROM {table} WHERE gpu_id = :gpu AND {col} > :hi"))
+#: Per host: raw chunks and head parts wholly below the window, or above it (a minute is 60 s).
+_PER_HOST: Final = tuple(
+    sql for table in ("chunks", "chunk_parts")
+    for sql in (f"DELETE FROM {table} WHERE host_id = :host AND span <= :lo - 60",
+                f"DELETE FROM {table} WHERE host_id = :host AND span > :hi"))
 #: Whole tables: (statement over named :lo, :hi, :now).
 _TABLES: Final = (
     "DELETE FROM rollup_dirty WHERE NOT (bucket >= :lo AND bucket <= :hi)",
@@ -53,7 +58,12 @@ def sweep(conn: sqlite3.Connection, now: float) -> int:
 
     def work() -> int:
         gpus = [{"gpu": gid, "lo": lo, "hi": hi} for (gid,) in conn.execute("SELECT id FROM gpus")]
+        hosts = [{"host": hid, "lo": lo, "hi": hi} for (hid,) in conn.execute("SELECT id FROM hosts")]
         changed = 0
+        for sql in _PER_HOST:
+            before = conn.total_changes
+            conn.executemany(sql, hosts)
+            changed += conn.total_changes - before
         for sql in _PER_GPU:
             before = conn.total_changes
             conn.executemany(sql, gpus)

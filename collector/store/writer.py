@@ -146,14 +146,22 @@ def _fail(fut: asyncio.Future[Any], exc: BaseException) -> None:
 
 
 def _write_batch(conn: sqlite3.Connection, state: IngestState, items: Sequence[IngestItem],
-                 jobs: Sequence[Callable[[sqlite3.Connection], Any]], totals: bool = False) -> list[Any]:
+                 jobs: Sequence[Callable[[sqlite3.Connection], Any]], totals: bool = False,
+                 seal: bool = False) -> list[Any]:
     """One transaction: the frames' rows, then each awaited write in its own savepoint. The running totals
-    go with it when they are due or ``totals`` (a flush, a clean stop): see :mod:`ingest`."""
+    go with it when they are due or ``totals`` (a flush, a clean stop): see :mod:`ingest`; so do the head's
+    pending samples (store/head.py), and with ``seal`` (a clean stop) every minute is compacted."""
     conn.execute("BEGIN IMMEDIATE")
     try:
         rows = Rows()
         state.apply(conn, items, rows)
         write_rows(conn, rows)
+        head = state.head
+        head.take(rows.samples, rows.gpu_last)
+        if seal:  # every minute at once: the head learns what a flush did only at commit, so a second
+            head.flush(conn, before=float("inf"), budget=None)  # flush here would redo the first's minutes
+        elif head.due(force=totals):
+            head.flush(conn)
         due = state.due(force=totals)
         if due:
             write_totals(conn, state.totals)
@@ -170,13 +178,35 @@ def _write_batch(conn: sqlite3.Connection, state: IngestState, items: Sequence[I
                 conn.execute("RELEASE job")
                 results.append(_Failed(exc))
         conn.execute("COMMIT")
+        head.committed()
         if due:
             state.written()
         return results
     except BaseException:
         rollback(conn)
+        state.head.rolled_back()
         state.reset()
         raise
+
+
+def _compact(conn: sqlite3.Connection, state: IngestState, before: float) -> bool:
+    """Maintenance: compact every head minute ending by ``before`` (hosts gone silent too), one budget of
+    them per transaction; True while more are left."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        more = state.head.flush(conn, before=before)
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback(conn)
+        state.head.rolled_back()
+        raise
+    state.head.committed()
+    return more
+
+
+def _shrink(conn: sqlite3.Connection) -> None:
+    """Every free page back to the file system (auto_vacuum=INCREMENTAL, store/schema.py)."""
+    conn.executescript("PRAGMA incremental_vacuum")
 
 
 def _probe_write(conn: sqlite3.Connection) -> None:
@@ -387,15 +417,26 @@ class Writer:
         except asyncio.TimeoutError:
             return False
 
+    async def compact(self, before: float) -> None:
+        """Compact the head's minutes ending by ``before`` into chunks (maintenance, before the rollups)."""
+        while await self.call(partial(_compact, state=self._state, before=before), standalone=True):
+            pass
+
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        idle = GUARD_INTERVAL if self._check_file is not None else None
+        guard = GUARD_INTERVAL if self._check_file is not None else None
+        head = self._state.head
         while True:
             self._guard()
             if not self._q:
                 if self._closing:
                     await self._write_totals()
                     return
+                if self.healthy and head.due():
+                    await self._flush_head()  # samples wait no longer than the head's interval
+                    continue
+                # pending samples: wake up in time to flush them (a fleet that fell silent)
+                idle = head.interval if head.pending else guard
                 if self.healthy:
                     await self._wait(idle)
                 elif not await self._wait(self._retry) and not self._q and not self._closing:
@@ -431,7 +472,8 @@ class Writer:
         ingest = [i for i in batch if isinstance(i, (FrameItem, HostRecord))]
         jobs = [i for i in batch if isinstance(i, JobItem)]
         flushes = [i for i in batch if isinstance(i, FlushItem)]
-        totals = bool(flushes) and bool(self._state.totals)  # a flush means everything submitted is written
+        # a flush means everything submitted is written: the running totals and the head's pending samples
+        totals = bool(flushes) and (bool(self._state.totals) or self._state.head.due(force=True))
         if ingest or jobs or totals:
             try:
                 results = await call(self._conn, partial(_write_batch, state=self._state, items=ingest,
@@ -488,15 +530,36 @@ class Writer:
             return
         _resolve(job.future, result)
 
+    async def _flush_head(self) -> None:
+        """Write the head's pending samples while no frames come (a fleet that fell silent)."""
+        try:
+            await call(self._conn, partial(_write_batch, state=self._state, items=[], jobs=[]))
+        except Exception as exc:  # noqa: BLE001 - the next batch (or flush) tries again
+            err = storage_error(exc, self._where)
+            if is_transient(exc):
+                self._set_health(False, str(err))
+            else:
+                log.error("%s: writing the held samples failed: %s", self._where, err)
+            return
+        self.commits += 1
+        self._set_health(True, None)
+
     async def _write_totals(self) -> None:
-        """A clean stop: the running totals held back (see :mod:`ingest`) are written."""
-        if not self._state.totals:
+        """A clean stop: the running totals held back (see :mod:`ingest`) and the head's pending samples
+        are written, every minute is compacted into its chunk, and the pages the head's parts used go back
+        to the file system (the slack maintenance keeps is for a running store)."""
+        try:
+            await call(self._conn, partial(_write_batch, state=self._state, items=[], jobs=[], totals=True,
+                                           seal=True))
+        except Exception as exc:  # noqa: BLE001 - closing: say what is lost, do not raise
+            log.error("%s: closing: running totals (spans, GPU-hours) and samples of the last seconds not "
+                      "written: %s", self._where, storage_error(exc, self._where))
             return
         try:
-            await call(self._conn, partial(_write_batch, state=self._state, items=[], jobs=[], totals=True))
-        except Exception as exc:  # noqa: BLE001 - closing: say what is lost, do not raise
-            log.error("%s: closing: running totals (spans, GPU-hours) of the last seconds not written: %s",
-                      self._where, storage_error(exc, self._where))
+            await call(self._conn, _shrink)
+        except Exception as exc:  # noqa: BLE001 - closing: nothing is lost, the file stays larger
+            log.warning("%s: closing: free pages not given back: %s", self._where,
+                        storage_error(exc, self._where))
 
     async def _probe(self) -> None:
         try:

@@ -28,11 +28,12 @@ from gpufleet.agent import wire
 from gpufleet.collector.model import sample
 from gpufleet.collector.model.thresholds import DEFAULT_THRESHOLDS
 from gpufleet.collector.simfleet import FrameGenerator
-from gpufleet.collector.store import schema
 from gpufleet.collector.store._db import setup_writer
-from gpufleet.collector.store.ingest import SAMPLE_INSERT, SPAN_UPSERT, FrameItem, IngestState
+from gpufleet.collector.store.ingest import SPAN_UPSERT, FrameItem, IngestState
 from gpufleet.collector.store.writer import _write_batch
 from gpufleet.collector.transport import wirefast
+
+from tests.bench import rowtable
 
 BATCH = 150
 
@@ -41,7 +42,7 @@ def _db() -> sqlite3.Connection:
     path = os.path.join(tempfile.mkdtemp(prefix="gpufleet-floor-"), "f.db")
     conn = sqlite3.connect(path, isolation_level=None)
     setup_writer(conn)
-    schema.migrate(conn)
+    rowtable.create(conn)
     return conn
 
 
@@ -71,7 +72,7 @@ def floor_ms(lines: list[bytes], rows: str) -> float:
                                  for p in g["processes"])
         if rows != "none":
             conn.execute("BEGIN IMMEDIATE")
-            conn.executemany(SAMPLE_INSERT, samples)
+            conn.executemany(rowtable.INSERT, samples)
             conn.executemany(SPAN_UPSERT, spans)
             conn.execute("COMMIT")
     return (time.process_time() - start) * 1000 / len(lines)

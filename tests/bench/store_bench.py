@@ -64,13 +64,13 @@ def build_snapshots(host_count: int, seconds: int, t0: float,
 def baseline_executemany(path: Path, frames: list[tuple[str, sample.Snapshot]], chunk: int = 5000) -> float:
     """Samples/s of plain ``executemany`` of the same sample rows, same schema and pragmas, batched like the
     writer (one BEGIN IMMEDIATE per ``chunk`` rows): the floor the store's ingest is measured against."""
-    from gpufleet.collector.store import schema
     from gpufleet.collector.store._db import setup_writer
-    from gpufleet.collector.store.ingest import SAMPLE_INSERT
+
+    from tests.bench import rowtable
 
     conn = sqlite3.connect(path, isolation_level=None)
     setup_writer(conn)
-    schema.migrate(conn)
+    rowtable.create(conn)
     conn.execute("INSERT INTO hosts (name) VALUES ('h')")
     ids: dict[str, int] = {}
     for _, snap in frames[:1000]:
@@ -88,12 +88,12 @@ def baseline_executemany(path: Path, frames: list[tuple[str, sample.Snapshot]], 
                          g.ecc_uncorrected, None, None))
             if len(rows) >= chunk:
                 conn.execute("BEGIN IMMEDIATE")
-                conn.executemany(SAMPLE_INSERT, rows)
+                conn.executemany(rowtable.INSERT, rows)
                 conn.execute("COMMIT")
                 rows.clear()
     if rows:
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany(SAMPLE_INSERT, rows)
+        conn.executemany(rowtable.INSERT, rows)
         conn.execute("COMMIT")
     elapsed = time.perf_counter() - start
     conn.close()

@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 from gpufleet.collector.simfleet import SimFleet
+from gpufleet.collector.store import raw
 
 from tests.cli.cli_testkit import cli_env, collector_running, run_cli, until, write_config
 
@@ -42,9 +44,8 @@ async def test_same_uuids_on_two_hosts(home: Path) -> None:
             "SELECT h.name, count(*) FROM gpus g JOIN hosts h ON h.id = g.host_id GROUP BY h.name"
         ).fetchall())
         moves = db.execute("SELECT count(*) FROM gpu_placements").fetchone()[0]
-        samples = dict(db.execute(
-            "SELECT h.name, count(*) FROM samples s JOIN gpus g ON g.id = s.gpu_id JOIN hosts h "
-            "ON h.id = g.host_id GROUP BY h.name").fetchall())
+        host_of = dict(db.execute("SELECT g.id, h.name FROM gpus g JOIN hosts h ON h.id = g.host_id"))
+        samples = Counter(host_of[r[0]] for r in raw.all_rows(db))
     finally:
         db.close()
     assert per_host == {"gpu-a": 4, "gpu-b": 4}

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from gpufleet.collector.simfleet import SimFleet
+from gpufleet.collector.store import raw
 
 from tests.cli.cli_testkit import cli_env, start_collector, until, write_config
 
@@ -30,7 +31,7 @@ pytestmark = pytest.mark.slow
 def _samples(db: Path) -> int:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
     try:
-        return int(con.execute("SELECT count(*) FROM samples").fetchone()[0])
+        return len(raw.all_rows(con))
     finally:
         con.close()
 

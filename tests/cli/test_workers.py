@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from gpufleet.collector.shards import shard_of
 from gpufleet.collector.simfleet import SimFleet
+from gpufleet.collector.store import raw
 
 from tests.cli.cli_testkit import cli_env, run_cli, start_collector, stop_collector, until, write_config
 
@@ -54,9 +55,8 @@ def _workers(pid: int) -> dict[int, int]:
 def _stored_hosts(db: Path) -> set[str]:
     conn = sqlite3.connect(db)
     try:
-        return {r[0] for r in conn.execute(
-            "SELECT DISTINCT h.name FROM samples s JOIN gpus g ON g.id = s.gpu_id "
-            "JOIN hosts h ON h.id = g.host_id")}
+        host_of = dict(conn.execute("SELECT g.id, h.name FROM gpus g JOIN hosts h ON h.id = g.host_id"))
+        return {host_of[r[0]] for r in raw.all_rows(conn)}
     finally:
         conn.close()
 

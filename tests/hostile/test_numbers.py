@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from gpufleet.agent import wire
+from gpufleet.collector.store import raw
 
 from tests.hostile.hostile_testkit import collector_over, snapshot
 
@@ -18,8 +19,8 @@ HUGE = 10 ** 30  # passes json, not SQLite's INTEGER
 def _samples(db: Path, uuid: str) -> list[tuple[object, ...]]:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
-        return con.execute("SELECT s.mem_used, s.ecc_uncorrected, s.temp FROM samples s JOIN gpus g "
-                           "ON g.id = s.gpu_id WHERE g.uuid = ?", (uuid,)).fetchall()
+        ids = {r[0] for r in con.execute("SELECT id FROM gpus WHERE uuid = ?", (uuid,))}
+        return [(r[4], r[11], r[5]) for r in raw.all_rows(con) if r[0] in ids]
     finally:
         con.close()
 

@@ -5,6 +5,7 @@ interval."""
 from __future__ import annotations
 
 import asyncio
+import random
 import sqlite3
 from pathlib import Path
 
@@ -39,12 +40,15 @@ async def _committed(store: Store, n: int) -> None:
     raise AssertionError(f"no commit {n}")
 
 
-def _sample(i: int, gpus: int = 1) -> tuple[str, object, float]:
+def _sample(i: int, gpus: int = 1, bulky: int = 0) -> tuple[str, object, float]:
     """Alice's Slurm job 700 and bob's process (neither with a start time), and with ``gpus`` > 1 carol's
-    process (with one) on each further GPU."""
+    process (with one) on each further GPU. ``bulky`` more GPUs, without processes, whose error text differs
+    every second (random, so it does not compress): samples that need new pages in every batch."""
     procs = [proc(7, "alice", mem_gib=1 + i % 3, sm=10 * (i % 5), job="700"), proc(8, "bob", mem_gib=2, sm=3)]
     more = [gpu(k, util=k, procs=[proc(20 + k, "carol", mem_gib=k, sm=i % 7, start=50.0, command="x" * 200)])
             for k in range(1, gpus)]
+    noise = random.Random(i)
+    more += [gpu(gpus + k, util=None, error=noise.randbytes(600).hex()) for k in range(bulky)]
     return "h1", snap(gpu(0, util=40 + i, procs=procs), *more, ts=100.0 + i), 0.0
 
 
@@ -114,14 +118,15 @@ async def test_a_batch_written_again_after_a_failed_write_adds_nothing_twice(tmp
     results = []
     for fail in (False, True):
         config = StorageConfig(path=str(tmp_path / f"{fail}.db"), batch_max_delay=0.0)
-        s = await Store.open(config, tuning=Tuning(accrue_interval=3600.0, retry_interval=0.02))
+        s = await Store.open(config, tuning=Tuning(accrue_interval=3600.0, retry_interval=0.02,
+                                                   head_interval=0.0))
         for i in range(5):
             s.submit_snapshot(*_sample(i, gpus=8))  # type: ignore[arg-type]
         await s.flush()
         if fail:
             cap_store_pages(s, None)
-        for i in range(5, 60):
-            s.submit_snapshot(*_sample(i, gpus=8))  # type: ignore[arg-type]
+        for i in range(5, 60):  # each batch's samples take new pages: a capped file is full at once
+            s.submit_snapshot(*_sample(i, gpus=8, bulky=8))  # type: ignore[arg-type]
             await asyncio.sleep(0)
         if fail:
             for _ in range(500):

@@ -14,7 +14,7 @@ from gpufleet.collector.fleet.live import HostState
 from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store.store import Store
 
-from tests.builders import gpu, heartbeat, hello, proc, snap
+from tests.builders import gpu, heartbeat, hello, proc, snap, stored_samples
 
 YEARS_10 = 10 * 365.25 * 86400
 
@@ -54,7 +54,7 @@ async def test_times_outside_the_window_and_impossible_values_are_refused(store:
     store.submit_host_state(HostState(name="h2", status="up", since=now + YEARS_10, last_seen=now))
     store.submit_snapshot("h1", snap(gpu(0, procs=alice), ts=now - 1), now - 1)  # and a good one after
     await store.flush()
-    assert _q(config, "SELECT ts FROM samples ORDER BY ts") == [(now - 2,), (now - 1,)]
+    assert [(r[1],) for r in stored_samples(config.resolved_path())] == [(now - 2,), (now - 1,)]
     assert _q(config, "SELECT count(*) FROM events") == [(0,)]
     assert _q(config, "SELECT max(last_seen) FROM processes") == [(now - 1,)]
     assert _q(config, "SELECT name, last_seen <= ? FROM hosts", now + 1) == [("h1", 1)]  # nor h2's record
@@ -102,9 +102,10 @@ async def test_maintenance_survives_rows_an_old_file_holds(tmp_path: Path) -> No
     path = config.resolved_path()
     with sqlite3.connect(path) as conn:
         (gid,) = conn.execute("SELECT id FROM gpus").fetchone()
-        conn.executemany("INSERT INTO samples (gpu_id, ts, util) VALUES (?, ?, 1)",
-                         [(gid, -1e300), (gid, now + YEARS_10), (gid, "NaN"), (gid, float("inf")),
-                          (gid, float("-inf")), (gid, 1e300)])
+        hid = conn.execute("SELECT host_id FROM gpus").fetchone()[0]
+        conn.executemany("INSERT INTO chunks (host_id, span, piece, n, data) VALUES (?, ?, 0, 1, x'01')",
+                         [(hid, -1e300), (hid, now + YEARS_10), (hid, "NaN"), (hid, float("inf")),
+                          (hid, float("-inf")), (hid, 1e300)])
         conn.executemany("INSERT INTO rollup_dirty (gpu_id, bucket) VALUES (?, ?)",
                          [(gid, -1e300), (gid, "x"), (gid, 1e300)])
         conn.execute("INSERT INTO samples_1m (gpu_id, bucket, n) VALUES (?, ?, 1)", (gid, -1e300))
@@ -117,7 +118,7 @@ async def test_maintenance_survives_rows_an_old_file_holds(tmp_path: Path) -> No
     try:
         await s.run_maintenance(time.time())  # raised OverflowError on every run
         await s.run_maintenance(time.time())
-        ts = [r[0] for r in _q(config, "SELECT ts FROM samples")]
+        ts = [r[1] for r in stored_samples(config.resolved_path())]
         minutes = _q(config, "SELECT min(bucket), max(bucket), count(*) FROM samples_1m")[0]
         old_minutes = _q(config, "SELECT count(*) FROM samples_1m WHERE bucket < ?", old_t0 + 1800)[0][0]
         spans = _q(config, "SELECT last_seen FROM processes")

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import os
 import signal
 import sqlite3
 import subprocess
 import sys
-import uuid
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,13 +17,15 @@ from gpufleet.collector.errors import StorageError, StorageFull
 from gpufleet.collector.model import sample
 from gpufleet.collector.model.records import AlertRecord
 from gpufleet.collector.settings import StorageConfig
+from gpufleet.collector.store import raw
 from gpufleet.collector.store.store import Store, Tuning
 
 from tests.builders import cap_store_pages, snap
 from tests.builders import store_gpu as gpu
 from tests.builders import store_proc as proc
 
-FAST = Tuning(retry_interval=0.05, close_timeout=5.0)
+# samples written with every batch (head_interval 0): the disk-full tests need each batch to take space
+FAST = Tuning(retry_interval=0.05, close_timeout=5.0, head_interval=0.0)
 CHILD = Path(__file__).with_name("ingest_child.py")
 
 
@@ -62,8 +63,8 @@ async def test_kill_9_loses_no_committed_sample(config: StorageConfig) -> None:
         committed = await asyncio.to_thread(_run_child_and_kill, path, first, 25)
         assert _integrity(path) == "ok"
         with sqlite3.connect(path) as conn:
-            present = {int(ts) - 1000 for (ts,) in conn.execute(
-                "SELECT ts FROM samples GROUP BY ts HAVING count(*) = 8")}
+            per_ts = Counter(r[1] for r in raw.all_rows(conn))
+            present = {int(ts) - 1000 for ts, n in per_ts.items() if n == 8}
             events = {x for (x,) in conn.execute("SELECT DISTINCT CAST(ts AS INTEGER) - 1000 FROM events")}
         assert set(range(committed[-1] + 1)) <= present
         assert set(range(committed[-1] + 1)) <= events
@@ -139,22 +140,6 @@ async def test_disk_full_max_page_count_rolls_back_and_recovers(config: StorageC
     assert _integrity(config.resolved_path()) == "ok"
 
 
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A real 3 MiB file system (tmpfs); skipped where mounting is not allowed."""
-    mnt = tmp_path / f"fs-{uuid.uuid4().hex[:6]}"
-    mnt.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("needs root to mount a small file system")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(mnt)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount tmpfs here: {done.stderr.decode().strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
 async def test_disk_full_real_filesystem(small_fs: Path) -> None:
     cfg = StorageConfig(path=str(small_fs / "gpufleet.db"), batch_max_delay=0.01)
     filler = small_fs / "filler"
@@ -186,14 +171,14 @@ async def test_long_reader_does_not_stop_writes_or_starve_checkpoints(store: Sto
     await store.checkpoint()
     reader = sqlite3.connect(config.resolved_path(), isolation_level=None)
     reader.execute("BEGIN")
-    assert reader.execute("SELECT count(*) FROM samples").fetchone()[0] == 40  # holds this snapshot
+    assert len(raw.all_rows(reader)) == 40  # holds this snapshot
     for i in range(20, 60):  # the writer keeps committing while the read transaction is open
         store.submit_snapshot("h1", snap(gpu(0), gpu(1), ts=100.0 + i), 0.0)
         await store.flush()
     assert (await store.latest())["h1"].ts == 159.0
     busy, frames, done = await store.checkpoint()
     assert busy == 0 and done < frames  # frames after the reader's snapshot must wait for it
-    assert reader.execute("SELECT count(*) FROM samples").fetchone()[0] == 40  # its view is stable
+    assert len(raw.all_rows(reader)) == 40  # its view is stable
     reader.execute("COMMIT")
     reader.close()
     busy, frames_after, done_after = await store.checkpoint()

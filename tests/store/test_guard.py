@@ -92,7 +92,7 @@ async def test_damaged_file_is_reported_as_storage(config: StorageConfig) -> Non
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         size = conn.execute("PRAGMA page_size").fetchone()[0]
-        pages = [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = 'samples'")]
+        pages = [r[0] for r in conn.execute("SELECT pageno FROM dbstat WHERE name = 'chunks'")]
     assert pages
     with open(path, "r+b") as f:  # scribble over the samples table: a bad disk sector under the history
         for page in pages:

@@ -9,7 +9,7 @@ from statistics import mean
 import pytest
 from gpufleet.agent import wire
 from gpufleet.collector.settings import StorageConfig
-from gpufleet.collector.store import rollup, schema
+from gpufleet.collector.store import chunkcodec, chunkrows, raw, rollup, schema
 from gpufleet.collector.store.store import Store, Tuning
 
 from tests.builders import GIB, snap
@@ -125,19 +125,20 @@ def test_retention_deletes_in_batches() -> None:
     conn.execute("INSERT INTO hosts (id, name) VALUES (1, 'h')")
     conn.execute("INSERT INTO gpus (id, uuid, host_id, idx, first_seen, last_seen) "
                  "VALUES (1, 'u', 1, 0, 0, 0)")
-    conn.executemany("INSERT INTO samples (gpu_id, ts, util) VALUES (1, ?, 1)",
-                     [(float(t),) for t in range(1000)])
+    minute = [(1, float(t), 1, *[None] * 11) for t in range(60)]
+    chunkrows.insert(conn, [(1, m, 60, chunkcodec.encode([(1, t + m, *rest) for _, t, *rest in minute]))
+                            for m in range(0, 1020, 60)])  # 17 minutes of 1 Hz
     conn.execute("INSERT INTO meta VALUES ('m1_upto', 100000)")
-    policy = rollup.Policy(raw_retention=100.0, minute_retention=1e9, hour_retention=1e9, batch=300)
-    now = 850.0  # delete ts < 750
+    policy = rollup.Policy(raw_retention=100.0, minute_retention=1e9, hour_retention=1e9, batch=5)
+    now = 850.0  # whole minutes that end by 750 go: 0 .. 660
     done = []
     while True:
         more = rollup.delete_raw(conn, now, policy)
-        done.append(conn.execute("SELECT count(*) FROM samples").fetchone()[0])
+        done.append(conn.execute("SELECT count(DISTINCT span) FROM chunks").fetchone()[0])
         if not more:
             break
-    assert done == [700, 400, 250]
-    assert conn.execute("SELECT min(ts) FROM samples").fetchone()[0] == 750.0
+    assert done == [12, 7, 5]
+    assert raw.all_rows(conn)[0][1] == 720.0  # the minute holding the cutoff stays, whole
     assert conn.execute("SELECT value FROM meta WHERE key = 'raw_from'").fetchone()[0] == 750.0
 
 
@@ -152,15 +153,15 @@ async def test_retention_and_the_file_shrinks(config: StorageConfig) -> None:
         pages_before = conn.execute("PRAGMA page_count").fetchone()[0]
     await s.run_maintenance(T0 + 6000)
     with sqlite3.connect(path) as conn:
-        raw_left = conn.execute("SELECT min(ts), count(*) FROM samples").fetchone()
-    assert raw_left == (T0 + 5400, 600)  # 10 minutes kept
+        left = raw.all_rows(conn)
+    assert (min(r[1] for r in left), len(left)) == (T0 + 5400, 600)  # 10 minutes kept
     assert _rows(cfg, "samples_1m")  # the deleted raw rows live on as minutes
     far = T0 + 10 * 86400  # everything is past every window now
     await s.run_maintenance(far)
     await s.checkpoint()
     with sqlite3.connect(path) as conn:
         counts = [conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
-                  for t in ("samples", "samples_1m", "samples_1h", "usage", "processes")]
+                  for t in ("chunks", "samples_1m", "samples_1h", "usage", "processes")]
         pages_after, free = (conn.execute("PRAGMA page_count").fetchone()[0],
                              conn.execute("PRAGMA freelist_count").fetchone()[0])
     await s.close()
@@ -206,7 +207,7 @@ async def test_file_size_stays_bounded_in_steady_state(config: StorageConfig) ->
                               hour_retention=6 * 3600.0, batch_max_delay=0.01)
     s = await Store.open(cfg, tuning=Tuning(delete_batch=2000, vacuum_slack=32))
     path = cfg.resolved_path()
-    tables = ("samples", "samples_1m", "samples_1h", "processes", "usage", "events")
+    tables = ("chunks", "samples_1m", "samples_1h", "processes", "usage", "events")
     t, step = T0, 5.0
     history: list[tuple[float, int, int, list[int]]] = []  # (hours, pages, wal bytes, row counts)
     try:
@@ -233,7 +234,8 @@ async def test_file_size_stays_bounded_in_steady_state(config: StorageConfig) ->
     assert max(h[1] for h in steady) <= max(h[1] for h in filling) + 2  # pages: no creeping growth
     assert path.stat().st_size <= (max(h[1] for h in filling) + 2) * 4096
     assert max(h[2] for h in steady) <= 2 * max(h[2] for h in filling)  # the WAL is reused, not grown
-    assert steady[-1][3][:3] == [4 * 360, 4 * 179, 4 * 5]  # raw 30 min, 1m 3 h, 1h 6 h: 4 GPUs each
+    # raw 30 min (29 whole minutes of the host: one chunk each), 1m 3 h, 1h 6 h: 4 GPUs each
+    assert steady[-1][3][:3] == [29, 4 * 179, 4 * 5]
     for n, name in enumerate(tables):  # and no table keeps growing
         assert max(h[3][n] for h in steady) <= max(h[3][n] for h in filling), name
 

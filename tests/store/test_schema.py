@@ -13,12 +13,11 @@ from gpufleet.collector.settings import StorageConfig
 from gpufleet.collector.store import schema
 from gpufleet.collector.store.store import Store
 
-from tests.builders import snap
+from tests.builders import snap, stored_samples
 from tests.builders import store_gpu as gpu
-from tests.builders import store_proc as proc
 
-TABLES = {"meta", "hosts", "gpus", "gpu_placements", "samples", "samples_1m", "samples_1h", "processes",
-          "usage", "events", "alerts", "silences"}
+TABLES = {"meta", "hosts", "gpus", "gpu_placements", "chunks", "chunk_parts", "samples_1m", "samples_1h",
+          "processes", "usage", "events", "alerts", "silences"}
 
 
 def _tables(path: Path) -> set[str]:
@@ -89,7 +88,7 @@ async def test_upgrade_path_from_an_older_version(config: StorageConfig,
     await s.close()
     path = config.resolved_path()
 
-    broken = ["ALTER TABLE samples ADD COLUMN sm_active REAL", "CREATE INDEX oops ON no_such_table(x)"]
+    broken = ["ALTER TABLE hosts ADD COLUMN sm_active REAL", "CREATE INDEX oops ON no_such_table(x)"]
     monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS, broken])
     monkeypatch.setattr(schema, "LATEST", old + 1)
     with pytest.raises(StorageError, match="older"):  # the read-only CLI never migrates
@@ -99,9 +98,9 @@ async def test_upgrade_path_from_an_older_version(config: StorageConfig,
     assert str(path) in str(err.value)
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == old
-        assert "sm_active" not in {r[1] for r in conn.execute("PRAGMA table_info(samples)")}  # rolled back
+        assert "sm_active" not in {r[1] for r in conn.execute("PRAGMA table_info(hosts)")}  # rolled back
 
-    fixed = ["ALTER TABLE samples ADD COLUMN sm_active REAL", "UPDATE samples SET sm_active = util / 100.0"]
+    fixed = ["ALTER TABLE hosts ADD COLUMN sm_active REAL", "UPDATE hosts SET sm_active = id / 100.0"]
     monkeypatch.setattr(schema, "MIGRATIONS", [*schema.MIGRATIONS[:old], fixed])
     s = await Store.open(config)
     try:
@@ -113,8 +112,8 @@ async def test_upgrade_path_from_an_older_version(config: StorageConfig,
         await s.close()
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == old + 1
-        assert conn.execute("SELECT ts, sm_active FROM samples ORDER BY ts").fetchall() == [
-            (1000.0, 0.42), (1001.0, None)]
+        assert conn.execute("SELECT name, sm_active FROM hosts ORDER BY id").fetchall() == [("h1", 0.01)]
+    assert [(r[1], r[2]) for r in stored_samples(path)] == [(1000.0, 42), (1001.0, 7)]
     ro = await Store.open(config, readonly=True)
     await ro.close()
 
@@ -158,11 +157,20 @@ async def test_v2_file_migrates_to_per_host_gpu_identity(config: StorageConfig,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """A v2 file (gpus keyed by uuid alone) keeps its GPUs, samples and spans through the v3 rebuild, and
     afterwards the same UUID on another host is a second GPU instead of a move."""
+    path = config.resolved_path()
+    path.parent.mkdir(parents=True)
     monkeypatch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:2])
     monkeypatch.setattr(schema, "LATEST", 2)
-    s = await Store.open(config)
-    s.submit_snapshot("h1", snap(gpu(0, uuid="GPU-A", util=42, procs=[proc(7)]), ts=1000.0), 1000.0)
-    await s.close()
+    with sqlite3.connect(path, isolation_level=None) as conn:  # what a v2 collector wrote
+        schema.migrate(conn)
+        conn.execute("INSERT INTO hosts (id, name) VALUES (1, 'h1')")
+        conn.execute("INSERT INTO gpus (id, uuid, host_id, idx, first_seen, last_seen, last_sample) "
+                     "VALUES (1, 'GPU-A', 1, 0, 1000.0, 1000.0, 1000.0)")
+        conn.execute("INSERT INTO gpu_placements VALUES (1, 1000.0, 1, 0)")
+        conn.execute("INSERT INTO samples (gpu_id, ts, util) VALUES (1, 1000.0, 42)")
+        conn.execute("INSERT INTO processes (gpu_id, pid, start_time, start_known, host_id, gpu_idx, "
+                     "attributed, first_seen, last_seen, sm_sum, sm_count) "
+                     "VALUES (1, 7, 900.0, 1, 1, 0, 1, 1000.0, 1000.0, 0, 0)")
     monkeypatch.undo()
 
     s = await Store.open(config)

@@ -28,7 +28,9 @@ async def test_a_jobs_idle_peers_and_wasted_gpus_are_one_notification(tmp_path: 
     rules = default_rules()
     rules["wasted"].params["for"] = 2.0
     rules["idle_peers"].params.update({"for": 1.0, "window": 2.0})
-    alerting = AlertingConfig(group_wait=2.0, group_interval=10.0, repeat_interval=3600.0)
+    # group_wait well above the 1 s between the rules' "for"s: on a loaded 2-core machine the six alerts
+    # fire over a few seconds, and a group sent before the last fired would be a second notification
+    alerting = AlertingConfig(group_wait=8.0, group_interval=20.0, repeat_interval=3600.0)
     async with SimFleet({"gpu-node-15": "ddp_idle_peers"}, interval=0.2, workdir=tmp_path / "fleet") as fleet:
         cfg = Config(hosts=fleet.host_configs(), rules=rules, alerting=alerting,
                      storage=StorageConfig(path=str(tmp_path / "fleet.db"), batch_max_delay=0.05),
@@ -42,9 +44,13 @@ async def test_a_jobs_idle_peers_and_wasted_gpus_are_one_notification(tmp_path: 
                 return {(a.rule, a.labels["gpu"]) for a in collector.alerts.active() if a.state == "firing"}
 
             want = {(rule, gpu) for rule in ("idle_peers", "wasted") for gpu in ("1", "2", "3")}
-            await until(lambda: asyncio.sleep(0, firing() >= want), timeout=40)  # idle_peers and wasted
-            await until(lambda: asyncio.sleep(0, len(receiver.alerts()) >= 6), timeout=40)  # the notification
-            await asyncio.sleep(3.0)  # a group interval or two: nothing more may come
+            try:
+                await until(lambda: asyncio.sleep(0, firing() >= want), timeout=40)  # idle_peers and wasted
+                await until(lambda: asyncio.sleep(0, len(receiver.alerts()) >= 6), timeout=40)  # notified
+            except AssertionError as exc:
+                active = sorted((a.rule, a.labels.get("gpu"), a.state) for a in collector.alerts.active())
+                raise AssertionError(f"{exc}; active {active}, {len(receiver.alerts())} notified") from None
+            await asyncio.sleep(3.0)  # nothing more may come
         finally:
             await collector.stop()
 

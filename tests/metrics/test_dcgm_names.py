@@ -87,7 +87,8 @@ async def test_dcgm_dashboard_queries_return_every_gpu(tmp_path: Path) -> None:
                 m = result[0]["metric"]
                 assert {"UUID", "modelName", "device"} <= set(m) and m["device"] == f"nvidia{m['gpu']}"
             fb = await asyncio.to_thread(_api, base, "/api/v1/query", query='DCGM_FI_DEV_FB_USED{gpu="0"}')
-            assert {float(r["value"][1]) for r in fb["result"]} == {20 * 1024.0}  # 20 GiB in MiB
+            # in MiB: GPU 0's rank holds 20 GiB and the GPU 512 MiB more (collector/simfleet/frames.py)
+            assert {float(r["value"][1]) for r in fb["result"]} == {20 * 1024.0 + 512}
             clock = await asyncio.to_thread(_api, base, "/api/v1/query", query="max(DCGM_FI_DEV_SM_CLOCK)")
             assert float(clock["result"][0]["value"][1]) == 1980.0  # MHz, as DCGM
             xid = await asyncio.to_thread(_api, base, "/api/v1/query",

@@ -14,9 +14,22 @@ from typing import Any, Final, Generic, TypeVar
 
 T = TypeVar("T")
 DEFAULT_CAP: Final = 2048
-#: A window counts as observed once its samples span this share of it (a sampling interval is lost at
-#: each end).
+#: A window counts as observed once its samples, each standing for one sampling interval, span this share
+#: of it.
 COVERAGE: Final = 0.9
+
+
+def observed(span: float, covered: float, points: int) -> bool:
+    """Do ``points`` samples ``covered`` seconds apart, oldest to newest, observe (almost) all of ``span``?
+
+    Each sample stands for the interval to the next (their mean spacing), so the newest one's is counted
+    too. Sliding past the window's edge, samples every ``interval`` seconds keep floor(span / interval)
+    points or one more, and their spread swings between ``span - interval`` and ``span``: judged on the
+    spread alone, a window 10 intervals long flapped between full and not at every jitter of the stamps
+    (1.8 s of samples against 90 % of 2 s), and one under 10 intervals long (13 s samples, 60 s) was
+    never full, so a rule waiting on it never fired. Counted this way it stays full once it has filled.
+    """
+    return points > 1 and covered * points / (points - 1) >= COVERAGE * span
 
 
 class Window(Generic[T]):
@@ -66,8 +79,9 @@ class Window(Generic[T]):
         return self._ts[self._head] if len(self._ts) > self._head else None
 
     def full(self) -> bool:
-        """The samples span (almost) the whole window: a verdict over it means something."""
-        return self.covered() >= COVERAGE * self.span
+        """The samples observe (almost) the whole window (:func:`observed`): a verdict over it means
+        something."""
+        return observed(self.span, self.covered(), len(self))
 
     def values(self) -> Iterator[T]:
         return iter(self._values[self._head:])
@@ -140,6 +154,6 @@ class WindowMean:
         return twin
 
     def full(self) -> bool:
-        """The values span (almost) the whole window (see :meth:`Window.full`), the open bucket included."""
+        """The buckets observe (almost) the whole window (:func:`observed`), the open one included."""
         oldest = self.window.oldest()
-        return oldest is not None and self._open_ts - oldest >= COVERAGE * self.window.span
+        return oldest is not None and observed(self.window.span, self._open_ts - oldest, len(self.window) + 1)

@@ -129,3 +129,14 @@ def test_window_mean_is_not_full_before_its_span():
     for i in range(80):
         mean.add(float(i), 1.0)
     assert not mean.full()
+
+
+def test_window_mean_stays_full_when_its_span_is_few_samples_long():
+    """13 s samples in a 60 s window: 52 s from oldest to newest, under 90 % of it, so underused never saw
+    a full window (series.observed counts each sample as its interval)."""
+    mean = WindowMean(60.0)
+    fulls = []
+    for i in range(20):
+        mean.add(13.0 * i, 1.0)
+        fulls.append(mean.full())
+    assert fulls == [False] * 4 + [True] * 16

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from gpufleet.collector.model.jobkey import group_key, job_key
 from gpufleet.collector.rules.base import HostContext
 from gpufleet.collector.rules.patterns import _GpuTrack
@@ -152,6 +153,29 @@ def test_idle_peers_not_when_all_compute_or_all_idle_or_unrelated(runner, w):
     r = runner("idle_peers")  # two separate jobs of one user
     snap = w.snap(w.gpu(0, util=95, procs=[w.proc(10, ppid=1)]), w.gpu(1, util=0, procs=[w.proc(11, ppid=1)]))
     assert feed(r, [snap] * 60) == []
+
+
+@pytest.mark.parametrize(("interval", "window", "jitter"), [
+    (0.2, 2.0, (0.0, 0.003, -0.002, 0.001, -0.004, 0.002, 0.0)),  # stamps a few ms off the agent's grid
+    (13.0, 60.0, (0.0,)),  # an interval that does not divide the window
+])
+def test_idle_peers_holds_once_its_window_has_filled(runner, w, interval, window, jitter):
+    """A window of a few sampling intervals holds floor(window / interval) samples or one more as the grid
+    slides past its edge, so their spread swings by one interval. Judged full on that spread against 90 % of
+    the window, a held-idle GPU's condition came and went every few samples (0.2 s samples, a 2 s window:
+    the spread is 1.8 s give or take the stamps' jitter) or never came (13 s samples, a 60 s window: 52 s),
+    and its idle_peers alert stayed pending for good."""
+    r = runner("idle_peers", window=window)
+    procs = [w.proc(100 + i, user="frank", mem_gib=2, ppid=7100, command="python train_ddp.py")
+             for i in range(4)]
+    snap = w.snap(*[w.gpu(i, util=95 if i == 0 else 0, procs=[procs[i]]) for i in range(4)])
+    seen = []
+    for i in range(int(4 * window / interval)):
+        now = i * interval + jitter[i % len(jitter)]
+        conds = r.feed(snap, now)
+        if now >= window + interval:  # a whole window and a sample more
+            seen.append((round(now, 3), sorted(c.labels["gpu"] for c in conds or ())))
+    assert seen and [s for s in seen if s[1] != ["1", "2", "3"]] == []
 
 
 def test_idle_peers_across_hosts(runner, w):

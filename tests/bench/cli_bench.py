@@ -97,8 +97,10 @@ def fleet_names(hosts: int, offset: int = 0) -> dict[str, str]:
 
 def serve_shard(sock: Path, hosts: int, offset: int, gpus: int) -> tuple[subprocess.Popen[bytes], Path]:
     """A stand-in collector of ``hosts`` hosts from node{offset+1} in its own process, on ``sock``."""
-    proc = subprocess.Popen([sys.executable, __file__, "--serve-shard", str(sock), "--hosts", str(hosts),
-                             "--offset", str(offset), "--gpus", str(gpus)], stdout=subprocess.PIPE)
+    # as a module from the checkout's root, as this bench runs: tests is a package (tests.builders)
+    proc = subprocess.Popen([sys.executable, "-m", "tests.bench.cli_bench", "--serve-shard", str(sock),
+                             "--hosts", str(hosts), "--offset", str(offset), "--gpus", str(gpus)],
+                            stdout=subprocess.PIPE, cwd=TESTS.parent)
     assert proc.stdout is not None
     if proc.stdout.readline().strip() != b"ready":
         raise SystemExit(f"the shard server on {sock} did not start")

@@ -235,28 +235,6 @@ class DeltaEncoder:
         return json.dumps(out, separators=(",", ":"), allow_nan=False).encode() + b"\n"
 
 
-def encode_delta(delta: Delta) -> bytes:
-    """A :class:`Delta` as its line (tests and the simulator build deltas by hand; the agent encodes from
-    snapshots with :class:`DeltaEncoder`)."""
-    gpus = []
-    for change in delta.gpus:
-        entry = {k: v for k, v in wire._plain(change.sample).items() if k in READINGS}
-        if change.pids is not None:
-            entry["pids"] = change.pids
-        if change.changed:
-            entry["changed"] = [wire._plain(p) for p in change.changed]
-        if change.util:
-            entry["util"] = [list(u) for u in change.util]
-        gpus.append(entry)
-    out: dict[str, Any] = {"ts": delta.ts, "seq": delta.seq, "base": delta.base}
-    if gpus:
-        out["gpus"] = gpus
-    if delta.allocations is not None:
-        out["allocations"] = [wire._plain(a) for a in delta.allocations]
-    out["type"], out["proto"] = "delta", delta.proto
-    return json.dumps(out, separators=(",", ":"), allow_nan=False).encode() + b"\n"
-
-
 # ------------------------------------------------------------------------------------------- decoding
 
 

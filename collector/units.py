@@ -20,7 +20,6 @@ __all__ = [
     "DurationError",
     "fmt_bytes",
     "fmt_duration",
-    "fmt_duration_short",
     "fmt_pct",
     "fmt_size",
     "fmt_size_short",
@@ -121,17 +120,6 @@ def fmt_duration(seconds: float | None) -> str:
     if s < 86400:
         return f"{s // 3600}h{(s % 3600) // 60:02d}m"
     return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
-
-
-def fmt_duration_short(seconds: float | None) -> str:
-    """The largest whole unit only, for narrow cells: ``45s``, ``12m``, ``3h``, ``2d``."""
-    if seconds is None:
-        return "-"
-    s = int(max(0.0, min(seconds, MAX_DURATION * 10))) if math.isfinite(seconds) else 0
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= size:
-            return f"{s // size}{unit}"
-    return f"{s}s"
 
 
 def fmt_bytes(n: float | None) -> str:

@@ -13,7 +13,6 @@ from gpufleet.collector.units import (
     DurationError,
     fmt_bytes,
     fmt_duration,
-    fmt_duration_short,
     fmt_pct,
     fmt_size,
     fmt_size_short,
@@ -73,8 +72,6 @@ def test_fmt_duration_one_format() -> None:
     assert [fmt_duration(s) for s in (5, 125, 3600, 3 * 3600 + 300, 2 * 86400, 2 * 86400 + 3 * 3600)] == [
         "5s", "2m", "1h00m", "3h05m", "2d00h", "2d03h"]
     assert fmt_duration(None) == "-" and fmt_duration(-5) == "0s" and fmt_duration(float("inf")) == "0s"
-    assert [fmt_duration_short(s) for s in (5, 125, 3 * 3600 + 300, 2 * 86400 + 3 * 3600, None)] == [
-        "5s", "2m", "3h", "2d", "-"]
 
 
 def test_sizes_and_percentages() -> None:

@@ -95,11 +95,6 @@ def error_name(code: int) -> str:
     return _NAMES.get(code, f"NVML error {code}")
 
 
-def is_field_failure(code: int) -> bool:
-    """A code that nulls one reading and is counted (not missing, not a lost device, not a lost driver)."""
-    return code not in FIELD_MISSING and code not in DEVICE_GONE and code not in DRIVER_GONE
-
-
 # ------------------------------------------------------------------------------------ NVML enumerations
 
 TEMPERATURE_GPU: Final = 0  # nvmlTemperatureSensors_t NVML_TEMPERATURE_GPU

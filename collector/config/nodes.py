@@ -274,9 +274,6 @@ class Parser:
             self.fail("must be greater than 0", node, key)
         return seconds
 
-    def opt_duration(self, node: Node, key: str, *, positive: bool = False) -> float | None:
-        return None if self.is_null(node) else self.duration(node, key, positive=positive)
-
     def boolean(self, node: Node, key: str) -> bool:
         value, from_env = self.env_scalar(node, key)
         if from_env and isinstance(value, str):
@@ -313,9 +310,6 @@ class Parser:
 
     def str_list(self, node: Node, key: str) -> list[str]:
         return self.each(node, key, self.string)
-
-    def int_list(self, node: Node, key: str, *, lo: int | None = None) -> list[int]:
-        return self.each(node, key, lambda n, k: self.integer(n, k, lo=lo))
 
     def argv(self, node: Node, key: str, *, allow_empty: bool = True) -> list[str]:
         """A command line: a string (split like a shell would, without running one) or a list."""

@@ -17,6 +17,7 @@ from gpufleet.collector.transport import wirefast
 from gpufleet.collector.transport.delta import DeltaBase, DeltaMismatch
 
 from tests.builders import GIB, gpu, proc, snap
+from tests.test_wirefast import decode_outcome
 
 W = wire
 
@@ -171,13 +172,6 @@ def _delta_lines() -> Iterator[bytes]:
     yield json.dumps({**base, "allocations": []}).encode()
 
 
-def _outcome(decode: Any, line: bytes) -> tuple[Any, ...]:
-    notes = wire.DecodeNotes()
-    try:
-        frame = decode(line, wire.MAX_LINE_BYTES, notes)
-    except Exception as exc:  # noqa: BLE001 - the error is the outcome compared
-        return ("error", type(exc), str(exc))
-    return ("frame", frame, notes)
 
 
 def test_both_decoders_agree_on_every_delta() -> None:
@@ -188,7 +182,7 @@ def test_both_decoders_agree_on_every_delta() -> None:
     fast = sum(1 for line in lines if wirefast.fast_decode(line) is not None)
     assert fast >= 16 + 60, "the agent's deltas take the fast path"
     for line in lines:
-        assert _outcome(wirefast.decode, line) == _outcome(reference, line), line[:200]
+        assert decode_outcome(wirefast.decode, line) == decode_outcome(reference, line), line[:200]
     notes = wire.DecodeNotes()
     wirefast.decode(json.dumps({**json.loads(FrameGenerator("h1", 8, procs=8).delta(21)), "gpus": [
         {"index": 0, "uuid": "GPU-x"}]}).encode(), notes=notes)

@@ -27,7 +27,8 @@ from tests.builders import scenario_frames
 HUGE = 10 ** 30
 
 
-def _outcome(decode: Any, line: bytes | str) -> tuple[Any, ...]:
+def decode_outcome(decode: Any, line: bytes | str) -> tuple[Any, ...]:
+    """What ``decode`` makes of ``line``: the frame and its notes, or the error (compared across decoders)."""
     notes = wire.DecodeNotes()
     try:
         frame = decode(line, wire.MAX_LINE_BYTES, notes)
@@ -183,8 +184,8 @@ def test_fast_decoder_matches_the_reference_over_the_corpus() -> None:
     lines = list(_corpus())
     fast_taken = 0
     for line in lines:
-        ref = _outcome(_reference, line)
-        got = _outcome(wirefast.decode, line)
+        ref = decode_outcome(_reference, line)
+        got = decode_outcome(wirefast.decode, line)
         assert got == ref, line[:300]
         fast_taken += isinstance(line, bytes) and wirefast.fast_decode(line) is not None
     assert len(lines) > 700 and fast_taken > 200  # both paths are exercised
